@@ -1,0 +1,35 @@
+# The two commands a newcomer needs. Both create .venv from the requirements
+# files when it is missing or older than them, so a fresh clone needs nothing else.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACK ?= pretrain
+
+.PHONY: preview test lint bench clean
+
+$(VENV)/.runtime: requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+## make preview STACK=pretrain: offline synthesis of a stack (tree, counts, cost, out/STACK/)
+preview: $(VENV)/.runtime
+	$(BIN)/llmp synth $(STACK)
+
+## make test: lint, type-check and the whole test suite
+test: $(VENV)/.dev lint
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: $(VENV)/.runtime
+	$(BIN)/python bench/synth.py
+
+clean:
+	rm -rf out .pytest_cache .mypy_cache .ruff_cache

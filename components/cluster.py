@@ -1,0 +1,327 @@
+"""Cluster: the EKS control plane, its CPU system pool and the core managed add-ons.
+
+Owns:
+- a KMS key for envelope encryption of Kubernetes secrets;
+- the control-plane role, and the CloudWatch log group (created first, so its
+  retention is ours rather than "never expire");
+- the EKS cluster: private endpoint, an optional public one restricted to
+  configured CIDRs, audit logs, access entries (API authentication mode);
+- the node role shared by every pool;
+- managed add-ons: vpc-cni (with its own Pod Identity role), kube-proxy and
+  the Pod Identity agent before any node, CoreDNS after the system pool;
+- the CPU system pool that runs add-ons and controllers;
+- a Kubernetes provider built from the cluster's outputs.
+
+Node groups take `cluster.node_ready_after` as an ordering edge: nodes that
+join before vpc-cni is active stay NotReady.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.node_group import launch_template, managed_node_group
+from infra.catalog import catalog
+from infra.config import ClusterConfig, SystemPoolConfig
+
+_MANAGED = "arn:aws:iam::aws:policy"
+_CLUSTER_ADMIN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+
+
+def _trust(service: str, *, tag_session: bool = False) -> str:
+    actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
+            ],
+        }
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterArgs:
+    config: ClusterConfig
+    """Validated `cluster` section."""
+    system_pool: SystemPoolConfig
+    """Validated `system_pool` section."""
+    cluster_name: str
+    """EKS cluster name (fixed, so the log group name is known before the cluster exists)."""
+    region: str
+    """Region, for the kubeconfig's token command."""
+    private_subnet_ids: list[pulumi.Input[str]]
+    """Subnets of the control-plane ENIs and the system pool."""
+    tags: dict[str, str]
+    """Tags for instances and volumes the system pool launches."""
+
+
+class Cluster(pulumi.ComponentResource):
+    name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    version: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    """The EKS-managed cluster security group; every node interface carries it."""
+    node_role_arn: pulumi.Output[str]
+    node_ready_after: list[pulumi.Resource]
+    """Resources a node group must wait for: vpc-cni, kube-proxy, the node role's policies."""
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmp:cluster:Cluster", name, None, opts)
+        cfg = args.config
+        child = pulumi.ResourceOptions(parent=self)
+        versions = catalog().eks.versions[cfg.version]
+
+        key = aws.kms.Key(
+            f"{name}-secrets",
+            description=f"EKS secrets envelope encryption for {args.cluster_name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            opts=child,
+        )
+        aws.kms.Alias(
+            f"{name}-secrets",
+            name=f"alias/{args.cluster_name}-eks-secrets",
+            target_key_id=key.key_id,
+            opts=child,
+        )
+
+        role = aws.iam.Role(
+            f"{name}-control-plane",
+            assume_role_policy=_trust("eks.amazonaws.com", tag_session=True),
+            description="EKS control plane",
+            opts=child,
+        )
+        role_policy = aws.iam.RolePolicyAttachment(
+            f"{name}-control-plane",
+            role=role.name,
+            policy_arn=f"{_MANAGED}/AmazonEKSClusterPolicy",
+            opts=child,
+        )
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=f"/aws/eks/{args.cluster_name}/cluster",
+            retention_in_days=cfg.log_retention_days,
+            opts=child,
+        )
+
+        cluster = aws.eks.Cluster(
+            f"{name}-eks",
+            name=args.cluster_name,
+            version=cfg.version,
+            role_arn=role.arn,
+            vpc_config=aws.eks.ClusterVpcConfigArgs(
+                subnet_ids=args.private_subnet_ids,
+                endpoint_private_access=True,
+                endpoint_public_access=cfg.endpoint_public_access,
+                public_access_cidrs=cfg.public_access_cidrs or None,
+            ),
+            encryption_config=aws.eks.ClusterEncryptionConfigArgs(
+                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn),
+                resources=["secrets"],
+            ),
+            enabled_cluster_log_types=list(cfg.log_types),
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API",
+                # The identity running `pulumi up` must reach the API to create
+                # the Kubernetes objects of this same program.
+                bootstrap_cluster_creator_admin_permissions=True,
+            ),
+            # Core add-ons are managed below at pinned versions instead.
+            bootstrap_self_managed_addons=False,
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=cfg.support_type),
+            deletion_protection=cfg.deletion_protection,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # EKS must be able to use the role when it creates the cluster,
+                # and it writes into the log group we sized.
+                depends_on=[role_policy, log_group],
+            ),
+        )
+
+        for i, admin in enumerate(cfg.admin_role_arns):
+            entry = aws.eks.AccessEntry(
+                f"{name}-admin-{i}",
+                cluster_name=cluster.name,
+                principal_arn=admin,
+                type="STANDARD",
+                opts=child,
+            )
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{i}",
+                cluster_name=cluster.name,
+                principal_arn=entry.principal_arn,
+                policy_arn=_CLUSTER_ADMIN,
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                opts=child,
+            )
+
+        node_role = aws.iam.Role(
+            f"{name}-node",
+            assume_role_policy=_trust("ec2.amazonaws.com"),
+            description="EKS worker nodes",
+            opts=child,
+        )
+        node_policies = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{short}",
+                role=node_role.name,
+                policy_arn=f"{_MANAGED}/{policy}",
+                opts=child,
+            )
+            for short, policy in (
+                ("worker", "AmazonEKSWorkerNodePolicy"),
+                ("ecr", "AmazonEC2ContainerRegistryReadOnly"),
+                ("ssm", "AmazonSSMManagedInstanceCore"),
+            )
+        ]
+
+        # vpc-cni gets its own role through Pod Identity, so the node role
+        # carries no ENI-management rights that every pod could borrow.
+        cni_role = aws.iam.Role(
+            f"{name}-vpc-cni",
+            assume_role_policy=_trust("pods.eks.amazonaws.com", tag_session=True),
+            description="vpc-cni (aws-node) through EKS Pod Identity",
+            opts=child,
+        )
+        aws.iam.RolePolicyAttachment(
+            f"{name}-vpc-cni",
+            role=cni_role.name,
+            policy_arn=f"{_MANAGED}/AmazonEKS_CNI_Policy",
+            opts=child,
+        )
+
+        def addon(
+            addon_name: str,
+            wait_for: list[pulumi.Resource] | None = None,
+            pod_identity: list[aws.eks.AddonPodIdentityAssociationArgs] | None = None,
+        ) -> aws.eks.Addon:
+            return aws.eks.Addon(
+                f"{name}-{addon_name}",
+                cluster_name=cluster.name,
+                addon_name=addon_name,
+                addon_version=versions.addons[addon_name].version,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                pod_identity_associations=pod_identity,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=wait_for or []),
+            )
+
+        pod_identity_agent = addon("eks-pod-identity-agent")
+        vpc_cni = addon(
+            "vpc-cni",
+            pod_identity=[
+                aws.eks.AddonPodIdentityAssociationArgs(
+                    role_arn=cni_role.arn, service_account="aws-node"
+                )
+            ],
+            # aws-node fetches its credentials from the Pod Identity agent.
+            wait_for=[pod_identity_agent],
+        )
+        kube_proxy = addon("kube-proxy")
+        # A node that joins before vpc-cni is active stays NotReady; one whose
+        # role lacks the worker policy cannot join at all.
+        self.node_ready_after = [vpc_cni, kube_proxy, *node_policies]
+
+        system = args.system_pool
+        system_template = launch_template(
+            f"{name}-system",
+            parent=self,
+            disk_size_gib=system.disk_size_gib,
+            tags=args.tags,
+        )
+        system_group = managed_node_group(
+            f"{name}-system",
+            parent=self,
+            cluster_name=cluster.name,
+            cluster_version=cluster.version,
+            node_role_arn=node_role.arn,
+            subnet_ids=args.private_subnet_ids,
+            template=system_template,
+            instance_type=system.instance_type,
+            ami_type=catalog().ami_type(system.instance_type),
+            capacity_type="ON_DEMAND",
+            min_size=system.min_size,
+            desired_size=system.desired_size,
+            max_size=system.max_size,
+            max_unavailable=system.max_unavailable,
+            labels={"llm-platform/pool": "system"},
+            wait_for=self.node_ready_after,
+        )
+        # CoreDNS is a Deployment: it only becomes ACTIVE once nodes can run it.
+        addon("coredns", wait_for=[system_group])
+
+        self.name = cluster.name
+        self.endpoint = cluster.endpoint
+        self.version = cluster.version
+        self.security_group_id = cluster.vpc_config.cluster_security_group_id
+        self.node_role_arn = node_role.arn
+        self.kubeconfig = pulumi.Output.all(
+            cluster.name, cluster.endpoint, cluster.certificate_authority.data
+        ).apply(lambda v: _kubeconfig(v[0], v[1], v[2], args.region))
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            # Large CRDs (kube-prometheus-stack) exceed the client-side apply
+            # annotation limit; server-side apply has no such limit.
+            enable_server_side_apply=True,
+            opts=child,
+        )
+        self.register_outputs(
+            {
+                "name": self.name,
+                "endpoint": self.endpoint,
+                "version": self.version,
+                "security_group_id": self.security_group_id,
+                "node_role_arn": self.node_role_arn,
+                "kubeconfig": self.kubeconfig,
+            }
+        )
+
+
+def _kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig that gets short-lived tokens from the AWS CLI (no static credentials)."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": cluster_name,
+                    "cluster": {"server": endpoint, "certificate-authority-data": ca_data},
+                }
+            ],
+            "contexts": [
+                {"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}
+            ],
+            "current-context": cluster_name,
+            "users": [
+                {
+                    "name": cluster_name,
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": "aws",
+                            "args": [
+                                "eks",
+                                "get-token",
+                                "--cluster-name",
+                                cluster_name,
+                                "--region",
+                                region,
+                                "--output",
+                                "json",
+                            ],
+                        }
+                    },
+                }
+            ],
+        }
+    )

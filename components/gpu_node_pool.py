@@ -1,0 +1,157 @@
+"""GpuNodePool: one accelerated EKS managed node group with EFA, placement and capacity options.
+
+Owns the pool's launch template, its cluster placement group (when on) and
+the node group. What it decides:
+
+- **EFA layout.** AWS's current EC2 guidance ("Maximize network bandwidth on
+  instances with multiple network cards"): the primary interface (card 0,
+  device 0) is a plain ENA interface; card 0 device 1 and device 0 of every
+  further card are `efa-only`. A p5.48xlarge so gets 32 EFA devices and one
+  IP-consuming ENA, instead of 32 `efa` interfaces that each take a VPC
+  address. `efa-only` needs vpc-cni 1.18.4 or newer (checked in the catalog).
+- **One subnet.** EFA and reserved pools sit in one AZ (the config enforces
+  it), so the group is given exactly one subnet.
+- **Capacity.** ON_DEMAND, SPOT, or CAPACITY_BLOCK; a block sets the launch
+  template's market type `capacity-block` and targets the reservation. An
+  On-Demand reservation is targeted without the market type.
+- **Placement group** (cluster strategy): on by default for EFA pools without
+  a reservation; off for blocks and reservations, which are already placed
+  and would be starved by it.
+- **Nodes.** The AL2023 accelerated AMI type (driver and toolkit included),
+  instance-store NVMe as RAID0, the taint `nvidia.com/gpu=true:NoSchedule`
+  (or Neuron's) with matching labels, and node auto-repair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from components.node_group import launch_template, managed_node_group, raid0_user_data
+from infra.catalog import catalog
+from infra.config import NodePoolConfig
+
+
+def efa_network_interfaces(
+    efa_count: int, security_group_ids: list[pulumi.Input[str]]
+) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """ENA on card 0 device 0, then `efa_count` efa-only interfaces (card 0 device 1, cards 1..)."""
+    if efa_count < 1:
+        raise ValueError("an EFA layout needs at least one EFA interface")
+
+    def nic(card: int, device: int, kind: str) -> aws.ec2.LaunchTemplateNetworkInterfaceArgs:
+        return aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            network_card_index=card,
+            device_index=device,
+            interface_type=kind,
+            security_groups=security_group_ids,
+            delete_on_termination="true",
+        )
+
+    layout = [nic(0, 0, "interface"), nic(0, 1, "efa-only")]
+    layout += [nic(card, 0, "efa-only") for card in range(1, efa_count)]
+    return layout
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuNodePoolArgs:
+    pool_name: str
+    """Key of the pool in `node_pools`; used in labels."""
+    config: NodePoolConfig
+    """Validated pool spec."""
+    cluster_name: pulumi.Input[str]
+    cluster_version: pulumi.Input[str]
+    cluster_security_group_id: pulumi.Input[str]
+    """Put on every interface: EKS adds it only when a template names no interfaces."""
+    node_role_arn: pulumi.Input[str]
+    subnet_ids: list[pulumi.Input[str]]
+    """The private subnets of the pool's AZs (exactly one for EFA and reserved pools)."""
+    efa_security_group_id: pulumi.Input[str]
+    wait_for: list[pulumi.Resource]
+    """Ordering edges without data (the cluster's `node_ready_after`)."""
+    tags: dict[str, str]
+    """Tags for the instances, volumes and interfaces the group launches."""
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    node_group_name: pulumi.Output[str]
+    placement_group_name: pulumi.Output[str] | None
+
+    def __init__(
+        self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__("llmp:nodes:GpuNodePool", name, None, opts)
+        cfg = args.config
+        itype = catalog().instance(cfg.instance_type)
+        kind = catalog().accelerator_kind(cfg.instance_type)
+        assert itype.accelerator is not None and kind is not None  # config guarantees it
+
+        placement: aws.ec2.PlacementGroup | None = None
+        if cfg.uses_placement_group:
+            placement = aws.ec2.PlacementGroup(
+                f"{name}-placement",
+                strategy="cluster",
+                tags={"Name": f"{name}-placement"},
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+
+        interfaces = None
+        if cfg.efa:
+            interfaces = efa_network_interfaces(
+                itype.efa_interfaces,
+                [args.cluster_security_group_id, args.efa_security_group_id],
+            )
+
+        template = launch_template(
+            f"{name}-nodes",
+            parent=self,
+            disk_size_gib=cfg.disk_size_gib,
+            tags={**args.tags, "llm-platform/pool": args.pool_name},
+            network_interfaces=interfaces,
+            placement_group=placement.name if placement else None,
+            capacity_block=cfg.capacity_type == "CAPACITY_BLOCK",
+            capacity_reservation_id=cfg.capacity_reservation_id,
+            user_data=raid0_user_data() if cfg.local_nvme_raid0 and itype.nvme_disks else None,
+        )
+
+        labels = {
+            kind.taint_key: "true",
+            "llm-platform/pool": args.pool_name,
+            "llm-platform/accelerator": itype.accelerator.model,
+            "llm-platform/efa": str(cfg.efa).lower(),
+            "llm-platform/capacity-type": cfg.capacity_type.lower(),
+            **cfg.labels,
+        }
+        group = managed_node_group(
+            f"{name}-nodes",
+            parent=self,
+            cluster_name=args.cluster_name,
+            cluster_version=args.cluster_version,
+            node_role_arn=args.node_role_arn,
+            subnet_ids=args.subnet_ids,
+            template=template,
+            instance_type=cfg.instance_type,
+            ami_type=kind.ami_type,
+            capacity_type=cfg.capacity_type,
+            min_size=cfg.min_size,
+            desired_size=cfg.desired_size,
+            max_size=cfg.max_size,
+            max_unavailable=cfg.max_unavailable,
+            labels=labels,
+            taints=[
+                aws.eks.NodeGroupTaintArgs(key=kind.taint_key, value="true", effect="NO_SCHEDULE")
+            ],
+            auto_repair=cfg.auto_repair,
+            wait_for=args.wait_for,
+        )
+
+        self.node_group_name = group.node_group_name
+        self.placement_group_name = placement.name if placement else None
+        self.register_outputs(
+            {
+                "node_group_name": self.node_group_name,
+                "placement_group_name": self.placement_group_name,
+            }
+        )

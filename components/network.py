@@ -1,0 +1,179 @@
+"""Network: the VPC every other component lives in.
+
+Owns the VPC, one private and one public subnet per AZ (layout computed from
+config, see `infra.addressing`), the internet gateway, NAT (one, or one per AZ),
+route tables, the S3 gateway endpoint that keeps checkpoint traffic off NAT,
+and the EFA security group that lets EFA traffic flow between its members.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.config import NetworkConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkArgs:
+    config: NetworkConfig
+    """Validated `network` section of the stack config."""
+    region: str
+    """Region of the VPC (for the S3 endpoint's service name)."""
+    cluster_name: str
+    """EKS cluster name, for the subnet discovery tags load balancers use."""
+
+
+class Network(pulumi.ComponentResource):
+    vpc_id: pulumi.Output[str]
+    private_subnet_ids: dict[str, pulumi.Output[str]]
+    """AZ -> private subnet id."""
+    public_subnet_ids: dict[str, pulumi.Output[str]]
+    efa_security_group_id: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmp:network:Network", name, None, opts)
+        cfg = args.config
+        layout = cfg.layout()
+        child = pulumi.ResourceOptions(parent=self)
+
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=cfg.vpc_cidr,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            tags={"Name": f"{name}-vpc"},
+            opts=child,
+        )
+        igw = aws.ec2.InternetGateway(
+            f"{name}-igw", vpc_id=vpc.id, tags={"Name": f"{name}-igw"}, opts=child
+        )
+
+        cluster_tag = f"kubernetes.io/cluster/{args.cluster_name}"
+        public: dict[str, aws.ec2.Subnet] = {}
+        private: dict[str, aws.ec2.Subnet] = {}
+        for zone in cfg.availability_zones:
+            public[zone] = aws.ec2.Subnet(
+                f"{name}-public-{zone}",
+                vpc_id=vpc.id,
+                availability_zone=zone,
+                cidr_block=layout.public[zone],
+                map_public_ip_on_launch=False,
+                tags={
+                    "Name": f"{name}-public-{zone}",
+                    "kubernetes.io/role/elb": "1",
+                    cluster_tag: "shared",
+                },
+                opts=child,
+            )
+            private[zone] = aws.ec2.Subnet(
+                f"{name}-private-{zone}",
+                vpc_id=vpc.id,
+                availability_zone=zone,
+                cidr_block=layout.private[zone],
+                tags={
+                    "Name": f"{name}-private-{zone}",
+                    "kubernetes.io/role/internal-elb": "1",
+                    cluster_tag: "shared",
+                },
+                opts=child,
+            )
+
+        public_rt = aws.ec2.RouteTable(
+            f"{name}-public-rt",
+            vpc_id=vpc.id,
+            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)],
+            tags={"Name": f"{name}-public"},
+            opts=child,
+        )
+        for zone, subnet in public.items():
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-{zone}",
+                subnet_id=subnet.id,
+                route_table_id=public_rt.id,
+                opts=child,
+            )
+
+        nat_zones = (
+            cfg.availability_zones if cfg.nat_gateways == "per_az" else cfg.availability_zones[:1]
+        )
+        nats: dict[str, aws.ec2.NatGateway] = {}
+        for zone in nat_zones:
+            eip = aws.ec2.Eip(
+                f"{name}-nat-{zone}", domain="vpc", tags={"Name": f"{name}-nat-{zone}"}, opts=child
+            )
+            nats[zone] = aws.ec2.NatGateway(
+                f"{name}-nat-{zone}",
+                allocation_id=eip.allocation_id,
+                subnet_id=public[zone].id,
+                tags={"Name": f"{name}-nat-{zone}"},
+                # A NAT gateway in a subnet without an internet route cannot reach out.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
+            )
+
+        private_rts: list[aws.ec2.RouteTable] = []
+        for zone, subnet in private.items():
+            nat = nats.get(zone) or nats[nat_zones[0]]
+            rt = aws.ec2.RouteTable(
+                f"{name}-private-{zone}",
+                vpc_id=vpc.id,
+                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
+                tags={"Name": f"{name}-private-{zone}"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-{zone}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
+            )
+            private_rts.append(rt)
+
+        if cfg.s3_gateway_endpoint:
+            aws.ec2.VpcEndpoint(
+                f"{name}-s3",
+                vpc_id=vpc.id,
+                service_name=f"com.amazonaws.{args.region}.s3",
+                vpc_endpoint_type="Gateway",
+                route_table_ids=[rt.id for rt in private_rts],
+                tags={"Name": f"{name}-s3"},
+                opts=child,
+            )
+
+        # EFA traffic (SRD) only flows between interfaces whose security group
+        # allows all traffic from and to itself; nothing else is let in.
+        efa_sg = aws.ec2.SecurityGroup(
+            f"{name}-efa",
+            vpc_id=vpc.id,
+            description="EFA: all traffic between members of this group",
+            tags={"Name": f"{name}-efa"},
+            opts=child,
+        )
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-efa-in",
+            security_group_id=efa_sg.id,
+            referenced_security_group_id=efa_sg.id,
+            ip_protocol="-1",
+            description="EFA from members",
+            opts=child,
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-efa-out",
+            security_group_id=efa_sg.id,
+            referenced_security_group_id=efa_sg.id,
+            ip_protocol="-1",
+            description="EFA to members",
+            opts=child,
+        )
+
+        self.vpc_id = vpc.id
+        self.private_subnet_ids = {z: s.id for z, s in private.items()}
+        self.public_subnet_ids = {z: s.id for z, s in public.items()}
+        self.efa_security_group_id = efa_sg.id
+        self.register_outputs(
+            {
+                "vpc_id": self.vpc_id,
+                "private_subnet_ids": self.private_subnet_ids,
+                "public_subnet_ids": self.public_subnet_ids,
+                "efa_security_group_id": self.efa_security_group_id,
+            }
+        )

@@ -1,0 +1,162 @@
+"""Launch templates and managed node groups shared by the system pool and GPU pools.
+
+Both kinds of pool get the same floor: an encrypted gp3 root volume, IMDSv2
+only (hop limit 1, so pods cannot borrow the node role), tags that reach the
+instances and volumes the Auto Scaling group launches (provider default tags
+do not), and a node group that leaves `desiredSize` to autoscalers after
+creation.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+# AL2023 nodes are configured by nodeadm. Managed node groups merge this part
+# with their own (cluster endpoint, CA) because the template sets no AMI id;
+# the user data must therefore be MIME multipart.
+_NODEADM_RAID0 = """MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="LLMP"
+
+--LLMP
+Content-Type: application/node.eks.aws
+
+---
+apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  instance:
+    localStorage:
+      strategy: RAID0
+
+--LLMP--
+"""
+
+
+def raid0_user_data() -> str:
+    """nodeadm user data that assembles all instance-store NVMe disks as one RAID0 array.
+
+    Containerd and the kubelet then live on local NVMe, so image pulls of
+    multi-gigabyte training images do not hammer the root EBS volume.
+    """
+    return base64.b64encode(_NODEADM_RAID0.encode()).decode()
+
+
+def launch_template(
+    name: str,
+    *,
+    parent: pulumi.Resource,
+    disk_size_gib: int,
+    tags: dict[str, str],
+    network_interfaces: Sequence[aws.ec2.LaunchTemplateNetworkInterfaceArgs] | None = None,
+    placement_group: pulumi.Input[str] | None = None,
+    capacity_block: bool = False,
+    capacity_reservation_id: str | None = None,
+    user_data: str | None = None,
+) -> aws.ec2.LaunchTemplate:
+    """A launch template for an EKS managed node group (no AMI id: EKS picks the AMI type's)."""
+    reservation = None
+    if capacity_reservation_id:
+        reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+            capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                capacity_reservation_id=capacity_reservation_id
+            )
+        )
+    instance_tags = {**tags, "Name": name}
+    return aws.ec2.LaunchTemplate(
+        name,
+        description=f"EKS managed node group template for {name}",
+        update_default_version=True,
+        block_device_mappings=[
+            aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=disk_size_gib,
+                    volume_type="gp3",
+                    encrypted="true",
+                    delete_on_termination="true",
+                ),
+            )
+        ],
+        metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+            http_endpoint="enabled",
+            http_tokens="required",
+            http_put_response_hop_limit=1,
+        ),
+        network_interfaces=list(network_interfaces) if network_interfaces else None,
+        placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_group)
+        if placement_group is not None
+        else None,
+        instance_market_options=aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
+            market_type="capacity-block"
+        )
+        if capacity_block
+        else None,
+        capacity_reservation_specification=reservation,
+        user_data=user_data,
+        tag_specifications=[
+            aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=instance_tags)
+            for kind in ("instance", "volume", "network-interface")
+        ],
+        tags={"Name": name},
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def managed_node_group(
+    name: str,
+    *,
+    parent: pulumi.Resource,
+    cluster_name: pulumi.Input[str],
+    cluster_version: pulumi.Input[str],
+    node_role_arn: pulumi.Input[str],
+    subnet_ids: Sequence[pulumi.Input[str]],
+    template: aws.ec2.LaunchTemplate,
+    instance_type: str,
+    ami_type: str,
+    capacity_type: str,
+    min_size: int,
+    desired_size: int,
+    max_size: int,
+    max_unavailable: int,
+    labels: dict[str, str],
+    taints: Sequence[aws.eks.NodeGroupTaintArgs] = (),
+    auto_repair: bool = True,
+    wait_for: Sequence[pulumi.Resource] = (),
+) -> aws.eks.NodeGroup:
+    """An EKS managed node group on `template`.
+
+    `wait_for` holds ordering edges that carry no data, such as the vpc-cni
+    add-on: nodes that join before it is ready stay NotReady.
+    """
+    return aws.eks.NodeGroup(
+        name,
+        node_group_name=name,
+        cluster_name=cluster_name,
+        version=cluster_version,
+        node_role_arn=node_role_arn,
+        subnet_ids=list(subnet_ids),
+        ami_type=ami_type,
+        capacity_type=capacity_type,
+        instance_types=[instance_type],
+        launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+            id=template.id,
+            version=template.latest_version.apply(str),
+        ),
+        scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+            min_size=min_size, desired_size=desired_size, max_size=max_size
+        ),
+        update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=max_unavailable),
+        node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=auto_repair),
+        labels=labels,
+        taints=list(taints),
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            depends_on=list(wait_for),
+            # Autoscalers own the desired size once the group exists.
+            ignore_changes=["scalingConfig.desiredSize"],
+        ),
+    )

@@ -1,0 +1,638 @@
+"""The stack-config schema: every key under the `llm-platform:` namespace, validated once.
+
+A stack file is read into `PlatformConfig` before any resource is declared.
+Bad config stops the program with exactly one line that names the key path,
+the value, and what would be right, e.g.
+
+    config error: llm-platform:node_pools.pretrain.efa = True: g6e.12xlarge has no
+    EFA interfaces; set efa: false or use one of g5.12xlarge, g5.48xlarge, ...
+
+Defaults are the safe and cheap choice: private endpoint only, one NAT
+gateway, no GPU nodes running until a pool asks for them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from infra.addressing import SubnetLayout, plan_subnets
+from infra.catalog import catalog
+
+NAMESPACE = "llm-platform"
+REGION_KEY = "aws:region"
+
+_POOL_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+
+
+class ConfigError(Exception):
+    """A stack-config problem, rendered as one line: where, what, what would be right."""
+
+    def __init__(self, path: tuple[str | int, ...], value: Any, expected: str):
+        self.path = path
+        self.value = value
+        self.expected = expected
+        super().__init__(str(self))
+
+    @property
+    def key(self) -> str:
+        if self.path and self.path[0] == "region":
+            return REGION_KEY
+        return f"{NAMESPACE}:" + ".".join(str(p) for p in self.path)
+
+    def __str__(self) -> str:
+        value = "<missing>" if self.value is _MISSING else repr(self.value)
+        return f"config error: {self.key} = {value}: {self.expected}"
+
+
+class FieldError(ValueError):
+    """Raised inside validators to point at a key below the validated model."""
+
+    def __init__(self, path: tuple[str | int, ...], value: Any, expected: str):
+        self.path = path
+        self.value = value
+        self.expected = expected
+        super().__init__(expected)
+
+
+_MISSING = object()
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _sorted_names(names: Iterable[str]) -> str:
+    return ", ".join(sorted(names))
+
+
+# ---------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------
+
+
+class TagsConfig(_Section):
+    """Cost-allocation tags put on every taggable AWS resource."""
+
+    team: str = Field(min_length=1, description="Owning team (tag `team`).")
+    cost_center: str = Field(min_length=1, description="Cost center (tag `cost-center`).")
+    extra: dict[str, str] = Field(
+        default_factory=dict, description="Further tags for every resource."
+    )
+
+
+class NetworkConfig(_Section):
+    """The VPC: one private and one public subnet per AZ, NAT, S3 gateway endpoint."""
+
+    vpc_cidr: str = Field("10.0.0.0/16", description="IPv4 CIDR of the VPC.")
+    availability_zones: list[str] = Field(
+        min_length=2,
+        description="AZs to use (EKS needs two or more); subnets are laid out in this order.",
+    )
+    private_subnet_prefix: int = Field(
+        18, ge=16, le=28, description="Prefix length of each private (node and pod) subnet."
+    )
+    public_subnet_prefix: int = Field(
+        24, ge=16, le=28, description="Prefix length of each public subnet."
+    )
+    nat_gateways: Literal["single", "per_az"] = Field(
+        "single",
+        description="`single` is cheapest; `per_az` survives the loss of an AZ.",
+    )
+    s3_gateway_endpoint: bool = Field(
+        True, description="Route S3 traffic through a free gateway endpoint instead of NAT."
+    )
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            net = ipaddress.ip_network(v)
+        except ValueError as exc:
+            raise ValueError(f"not an IPv4 CIDR ({exc}); e.g. 10.0.0.0/16") from None
+        if net.version != 4 or not (16 <= net.prefixlen <= 24):
+            raise ValueError("must be an IPv4 CIDR between /16 and /24 (VPC limits)")
+        if not net.is_private:
+            raise ValueError("must be a private (RFC 1918) range, e.g. 10.0.0.0/16")
+        return v
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _zones(cls, v: list[str]) -> list[str]:
+        for i, zone in enumerate(v):
+            if not _AZ.match(zone):
+                raise FieldError((i,), zone, "not an AZ name; e.g. us-east-1a")
+        if len(set(v)) != len(v):
+            raise ValueError("lists an AZ twice; list each once")
+        return v
+
+    @model_validator(mode="after")
+    def _fits(self) -> NetworkConfig:
+        try:
+            self.layout()
+        except ValueError as exc:
+            raise FieldError(("vpc_cidr",), self.vpc_cidr, str(exc)) from None
+        return self
+
+    def layout(self) -> SubnetLayout:
+        return plan_subnets(
+            self.vpc_cidr,
+            self.availability_zones,
+            self.private_subnet_prefix,
+            self.public_subnet_prefix,
+        )
+
+
+LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+
+
+def _default_log_types() -> list[LogType]:
+    return ["api", "audit", "authenticator"]
+
+
+class ClusterConfig(_Section):
+    """The EKS control plane."""
+
+    name: str | None = Field(
+        None,
+        description="Cluster name; default `<project>-<stack>`.",
+        pattern=r"^[a-zA-Z][\w-]{0,99}$",
+    )
+    version: str = Field(
+        default_factory=lambda: catalog().eks.default_version,
+        description="Kubernetes minor version; one the catalog lists as supported.",
+    )
+    endpoint_public_access: bool = Field(
+        False, description="Expose the API endpoint publicly (restricted to the CIDRs below)."
+    )
+    public_access_cidrs: list[str] = Field(
+        default_factory=list, description="CIDRs allowed to reach a public endpoint."
+    )
+    admin_role_arns: list[str] = Field(
+        default_factory=list, description="IAM roles given cluster-admin through access entries."
+    )
+    log_types: list[LogType] = Field(
+        default_factory=_default_log_types,
+        description="Control-plane log types sent to CloudWatch; must include audit.",
+    )
+    log_retention_days: int = Field(90, ge=1, description="Retention of control-plane logs.")
+    support_type: Literal["STANDARD", "EXTENDED"] = Field(
+        "STANDARD", description="EXTENDED costs 6x the standard control-plane rate."
+    )
+    deletion_protection: bool = Field(
+        False, description="Refuse to delete the cluster until this is turned off."
+    )
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        supported = catalog().eks.supported_versions
+        if v not in supported:
+            raise ValueError(f"not a supported EKS version; use one of {', '.join(supported)}")
+        return v
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _public_cidrs(cls, v: list[str]) -> list[str]:
+        for i, cidr in enumerate(v):
+            try:
+                net = ipaddress.ip_network(cidr)
+            except ValueError:
+                raise FieldError((i,), cidr, "not a CIDR; e.g. 203.0.113.0/24") from None
+            if net.prefixlen == 0:
+                raise FieldError((i,), cidr, "opens the API to the internet; list your CIDRs")
+        return v
+
+    @field_validator("admin_role_arns")
+    @classmethod
+    def _roles(cls, v: list[str]) -> list[str]:
+        for i, arn in enumerate(v):
+            if not _ROLE_ARN.match(arn):
+                raise FieldError(
+                    (i,), arn, "not an IAM role ARN; e.g. arn:aws:iam::123456789012:role/admin"
+                )
+        return v
+
+    @field_validator("log_types")
+    @classmethod
+    def _audit(cls, v: list[str]) -> list[str]:
+        if "audit" not in v:
+            raise ValueError("must include audit: who changed what is not optional")
+        return v
+
+    @model_validator(mode="after")
+    def _public(self) -> ClusterConfig:
+        if self.endpoint_public_access and not self.public_access_cidrs:
+            raise FieldError(
+                ("public_access_cidrs",),
+                [],
+                "a public endpoint needs the CIDRs allowed to reach it",
+            )
+        if self.public_access_cidrs and not self.endpoint_public_access:
+            raise FieldError(
+                ("public_access_cidrs",),
+                self.public_access_cidrs,
+                "only applies with endpoint_public_access: true",
+            )
+        return self
+
+
+class _PoolSizes(_Section):
+    min_size: int = Field(0, ge=0, description="Fewest nodes.")
+    desired_size: int = Field(0, ge=0, description="Nodes at creation; autoscalers move it later.")
+    max_size: int = Field(1, ge=1, description="Most nodes (budget and quota cap).")
+    disk_size_gib: int = Field(200, ge=50, le=16384, description="Encrypted gp3 root volume size.")
+    max_unavailable: int = Field(1, ge=1, description="Nodes replaced at once during updates.")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> _PoolSizes:
+        if self.min_size > self.max_size:
+            raise FieldError(
+                ("min_size",), self.min_size, f"must not exceed max_size ({self.max_size})"
+            )
+        if not self.min_size <= self.desired_size <= self.max_size:
+            raise FieldError(
+                ("desired_size",),
+                self.desired_size,
+                f"must lie in min_size..max_size ({self.min_size}..{self.max_size})",
+            )
+        return self
+
+
+def _known_instance(v: str) -> str:
+    if v not in catalog().instances:
+        raise ValueError(
+            f"not an instance type in the catalog; use one of {_sorted_names(catalog().instances)}"
+        )
+    return v
+
+
+class SystemPoolConfig(_PoolSizes):
+    """The CPU node group for add-ons and controllers (no taint)."""
+
+    instance_type: str = Field("m7i.4xlarge", description="A CPU instance type from the catalog.")
+    min_size: int = Field(2, ge=1, description="Fewest nodes; two keep CoreDNS available.")
+    desired_size: int = Field(2, ge=1, description="Nodes at creation.")
+    max_size: int = Field(4, ge=1, description="Most nodes.")
+    disk_size_gib: int = Field(100, ge=20, le=16384, description="Encrypted gp3 root volume size.")
+
+    _instance = field_validator("instance_type")(_known_instance)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _cpu_only(cls, v: str) -> str:
+        if catalog().instance(v).accelerator:
+            raise ValueError("is an accelerated type; the system pool runs CPU add-ons only")
+        return v
+
+
+CapacityType = Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]
+
+
+class NodePoolConfig(_PoolSizes):
+    """One accelerated managed node group (`node_pools.<name>`)."""
+
+    instance_type: str = Field(description="An accelerated instance type from the catalog.")
+    capacity_type: CapacityType = Field(
+        "ON_DEMAND", description="ON_DEMAND, SPOT, or CAPACITY_BLOCK (needs a reservation id)."
+    )
+    capacity_reservation_id: str | None = Field(
+        None,
+        description="Capacity block or On-Demand reservation (cr-...) the pool launches into.",
+    )
+    efa: bool = Field(False, description="Attach every EFA interface the type has.")
+    placement_group: bool | None = Field(
+        None,
+        description=(
+            "Cluster placement group; default on for EFA pools without a reservation, "
+            "off otherwise (a placement group can starve blocks and reservations)."
+        ),
+    )
+    availability_zones: list[str] | None = Field(
+        None,
+        description="AZs of the pool's subnets; EFA and reserved pools name exactly one.",
+    )
+    local_nvme_raid0: bool = Field(
+        True,
+        description="Assemble the instance-store NVMe disks as RAID0 for containerd and kubelet.",
+    )
+    auto_repair: bool = Field(True, description="EKS node auto-repair of unhealthy GPU nodes.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra Kubernetes node labels."
+    )
+
+    _instance = field_validator("instance_type")(_known_instance)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _accelerated(cls, v: str) -> str:
+        if not catalog().instance(v).accelerator:
+            raise ValueError("has no accelerator; CPU nodes belong in system_pool")
+        return v
+
+    @field_validator("capacity_reservation_id")
+    @classmethod
+    def _reservation(cls, v: str | None) -> str | None:
+        if v is not None and not _RESERVATION_ID.match(v):
+            raise ValueError("not a capacity reservation id; e.g. cr-0123456789abcdef0")
+        return v
+
+    @model_validator(mode="after")
+    def _coherent(self) -> NodePoolConfig:
+        itype = catalog().instance(self.instance_type)
+        if self.efa and itype.efa_interfaces == 0:
+            with_efa = [
+                n for n, t in catalog().instances.items() if t.efa_interfaces and t.accelerator
+            ]
+            raise FieldError(
+                ("efa",),
+                True,
+                f"{self.instance_type} has no EFA interfaces; set efa: false or use one of "
+                f"{_sorted_names(with_efa)}",
+            )
+        if self.capacity_type == "CAPACITY_BLOCK":
+            if itype.capacity_block_usd_per_hour is None:
+                raise FieldError(
+                    ("capacity_type",),
+                    self.capacity_type,
+                    f"{self.instance_type} is not sold as a capacity block; use ON_DEMAND or SPOT",
+                )
+            if self.capacity_reservation_id is None:
+                raise FieldError(
+                    ("capacity_reservation_id",),
+                    _MISSING,
+                    "required with capacity_type CAPACITY_BLOCK: the block's id, cr-...",
+                )
+        if self.capacity_type == "SPOT" and self.capacity_reservation_id is not None:
+            raise FieldError(
+                ("capacity_reservation_id",),
+                self.capacity_reservation_id,
+                "spot capacity cannot use a reservation; remove it or use ON_DEMAND",
+            )
+        zones = self.availability_zones
+        if self.efa or self.capacity_reservation_id:
+            why = "an EFA pool" if self.efa else "a pool on a reservation"
+            if zones is None:
+                raise FieldError(
+                    ("availability_zones",),
+                    _MISSING,
+                    f"{why} sits in one subnet: name exactly one AZ",
+                )
+            if len(zones) != 1:
+                raise FieldError(
+                    ("availability_zones",),
+                    zones,
+                    f"{why} must sit in one subnet (one AZ); list exactly one",
+                )
+        return self
+
+    @property
+    def uses_placement_group(self) -> bool:
+        if self.placement_group is not None:
+            return self.placement_group
+        return self.efa and self.capacity_reservation_id is None
+
+
+# ---------------------------------------------------------------------------
+# The whole stack
+# ---------------------------------------------------------------------------
+
+
+class PlatformConfig(_Section):
+    """Everything under the `llm-platform:` namespace, plus `aws:region`."""
+
+    region: str = Field(description="`aws:region`: the region the stack deploys to.")
+    tags: TagsConfig
+    network: NetworkConfig
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    system_pool: SystemPoolConfig = Field(default_factory=SystemPoolConfig)
+    node_pools: dict[str, NodePoolConfig] = Field(
+        default_factory=dict, description="Accelerated node groups by name."
+    )
+
+    @field_validator("node_pools")
+    @classmethod
+    def _pool_names(cls, v: dict[str, NodePoolConfig]) -> dict[str, NodePoolConfig]:
+        for name in v:
+            if not _POOL_NAME.match(name):
+                raise FieldError(
+                    (name,), name, "pool names are lowercase letters, digits and '-', up to 31"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _placement(self) -> PlatformConfig:
+        zones = self.network.availability_zones
+        for i, zone in enumerate(zones):
+            if not zone.startswith(self.region):
+                raise FieldError(
+                    ("network", "availability_zones", i),
+                    zone,
+                    f"is not in {REGION_KEY} {self.region}",
+                )
+        for name, pool in self.node_pools.items():
+            for i, zone in enumerate(pool.availability_zones or []):
+                if zone not in zones:
+                    raise FieldError(
+                        ("node_pools", name, "availability_zones", i),
+                        zone,
+                        f"not one of network.availability_zones ({', '.join(zones)})",
+                    )
+        return self
+
+    def pool_zones(self, pool: NodePoolConfig) -> list[str]:
+        return pool.availability_zones or list(self.network.availability_zones)
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+
+def load_config(raw: Mapping[str, Any]) -> PlatformConfig:
+    """Validate a flat Pulumi config map (`{"llm-platform:network": {...}, "aws:region": ...}`).
+
+    Values may be objects (a stack file read as YAML) or JSON strings (what the
+    Pulumi engine hands the program). Raises ConfigError.
+    """
+    data: dict[str, Any] = {}
+    prefix = f"{NAMESPACE}:"
+    for key, value in raw.items():
+        if key.startswith(prefix):
+            data[key[len(prefix) :]] = _decode(value)
+    if "region" in data:
+        raise ConfigError(("region",), data["region"], f"set the region as {REGION_KEY}")
+    if REGION_KEY in raw:
+        data["region"] = _decode(raw[REGION_KEY])
+    try:
+        return PlatformConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _one_line(exc) from None
+
+
+def load_stack_file(path: str) -> dict[str, Any]:
+    """Read the `config:` map of a Pulumi stack file."""
+    import yaml
+
+    with open(path) as fh:
+        doc = yaml.safe_load(fh) or {}
+    if not isinstance(doc, dict) or not isinstance(doc.get("config", {}), dict):
+        raise ConfigError(("config",), None, f"{path} must be a mapping with a `config:` map")
+    return dict(doc.get("config") or {})
+
+
+def from_pulumi() -> PlatformConfig:
+    """The validated config of the running Pulumi program (engine or mocks)."""
+    from pulumi.runtime import config as runtime_config
+
+    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    return load_config(raw)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _one_line(exc: ValidationError) -> ConfigError:
+    errors = exc.errors()
+    first = errors[0]
+    path: tuple[str | int, ...] = tuple(first["loc"])
+    value: Any = first.get("input", _MISSING)
+    expected = first["msg"]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):
+        path += cause.path
+        value = cause.value
+        expected = cause.expected
+    elif first["type"] == "value_error":
+        expected = expected.removeprefix("Value error, ")
+    elif first["type"] == "missing":
+        value = _MISSING
+        expected = "required"
+    elif first["type"] == "extra_forbidden":
+        known = _known_keys(path[:-1])
+        expected = f"unknown key; known keys here: {', '.join(known)}" if known else "unknown key"
+    error = ConfigError(path, value, expected)
+    if len(errors) > 1:
+        error.expected += f" (and {len(errors) - 1} more)"
+    return error
+
+
+def _known_keys(path: tuple[str | int, ...]) -> list[str]:
+    model: Any = PlatformConfig
+    for part in path:
+        fields: dict[str, FieldInfo] = getattr(model, "model_fields", {})
+        if part in fields:
+            model = _model_of(fields[str(part)].annotation)
+        elif get_origin(model) is dict:
+            model = _model_of(get_args(model)[1])
+        else:
+            return []
+    fields = getattr(model, "model_fields", {})
+    return [k for k in fields if not (model is PlatformConfig and k == "region")]
+
+
+def _model_of(annotation: Any) -> Any:
+    if get_origin(annotation) is dict:
+        return annotation
+    for arg in get_args(annotation) or (annotation,):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+# ---------------------------------------------------------------------------
+# Reference documentation
+# ---------------------------------------------------------------------------
+
+
+def config_reference() -> str:
+    """A Markdown table of every key, generated from the models (the README embeds it)."""
+    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+    rows.append(f"| `{REGION_KEY}` | string | required | The region the stack deploys to. |")
+    for name, info in PlatformConfig.model_fields.items():
+        if name == "region":
+            continue
+        rows.extend(_rows(f"{NAMESPACE}:{name}", info))
+    return "\n".join(rows) + "\n"
+
+
+def _rows(key: str, info: FieldInfo) -> list[str]:
+    annotation: Any = info.annotation
+    if get_origin(annotation) is dict and _is_model(get_args(annotation)[1]):
+        child = get_args(annotation)[1]
+        doc = _doc(info) or child.__doc__
+        out = [f"| `{key}` | map of name → {child.__name__} | `{{}}` | {doc} |"]
+        for sub, sub_info in child.model_fields.items():
+            out.extend(_rows(f"{key}.<name>.{sub}", sub_info))
+        return out
+    if _is_model(annotation):
+        out = [f"| `{key}` | section | {_default(info)} | {annotation.__doc__} |"]
+        for sub, sub_info in annotation.model_fields.items():
+            out.extend(_rows(f"{key}.{sub}", sub_info))
+        return out
+    return [f"| `{key}` | {_type_name(annotation)} | {_default(info)} | {_doc(info)} |"]
+
+
+def _is_model(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, BaseModel)
+
+
+def _doc(info: FieldInfo) -> str:
+    return (info.description or "").replace("|", "\\|")
+
+
+def _default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "required"
+    if info.default_factory is not None:
+        value = info.default_factory()  # type: ignore[call-arg]
+        if isinstance(value, BaseModel):
+            return "see below"
+    else:
+        value = info.default
+    if value is PydanticUndefined:
+        return "required"
+    return f"`{json.dumps(value)}`"
+
+
+def _type_name(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return " \\| ".join(f"`{a}`" for a in get_args(annotation))
+    if origin is Annotated:
+        return _type_name(get_args(annotation)[0])
+    if origin in (list, dict) or (origin is not None and get_args(annotation)):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        inner = ", ".join(_type_name(a) for a in args)
+        if origin is list:
+            return f"list of {inner}"
+        if origin is dict:
+            return f"map of {inner}"
+        suffix = " (optional)" if type(None) in get_args(annotation) else ""
+        return inner + suffix
+    return {str: "string", int: "integer", bool: "boolean", float: "number"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )

@@ -1,0 +1,95 @@
+"""Composition: validated config -> components -> stack outputs.
+
+Network -> Cluster (control plane, system pool, core add-ons) -> GPU pools;
+Kubernetes objects go through the provider built from the cluster's outputs.
+Every edge is a real data dependency or a named ordering constraint
+(see `Cluster.node_ready_after`): the longest chain is the time to rebuild
+the platform after a disaster.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from components.cluster import Cluster, ClusterArgs
+from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.network import Network, NetworkArgs
+from components.priority_classes import PriorityClasses
+from infra import cost
+from infra.config import PlatformConfig
+
+
+def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, str]:
+    return {
+        **cfg.tags.extra,
+        "team": cfg.tags.team,
+        "cost-center": cfg.tags.cost_center,
+        "stack": stack,
+        "project": project,
+        "managed-by": "pulumi",
+    }
+
+
+def build(cfg: PlatformConfig, project: str, stack: str) -> None:
+    tags = standard_tags(cfg, project, stack)
+    cluster_name = cfg.cluster.name or f"{project}-{stack}"
+
+    aws_provider = aws.Provider(
+        "aws",
+        region=cfg.region,
+        default_tags=aws.ProviderDefaultTagsArgs(tags=tags),
+    )
+    on_aws = pulumi.ResourceOptions(providers=[aws_provider])
+
+    network = Network(
+        "network",
+        NetworkArgs(config=cfg.network, region=cfg.region, cluster_name=cluster_name),
+        on_aws,
+    )
+    private_subnets = network.private_subnet_ids
+    cluster = Cluster(
+        "cluster",
+        ClusterArgs(
+            config=cfg.cluster,
+            system_pool=cfg.system_pool,
+            cluster_name=cluster_name,
+            region=cfg.region,
+            private_subnet_ids=list(private_subnets.values()),
+            tags=tags,
+        ),
+        on_aws,
+    )
+
+    pools = {}
+    for pool_name, pool in cfg.node_pools.items():
+        pools[pool_name] = GpuNodePool(
+            f"gpu-{pool_name}",
+            GpuNodePoolArgs(
+                pool_name=pool_name,
+                config=pool,
+                cluster_name=cluster.name,
+                cluster_version=cluster.version,
+                cluster_security_group_id=cluster.security_group_id,
+                node_role_arn=cluster.node_role_arn,
+                subnet_ids=[private_subnets[z] for z in cfg.pool_zones(pool)],
+                efa_security_group_id=network.efa_security_group_id,
+                wait_for=cluster.node_ready_after,
+                tags=tags,
+            ),
+            on_aws,
+        )
+
+    PriorityClasses("priorities", pulumi.ResourceOptions(providers=[cluster.provider]))
+
+    pulumi.export("region", cfg.region)
+    pulumi.export("cluster_name", cluster.name)
+    pulumi.export("cluster_endpoint", cluster.endpoint)
+    pulumi.export("kubeconfig", pulumi.Output.secret(cluster.kubeconfig))
+    pulumi.export("vpc_id", network.vpc_id)
+    pulumi.export("private_subnet_ids", private_subnets)
+    pulumi.export(
+        "node_pools",
+        {name: pool.node_group_name for name, pool in pools.items()},
+    )
+    pulumi.export("cost", cost.estimate(cfg))

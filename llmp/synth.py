@@ -1,0 +1,307 @@
+"""Offline synthesis: run the real Pulumi program under Pulumi's mock runtime.
+
+The program in `infra/` is executed exactly as the Python language host does
+(`run_in_stack(runpy.run_path(program_dir))`), with a mock monitor in place
+of the engine. The monitor records every registration, with the parent and
+dependencies the engine would see, into a `Plan`:
+
+    {"project", "stack", "resources": [{"urn", "type", "name", "parent",
+     "custom", "provider", "inputs", "dependencies"}], "outputs": {...}}
+
+Secrets are redacted before anything is recorded. Provider look-ups
+(invokes) are refused: a preview must not depend on the cloud.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import runpy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime.stack import run_in_stack
+from pulumi.runtime.sync_await import _sync_await
+
+from infra.config import NAMESPACE, REGION_KEY, load_config
+
+PROJECT = "llm-platform"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROGRAM_DIR = REPO_ROOT / "infra"
+STACKS_DIR = REPO_ROOT / "stacks"
+SECRET = "[secret]"
+_ACCOUNT = "000000000000"
+
+
+class SynthError(Exception):
+    """The program failed under the mock runtime (not a config error)."""
+
+
+class StackNotFound(Exception):
+    """No stack file for the named stack."""
+
+
+@dataclass
+class Plan:
+    project: str
+    stack: str
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    invokes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "stack": self.stack,
+            "resources": self.resources,
+            "outputs": self.outputs,
+        }
+
+    def by_type(self, type_: str) -> list[dict[str, Any]]:
+        return [r for r in self.resources if r["type"] == type_]
+
+    def one(self, type_: str, name: str) -> dict[str, Any]:
+        matches = [r for r in self.resources if r["type"] == type_ and r["name"] == name]
+        if len(matches) != 1:
+            raise KeyError(f"{len(matches)} resources of type {type_} named {name}")
+        return matches[0]
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """Every Kubernetes object the program declares, as it would be applied."""
+        out = []
+        for r in self.resources:
+            inputs = r["inputs"]
+            if r["custom"] and r["type"].startswith("kubernetes:") and "kind" in inputs:
+                out.append({k: v for k, v in inputs.items() if not k.startswith("__")})
+        return out
+
+
+def stack_file(stack: str) -> Path:
+    return STACKS_DIR / f"Pulumi.{stack}.yaml"
+
+
+# ---------------------------------------------------------------------------
+# Mock engine
+# ---------------------------------------------------------------------------
+
+
+def _short_type(type_: str) -> str:
+    return type_.rsplit(":", 1)[-1].lower()
+
+
+class _PlanMocks(pulumi_mocks.Mocks):
+    """Answers registrations with the outputs a real provider would compute.
+
+    Every computed value is unique to its resource (`<name>-id`, an ARN with
+    the name), so tests can tell which resource's output an input came from.
+    """
+
+    def __init__(self, region: str, plan: Plan):
+        self.region = region
+        self.plan = plan
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
+        self.plan.invokes.append(args.token)
+        return {}, None
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
+        name, inputs = args.name, dict(args.inputs)
+        resource_id = f"{name}-id"
+        state: dict[str, Any] = {**inputs, "id": resource_id}
+        if args.typ.startswith("aws:"):
+            state.setdefault("name", name)
+            state["arn"] = f"arn:aws:mock:{self.region}:{_ACCOUNT}:{_short_type(args.typ)}/{name}"
+        typ = args.typ
+        if typ == "aws:eks/cluster:Cluster":
+            state["endpoint"] = f"https://{name}.mock.{self.region}.eks.amazonaws.com"
+            state["certificateAuthority"] = {
+                "data": base64.b64encode(f"mock-ca-{name}".encode()).decode()
+            }
+            state["vpcConfig"] = {
+                **inputs.get("vpcConfig", {}),
+                "clusterSecurityGroupId": f"sg-{name}-cluster",
+            }
+            state.setdefault("version", inputs.get("version"))
+        elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state["latestVersion"] = 1
+        elif typ == "aws:ec2/eip:Eip":
+            state["allocationId"] = f"eipalloc-{name}"
+        elif typ == "aws:kms/key:Key":
+            state["keyId"] = f"{name}-key-id"
+        elif typ == "aws:eks/nodeGroup:NodeGroup":
+            state.setdefault("nodeGroupName", name)
+        return resource_id, state
+
+
+def _redact(value: Any) -> Any:
+    """Secrets become "[secret]"; whole floats become ints (the wire carries only doubles)."""
+    if rpc.is_rpc_secret(value):
+        return SECRET
+    if isinstance(value, dict):
+        return {k: _redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, pulumi.Resource):
+        return "<resource>"
+    return value
+
+
+class _RecordingMonitor(pulumi_mocks.MockMonitor):
+    """A mock monitor that also records parent, dependencies and stack outputs."""
+
+    def __init__(self, mocks: _PlanMocks, plan: Plan):
+        super().__init__(mocks)
+        self.plan = plan
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        # The engine leaves the root stack's type out of its children's URNs.
+        if "::pulumi:pulumi:Stack::" in parent:
+            parent = ""
+        return super().make_urn(parent, type_, name)
+
+    def RegisterResource(self, request: Any) -> Any:
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if request.type == "pulumi:pulumi:Stack":
+            return resource_pb2.RegisterResourceResponse(urn=urn)
+        pulumi_mocks._ensure_event_loop()
+        inputs = rpc.deserialize_properties(request.object)
+        args = pulumi_mocks.MockResourceArgs(
+            typ=request.type,
+            name=request.name,
+            inputs=inputs,
+            provider=request.provider,
+            resource_id=request.importId,
+            custom=request.custom or False,
+        )
+        resource_id, state = self.mocks.new_resource(args)
+        resource_id = resource_id or ""
+        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
+        self.plan.resources.append(
+            {
+                "urn": urn,
+                "type": request.type,
+                "name": request.name,
+                "parent": request.parent or None,
+                "custom": bool(request.custom),
+                "provider": request.provider.rsplit("::", 1)[0] if request.provider else None,
+                "inputs": _redact(inputs),
+                "dependencies": sorted(set(request.dependencies)),
+            }
+        )
+        obj = _sync_await(rpc.serialize_properties(state, {}))
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=obj)
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        if "::pulumi:pulumi:Stack::" in request.urn:
+            outputs = rpc.deserialize_properties(request.outputs)
+            if outputs:
+                self.plan.outputs = _redact(outputs)
+        return super().RegisterResourceOutputs(request)
+
+
+# ---------------------------------------------------------------------------
+# Running the program
+# ---------------------------------------------------------------------------
+
+
+def _engine_config(raw: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """Stack-file values as the engine hands them to a program: strings, objects as JSON."""
+    config: dict[str, str] = {}
+    secret_keys = []
+    for key, value in raw.items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            config[key] = SECRET
+            secret_keys.append(key)
+        elif isinstance(value, str):
+            config[key] = value
+        else:
+            config[key] = json.dumps(value)
+    return config, secret_keys
+
+
+def synthesize(stack: str, raw_config: Mapping[str, Any], program_dir: Path = PROGRAM_DIR) -> Plan:
+    """Run the program for `stack` with `raw_config` (a stack file's `config:` map).
+
+    Raises ConfigError before anything runs when the config is invalid, and
+    SynthError when the program itself fails.
+    """
+    cfg = load_config(raw_config)
+    plan = Plan(project=PROJECT, stack=stack)
+    mocks = _PlanMocks(cfg.region, plan)
+    monitor = _RecordingMonitor(mocks, plan)
+
+    config, secret_keys = _engine_config(raw_config)
+    set_all_config(config, secret_keys)
+    # One fresh mock state per run: set_mocks is global to the process.
+    settings.ROOT.set(None)
+    pulumi_mocks.set_mocks(mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
+    # Like the language host: a new root stack around `runpy.run_path(main)`.
+    settings.ROOT.set(None)
+
+    def program() -> None:
+        runpy.run_path(str(program_dir), run_name="__main__")
+
+    try:
+        _sync_await(run_in_stack(program))
+    except pulumi.RunError as exc:
+        raise SynthError(str(exc)) from None
+    if plan.invokes:
+        raise SynthError(
+            f"the program made provider look-ups ({', '.join(sorted(set(plan.invokes)))}); "
+            "take the value from config or the catalog instead"
+        )
+    return plan
+
+
+def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:
+    from infra.config import load_stack_file
+
+    path = config_file or stack_file(stack)
+    if not path.exists():
+        known = sorted(p.name.split(".")[1] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+        shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        raise StackNotFound(
+            f"no stack file {shown}; known stacks: {', '.join(known)} (or pass --config FILE)"
+        )
+    return synthesize(stack, load_stack_file(str(path)))
+
+
+def write_plan(plan: Plan, out_dir: Path) -> Path:
+    """Write plan.json and one YAML file per Kubernetes object under `out_dir/STACK/`."""
+    import yaml
+
+    target = out_dir / plan.stack
+    manifests_dir = target / "manifests"
+    manifests_dir.mkdir(parents=True, exist_ok=True)
+    for old in manifests_dir.glob("*.yaml"):
+        old.unlink()
+    (target / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
+    for manifest in plan.manifests():
+        meta = manifest.get("metadata", {})
+        parts = [manifest["kind"].lower(), meta.get("namespace"), meta.get("name")]
+        filename = "-".join(p for p in parts if p) + ".yaml"
+        (manifests_dir / filename).write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return target
+
+
+__all__ = [
+    "NAMESPACE",
+    "PROGRAM_DIR",
+    "REGION_KEY",
+    "Plan",
+    "StackNotFound",
+    "SynthError",
+    "stack_file",
+    "synthesize",
+    "synthesize_stack",
+    "write_plan",
+]

@@ -1,0 +1,48 @@
+"""Pod priority classes every workload picks from.
+
+Serving outranks training (a user request beats a gradient step); a
+checkpointing pretrain run outranks experiments; `preemptible` jobs never
+preempt anything and are first to go. Kueue's workload priorities sit on top
+of these for queueing order; these decide who the kubelet and scheduler
+evict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
+from pulumi_kubernetes.scheduling.v1 import PriorityClassInitArgs
+
+
+@dataclass(frozen=True)
+class Priority:
+    name: str
+    value: int
+    description: str
+    preempts: bool = True
+
+
+PRIORITIES: tuple[Priority, ...] = (
+    Priority("llmp-serving", 100_000, "Online model serving: user-facing latency."),
+    Priority("llmp-training-critical", 50_000, "Production pretraining runs."),
+    Priority("llmp-training", 10_000, "Fine-tuning and evaluation jobs."),
+    Priority(
+        "llmp-preemptible",
+        1_000,
+        "Experiments and backfill: never preempt, first to be preempted.",
+        preempts=False,
+    ),
+)
+
+
+def priority_class_args(priority: Priority) -> PriorityClassInitArgs:
+    return PriorityClassInitArgs(
+        metadata=ObjectMetaArgs(
+            name=priority.name, labels={"app.kubernetes.io/part-of": "llm-platform"}
+        ),
+        value=priority.value,
+        global_default=False,
+        description=priority.description,
+        preemption_policy="PreemptLowerPriority" if priority.preempts else "Never",
+    )
