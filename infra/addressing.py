@@ -38,7 +38,9 @@ def plan_subnets(
             f"need {need} addresses but the /{vpc.prefixlen} VPC has {vpc.num_addresses}; "
             f"use a larger VPC or longer subnet prefixes"
         )
-    # Allocating larger blocks first keeps every block aligned without gaps.
+    # Private blocks are packed from the start; what is left is a whole number
+    # of public-sized blocks (all sizes are powers of two), so the count check
+    # above is also the alignment check.
     private_blocks = vpc.subnets(new_prefix=private_prefix)
     private = {zone: str(next(private_blocks)) for zone in zones}
     used = [ipaddress.ip_network(c) for c in private.values()]
@@ -48,9 +50,4 @@ def plan_subnets(
             break
         if not any(candidate.overlaps(u) for u in used):
             public[zones[len(public)]] = str(candidate)
-    if len(public) < len(zones):
-        raise ValueError(
-            f"no room for {len(zones)} aligned /{public_prefix} public subnets after the "
-            f"private ones; make public subnets smaller than private ones"
-        )
     return SubnetLayout(private=private, public=public)

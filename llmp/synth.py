@@ -15,6 +15,7 @@ Secrets are redacted before anything is recorded. Provider look-ups
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import runpy
 from collections.abc import Mapping
@@ -92,6 +93,11 @@ def stack_file(stack: str) -> Path:
 # ---------------------------------------------------------------------------
 
 
+def autoname(name: str) -> str:
+    """The physical name the mock gives an auto-named resource (like Pulumi: name + suffix)."""
+    return f"{name}-{hashlib.sha1(name.encode()).hexdigest()[:7]}"
+
+
 def _short_type(type_: str) -> str:
     return type_.rsplit(":", 1)[-1].lower()
 
@@ -116,7 +122,7 @@ class _PlanMocks(pulumi_mocks.Mocks):
         resource_id = f"{name}-id"
         state: dict[str, Any] = {**inputs, "id": resource_id}
         if args.typ.startswith("aws:"):
-            state.setdefault("name", name)
+            state.setdefault("name", autoname(name))
             state["arn"] = f"arn:aws:mock:{self.region}:{_ACCOUNT}:{_short_type(args.typ)}/{name}"
         typ = args.typ
         if typ == "aws:eks/cluster:Cluster":
@@ -213,7 +219,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
 # ---------------------------------------------------------------------------
 
 
-def _engine_config(raw: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+def engine_config(raw: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
     """Stack-file values as the engine hands them to a program: strings, objects as JSON."""
     config: dict[str, str] = {}
     secret_keys = []
@@ -235,12 +241,20 @@ def synthesize(stack: str, raw_config: Mapping[str, Any], program_dir: Path = PR
     SynthError when the program itself fails.
     """
     cfg = load_config(raw_config)
-    plan = Plan(project=PROJECT, stack=stack)
-    mocks = _PlanMocks(cfg.region, plan)
-    monitor = _RecordingMonitor(mocks, plan)
-
-    config, secret_keys = _engine_config(raw_config)
+    config, secret_keys = engine_config(raw_config)
     set_all_config(config, secret_keys)
+    return run_program(stack, cfg.region, program_dir)
+
+
+def run_program(stack: str, region: str, program_dir: Path = PROGRAM_DIR) -> Plan:
+    """Run `program_dir` as the Python language host does, against a recording mock monitor.
+
+    The program reads its config the way it does under the engine (the
+    runtime's config map, or PULUMI_CONFIG in the environment).
+    """
+    plan = Plan(project=PROJECT, stack=stack)
+    mocks = _PlanMocks(region, plan)
+    monitor = _RecordingMonitor(mocks, plan)
     # One fresh mock state per run: set_mocks is global to the process.
     settings.ROOT.set(None)
     pulumi_mocks.set_mocks(mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
@@ -300,6 +314,9 @@ __all__ = [
     "Plan",
     "StackNotFound",
     "SynthError",
+    "autoname",
+    "engine_config",
+    "run_program",
     "stack_file",
     "synthesize",
     "synthesize_stack",

@@ -1,0 +1,86 @@
+"""The catalog against botocore's service models and against itself."""
+
+from __future__ import annotations
+
+import datetime
+
+import botocore.session
+import pytest
+
+from infra.catalog import catalog
+from infra.config import load_config
+from tests.conftest import STACKS, raw_stack
+
+_session = botocore.session.get_session()
+EC2 = _session.get_service_model("ec2")
+EKS = _session.get_service_model("eks")
+
+
+def enum(model, shape: str) -> set[str]:
+    return set(model.shape_for(shape).enum)
+
+
+def test_every_instance_type_exists_in_the_ec2_model() -> None:
+    missing = set(catalog().instances) - enum(EC2, "InstanceType")
+    assert not missing
+
+
+def test_every_ami_type_exists_in_the_eks_model() -> None:
+    ami_types = {kind.ami_type for kind in catalog().accelerator_kinds.values()}
+    ami_types.add(catalog().cpu_ami_type)
+    assert ami_types <= enum(EKS, "AMITypes")
+
+
+def test_values_the_components_send_exist_in_the_models() -> None:
+    assert {"ON_DEMAND", "SPOT", "CAPACITY_BLOCK"} <= enum(EKS, "CapacityTypes")
+    assert {"interface", "efa-only"} <= enum(EC2, "NetworkInterfaceType")
+    assert "capacity-block" in enum(EC2, "MarketType")
+    assert {"api", "audit", "authenticator", "controllerManager", "scheduler"} <= enum(
+        EKS, "LogType"
+    )
+    assert {"STANDARD", "EXTENDED"} <= enum(EKS, "SupportType")
+    assert "cluster" in enum(EC2, "PlacementStrategy")
+
+
+def test_efa_fits_the_network_cards() -> None:
+    for name, itype in catalog().instances.items():
+        # One efa-only interface per network card, card 0 included.
+        assert itype.efa_interfaces <= itype.network_cards, name
+
+
+def test_prices_are_positive_and_dated() -> None:
+    cat = catalog()
+    for name, itype in cat.instances.items():
+        assert itype.on_demand_usd_per_hour > 0, name
+        if itype.capacity_block_usd_per_hour is not None:
+            assert 0 < itype.capacity_block_usd_per_hour < itype.on_demand_usd_per_hour, name
+    for date in (cat.prices.on_demand_as_of, cat.prices.capacity_block_as_of):
+        assert datetime.date.fromisoformat(date) <= datetime.date(2026, 11, 30)
+
+
+def test_default_eks_version_is_pinned_with_every_core_addon() -> None:
+    eks = catalog().eks
+    assert eks.default_version in eks.versions
+    for version, pins in eks.versions.items():
+        assert set(pins.addons) == {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
+        for addon in pins.addons.values():
+            assert addon.version.startswith("v") and "-eksbuild." in addon.version
+        assert pins.addons["kube-proxy"].version.startswith(f"v{version}.")
+
+
+def _semver(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.lstrip("v").split("-")[0].split("."))
+
+
+def test_vpc_cni_supports_efa_only_interfaces() -> None:
+    eks = catalog().eks
+    floor = _semver(eks.vpc_cni_min_version_for_efa_only)
+    for pins in eks.versions.values():
+        assert _semver(pins.addons["vpc-cni"].version) >= floor
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stacks_use_only_catalog_instance_types(stack: str) -> None:
+    cfg = load_config(raw_stack(stack))
+    for pool in cfg.node_pools.values():
+        assert pool.instance_type in catalog().instances

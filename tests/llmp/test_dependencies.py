@@ -1,0 +1,190 @@
+"""The plan's dependency graph is honest: every data dependency is recorded, and every
+recorded dependency either carries data or is a named ordering constraint.
+
+Mock outputs are unique per resource (`<name>-id`, ARNs ending in the name, the
+cluster endpoint and security group), so an input that holds one of them came from
+that resource.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from llmp.synth import Plan, autoname
+from tests.conftest import STACKS
+
+# (dependent type, dependency type, dependency name suffix) -> why the edge exists
+# although no data flows along it.
+ORDERING_EDGES = {
+    (
+        "aws:eks/nodeGroup:NodeGroup",
+        "aws:eks/addon:Addon",
+        "-vpc-cni",
+    ): "nodes that join before vpc-cni is active stay NotReady",
+    (
+        "aws:eks/nodeGroup:NodeGroup",
+        "aws:eks/addon:Addon",
+        "-kube-proxy",
+    ): "service routing on the node before workloads land",
+    (
+        "aws:eks/nodeGroup:NodeGroup",
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+        "",
+    ): "a node whose role lacks the worker policies cannot join",
+    (
+        "aws:eks/addon:Addon",
+        "aws:eks/addon:Addon",
+        "-eks-pod-identity-agent",
+    ): "aws-node takes its credentials from the Pod Identity agent",
+    (
+        "aws:eks/addon:Addon",
+        "aws:eks/nodeGroup:NodeGroup",
+        "-system",
+    ): "CoreDNS is a Deployment: ACTIVE only once nodes run it",
+    (
+        "aws:eks/cluster:Cluster",
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+        "",
+    ): "EKS must be able to use its role while it creates the cluster",
+    (
+        "aws:eks/cluster:Cluster",
+        "aws:cloudwatch/logGroup:LogGroup",
+        "",
+    ): "the control plane writes into the log group we sized",
+    (
+        "aws:ec2/natGateway:NatGateway",
+        "aws:ec2/internetGateway:InternetGateway",
+        "",
+    ): "a NAT gateway needs the internet route of its subnet",
+}
+
+
+def exact_tokens(resource: dict[str, Any]) -> set[str]:
+    """Outputs that equal an input (the cluster's name): they match whole values only, since
+    the same string also appears in names built from config (log group, subnet tags)."""
+    if resource["type"] == "aws:eks/cluster:Cluster":
+        return {resource["inputs"]["name"]}
+    return set()
+
+
+def tokens(resource: dict[str, Any], region: str) -> set[str]:
+    name, type_ = resource["name"], resource["type"]
+    out = {f"{name}-id"}
+    if type_.startswith("aws:"):
+        out.add(f":{type_.rsplit(':', 1)[-1].lower()}/{name}")
+        out.add(autoname(name))
+    if type_ == "aws:eks/cluster:Cluster":
+        out |= {f"https://{name}.mock.{region}.eks.amazonaws.com", f"sg-{name}-cluster"}
+    if type_ == "aws:ec2/eip:Eip":
+        out.add(f"eipalloc-{name}")
+    if type_ == "aws:kms/key:Key":
+        out.add(f"{name}-key-id")
+    return out
+
+
+def strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def data_sources(plan: Plan, region: str) -> dict[str, set[str]]:
+    """urn -> urns of the resources whose outputs appear in its inputs."""
+    by_token: dict[str, set[str]] = defaultdict(set)
+    by_exact: dict[str, set[str]] = defaultdict(set)
+    for r in plan.resources:
+        if r["custom"]:
+            for token in tokens(r, region):
+                by_token[token].add(r["urn"])
+            for token in exact_tokens(r):
+                by_exact[token].add(r["urn"])
+    sources: dict[str, set[str]] = {}
+    for r in plan.resources:
+        found: set[str] = set()
+        values = strings(r["inputs"])
+        for token, urns in by_token.items():
+            if any(token in v for v in values):
+                found |= urns - {r["urn"]}
+        for value in values:
+            found |= by_exact.get(value, set()) - {r["urn"]}
+        sources[r["urn"]] = found
+    return sources
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_data_dependency_is_missing(plans, stack: str) -> None:
+    plan = plans(stack)
+    region = plan.outputs["region"]
+    for r in plan.resources:
+        needed = data_sources(plan, region)[r["urn"]]
+        by_name: dict[str, set[str]] = defaultdict(set)
+        for urn in needed:
+            by_name[urn.rsplit("::", 1)[1]].add(urn)
+        for name, candidates in by_name.items():
+            # Same-named resources of different types share a mock id: one suffices.
+            assert candidates & set(r["dependencies"]), (
+                f"{r['urn']} uses {name} without depending on it"
+            )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_dependency_is_invented(plans, stack: str) -> None:
+    plan = plans(stack)
+    region = plan.outputs["region"]
+    sources = data_sources(plan, region)
+    types = {r["urn"]: r["type"] for r in plan.resources}
+    for r in plan.resources:
+        for dep in r["dependencies"]:
+            if dep in sources[r["urn"]]:
+                continue
+            dep_name = dep.rsplit("::", 1)[1]
+            allowed = any(
+                r["type"] == a and types.get(dep) == b and dep_name.endswith(suffix)
+                for (a, b, suffix) in ORDERING_EDGES
+            )
+            assert allowed, f"{r['urn']} waits on {dep} but uses none of its outputs"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_components_carry_no_dependencies_that_children_would_inherit(plans, stack: str) -> None:
+    for r in plans(stack).resources:
+        if not r["custom"]:
+            assert r["dependencies"] == [], r["urn"]
+
+
+def test_the_network_waits_on_nothing_of_the_cluster_and_pools_not_on_each_other(plans) -> None:
+    plan = plans("pretrain")
+    by_urn = {r["urn"]: r for r in plan.resources}
+
+    def ancestors(urn: str) -> set[str]:
+        seen: set[str] = set()
+        stack = list(by_urn[urn]["dependencies"])
+        while stack:
+            dep = stack.pop()
+            if dep not in seen:
+                seen.add(dep)
+                stack.extend(by_urn[dep]["dependencies"])
+        return seen
+
+    def component_of(urn: str) -> str:
+        parent = by_urn[urn]["parent"]
+        return parent.rsplit("::", 1)[1] if parent else ""
+
+    for r in plan.resources:
+        if component_of(r["urn"]) == "network":
+            assert not {component_of(a) for a in ancestors(r["urn"])} - {"network", ""}
+        if component_of(r["urn"]) == "gpu-h100":
+            assert "gpu-h100-block" not in {component_of(a) for a in ancestors(r["urn"])}
+
+
+def test_plan_json_round_trips(plans) -> None:
+    plan = plans("finetune")
+    assert json.loads(json.dumps(plan.to_dict())) == plan.to_dict()
