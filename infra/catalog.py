@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Data(BaseModel):
@@ -113,4 +114,4 @@ class Catalog(_Data):
 @functools.cache
 def catalog() -> Catalog:
     with CATALOG_PATH.open() as fh:
-        return Catalog.model_validate(yaml.safe_load(fh))
+        return Catalog.model_validate(yaml.load(fh, Loader=_Loader))

@@ -492,7 +492,7 @@ def load_stack_file(path: str) -> dict[str, Any]:
     import yaml
 
     with open(path) as fh:
-        doc = yaml.safe_load(fh) or {}
+        doc = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     if not isinstance(doc, dict) or not isinstance(doc.get("config", {}), dict):
         raise ConfigError(("config",), None, f"{path} must be a mapping with a `config:` map")
     return dict(doc.get("config") or {})

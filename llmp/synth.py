@@ -161,6 +161,10 @@ def _redact(value: Any) -> Any:
     return value
 
 
+def _is_stack(urn: str) -> bool:
+    return not urn or "::pulumi:pulumi:Stack::" in urn
+
+
 class _RecordingMonitor(pulumi_mocks.MockMonitor):
     """A mock monitor that also records parent, dependencies and stack outputs."""
 
@@ -170,7 +174,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         # The engine leaves the root stack's type out of its children's URNs.
-        if "::pulumi:pulumi:Stack::" in parent:
+        if _is_stack(parent):
             parent = ""
         return super().make_urn(parent, type_, name)
 
@@ -196,7 +200,8 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                 "urn": urn,
                 "type": request.type,
                 "name": request.name,
-                "parent": request.parent or None,
+                # The root stack is not a resource of the plan: its children are top-level.
+                "parent": None if _is_stack(request.parent) else request.parent,
                 "custom": bool(request.custom),
                 "provider": request.provider.rsplit("::", 1)[0] if request.provider else None,
                 "inputs": _redact(inputs),
@@ -207,7 +212,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
         return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=obj)
 
     def RegisterResourceOutputs(self, request: Any) -> Any:
-        if "::pulumi:pulumi:Stack::" in request.urn:
+        if _is_stack(request.urn):
             outputs = rpc.deserialize_properties(request.outputs)
             if outputs:
                 self.plan.outputs = _redact(outputs)

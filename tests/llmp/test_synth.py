@@ -1,0 +1,151 @@
+"""`llmp synth`: the plan file, the manifests, secrets, the console output, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.catalog import catalog
+from llmp.synth import SECRET, REPO_ROOT, synthesize, write_plan
+from tests.conftest import STACKS, merge, raw_stack
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmp.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_plan_has_the_documented_shape(plans, stack: str) -> None:
+    plan = plans(stack).to_dict()
+    assert plan["project"] == "llm-platform"
+    assert plan["stack"] == stack
+    urns = {r["urn"] for r in plan["resources"]}
+    assert len(urns) == len(plan["resources"])
+    for r in plan["resources"]:
+        assert set(r) == {
+            "urn",
+            "type",
+            "name",
+            "parent",
+            "custom",
+            "provider",
+            "inputs",
+            "dependencies",
+        }
+        assert r["parent"] is None or r["parent"] in urns
+        assert set(r["dependencies"]) <= urns
+    # Every child is parented to a component; only providers and components sit at the top.
+    for r in plan["resources"]:
+        if r["parent"] is None:
+            assert r["type"].startswith(("pulumi:providers:", "llmp:")), r["urn"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_children_are_named_after_their_component(plans, stack: str) -> None:
+    plan = plans(stack)
+    for r in plan.resources:
+        if r["parent"]:
+            component = r["parent"].rsplit("::", 1)[1]
+            assert r["name"].startswith(f"{component}-"), r["urn"]
+
+
+def test_every_aws_resource_uses_the_explicit_tagged_provider(plans) -> None:
+    plan = plans("pretrain")
+    (provider,) = plan.by_type("pulumi:providers:aws")
+    assert provider["inputs"]["region"] == "us-east-1"
+    tags = json.loads(provider["inputs"]["defaultTags"])["tags"]
+    assert tags["team"] == "foundation-models"
+    assert tags["cost-center"] == "cc-4100"
+    assert tags["stack"] == "pretrain"
+    for r in plan.resources:
+        if r["type"].startswith("aws:"):
+            assert r["provider"] == provider["urn"], r["urn"]
+
+
+def test_secret_config_and_secret_outputs_never_reach_the_plan(tmp_path) -> None:
+    raw = merge(raw_stack("pretrain"), {"llm-platform:unused-secret": {"secure": "v1:abc"}})
+    raw.pop("llm-platform:unused-secret")
+    plan = synthesize("pretrain", raw)
+    assert plan.outputs["kubeconfig"] == SECRET
+    target = write_plan(plan, tmp_path)
+    text = (target / "plan.json").read_text()
+    assert "get-token" not in json.loads(text)["outputs"]["kubeconfig"]
+
+
+def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
+    target = write_plan(plans("pretrain"), tmp_path)
+    files = sorted((target / "manifests").glob("*.yaml"))
+    assert [f.name for f in files] == [
+        "priorityclass-llmp-preemptible.yaml",
+        "priorityclass-llmp-serving.yaml",
+        "priorityclass-llmp-training-critical.yaml",
+        "priorityclass-llmp-training.yaml",
+    ]
+    doc = yaml.safe_load((target / "manifests/priorityclass-llmp-serving.yaml").read_text())
+    assert doc["apiVersion"] == "scheduling.k8s.io/v1"
+    assert doc["kind"] == "PriorityClass"
+    assert doc["value"] == 100000 and isinstance(doc["value"], int)
+    preemptible = yaml.safe_load(
+        (target / "manifests/priorityclass-llmp-preemptible.yaml").read_text()
+    )
+    assert preemptible["preemptionPolicy"] == "Never"
+
+
+def test_cost_output_follows_the_catalog(plans) -> None:
+    cost = plans("pretrain").outputs["cost"]
+    p5 = catalog().instance("p5.48xlarge")
+    assert cost["node_pools"]["h100"]["usd_per_hour"]["desired"] == pytest.approx(
+        16 * p5.on_demand_usd_per_hour
+    )
+    assert (
+        cost["node_pools"]["h100-block"]["usd_per_instance_hour"] == p5.capacity_block_usd_per_hour
+    )
+    assert cost["node_pools"]["h100-block"]["usd_per_hour"]["desired"] == 0
+    overhead = sum(cost["overhead_usd_per_hour"].values())
+    assert cost["usd_per_hour"]["desired"] == pytest.approx(16 * 55.04 + overhead, abs=0.01)
+    assert cost["prices_as_of"] == catalog().prices.on_demand_as_of
+    spot = plans("finetune").outputs["cost"]["node_pools"]["a100-spot"]
+    assert spot["usd_per_instance_hour"] == pytest.approx(
+        catalog().instance("p4de.24xlarge").on_demand_usd_per_hour
+        * (1 - catalog().spot_discount_assumption),
+        abs=1e-4,
+    )
+
+
+def test_cli_prints_tree_counts_and_cost_and_writes_the_plan(tmp_path) -> None:
+    result = run_cli("synth", "inference", "--out", str(tmp_path), cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "resources by type" in result.stdout
+    assert "aws:eks/nodeGroup:NodeGroup" in result.stdout
+    assert "cost: $" in result.stdout
+    plan = json.loads((tmp_path / "inference/plan.json").read_text())
+    assert plan["stack"] == "inference"
+
+
+def test_cli_json_prints_the_plan_on_stdout(tmp_path) -> None:
+    result = run_cli("synth", "finetune", "--json", "--out", str(tmp_path), cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["stack"] == "finetune"
+    assert plan == json.loads((tmp_path / "finetune/plan.json").read_text())
+
+
+def test_cli_unknown_stack_is_one_line_and_exit_2(tmp_path) -> None:
+    result = run_cli("synth", "staging", "--out", str(tmp_path), cwd=REPO_ROOT)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "no stack file stacks/Pulumi.staging.yaml; known stacks: finetune, inference, "
+        "pretrain (or pass --config FILE)"
+    )
