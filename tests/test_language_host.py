@@ -30,7 +30,9 @@ print(json.dumps({
     'types': sorted({r['type'] for r in plan.resources}),
     'outputs': sorted(plan.outputs),
     'components_from': components.__file__,
-    'sys_path_has_repo_root': any(Path(p or '.').resolve() == Path(os.environ['ROOT']) for p in sys.path),
+    'sys_path_has_repo_root': any(
+        Path(p or '.').resolve() == Path(os.environ['ROOT']) for p in sys.path
+    ),
 }))
 """
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from infra.catalog import catalog
-from llmp.synth import SECRET, REPO_ROOT, synthesize, write_plan
+from llmp.synth import REPO_ROOT, SECRET, synthesize, write_plan
 from tests.conftest import STACKS, merge, raw_stack
 
 
