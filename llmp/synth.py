@@ -115,7 +115,7 @@ class _PlanMocks(pulumi_mocks.Mocks):
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
         self.plan.invokes.append(args.token)
-        return {}, None
+        raise SynthError(_lookup_message(self.plan.invokes))
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
         name, inputs = args.name, dict(args.inputs)
@@ -273,12 +273,18 @@ def run_program(stack: str, region: str, program_dir: Path = PROGRAM_DIR) -> Pla
         _sync_await(run_in_stack(program))
     except pulumi.RunError as exc:
         raise SynthError(str(exc)) from None
-    if plan.invokes:
-        raise SynthError(
-            f"the program made provider look-ups ({', '.join(sorted(set(plan.invokes)))}); "
-            "take the value from config or the catalog instead"
-        )
+    except Exception:
+        if plan.invokes:  # an SDK may wrap the refusal in its own error
+            raise SynthError(_lookup_message(plan.invokes)) from None
+        raise
     return plan
+
+
+def _lookup_message(tokens: list[str]) -> str:
+    return (
+        f"the program made provider look-ups ({', '.join(sorted(set(tokens)))}); "
+        "take the value from config or the catalog instead"
+    )
 
 
 def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:

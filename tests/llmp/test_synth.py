@@ -11,7 +11,15 @@ import pytest
 import yaml
 
 from infra.catalog import catalog
-from llmp.synth import REPO_ROOT, SECRET, synthesize, write_plan
+from llmp.synth import (
+    REPO_ROOT,
+    SECRET,
+    SynthError,
+    engine_config,
+    run_program,
+    synthesize,
+    write_plan,
+)
 from tests.conftest import STACKS, merge, raw_stack
 
 
@@ -75,13 +83,25 @@ def test_every_aws_resource_uses_the_explicit_tagged_provider(plans) -> None:
 
 
 def test_secret_config_and_secret_outputs_never_reach_the_plan(tmp_path) -> None:
-    raw = merge(raw_stack("pretrain"), {"llm-platform:unused-secret": {"secure": "v1:abc"}})
-    raw.pop("llm-platform:unused-secret")
+    raw = merge(raw_stack("pretrain"), {"aws:accessKey": {"secure": "v1:c2VjcmV0LXZhbHVl"}})
+    config, secret_keys = engine_config(raw)
+    assert config["aws:accessKey"] == SECRET
+    assert secret_keys == ["aws:accessKey"]
     plan = synthesize("pretrain", raw)
     assert plan.outputs["kubeconfig"] == SECRET
-    target = write_plan(plan, tmp_path)
-    text = (target / "plan.json").read_text()
-    assert "get-token" not in json.loads(text)["outputs"]["kubeconfig"]
+    text = (write_plan(plan, tmp_path) / "plan.json").read_text()
+    assert "v1:c2VjcmV0LXZhbHVl" not in text
+    assert json.loads(text)["outputs"]["kubeconfig"] == SECRET
+
+
+def test_provider_look_ups_fail_synthesis(tmp_path) -> None:
+    program = tmp_path / "program"
+    program.mkdir()
+    (program / "__main__.py").write_text(
+        "import pulumi_aws as aws\naws.get_availability_zones(state='available')\n"
+    )
+    with pytest.raises(SynthError, match="aws:index/getAvailabilityZones:getAvailabilityZones"):
+        run_program("lookups", "us-east-1", program)
 
 
 def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
