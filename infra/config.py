@@ -254,7 +254,9 @@ class ClusterConfig(_Section):
         return self
 
 
-class _PoolSizes(_Section):
+class PoolSizes(_Section):
+    """Sizes and update settings shared by the system pool and the GPU pools."""
+
     min_size: int = Field(0, ge=0, description="Fewest nodes.")
     desired_size: int = Field(0, ge=0, description="Nodes at creation; autoscalers move it later.")
     max_size: int = Field(1, ge=1, description="Most nodes (budget and quota cap).")
@@ -262,7 +264,7 @@ class _PoolSizes(_Section):
     max_unavailable: int = Field(1, ge=1, description="Nodes replaced at once during updates.")
 
     @model_validator(mode="after")
-    def _sizes(self) -> _PoolSizes:
+    def _sizes(self) -> PoolSizes:
         if self.min_size > self.max_size:
             raise FieldError(
                 ("min_size",), self.min_size, f"must not exceed max_size ({self.max_size})"
@@ -284,7 +286,7 @@ def _known_instance(v: str) -> str:
     return v
 
 
-class SystemPoolConfig(_PoolSizes):
+class SystemPoolConfig(PoolSizes):
     """The CPU node group for add-ons and controllers (no taint)."""
 
     instance_type: str = Field("m7i.4xlarge", description="A CPU instance type from the catalog.")
@@ -306,7 +308,7 @@ class SystemPoolConfig(_PoolSizes):
 CapacityType = Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]
 
 
-class NodePoolConfig(_PoolSizes):
+class NodePoolConfig(PoolSizes):
     """One accelerated managed node group (`node_pools.<name>`)."""
 
     instance_type: str = Field(description="An accelerated instance type from the catalog.")
@@ -491,8 +493,10 @@ def load_stack_file(path: str) -> dict[str, Any]:
     """Read the `config:` map of a Pulumi stack file."""
     import yaml
 
+    from infra.catalog import YAML_LOADER
+
     with open(path) as fh:
-        doc = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+        doc = yaml.load(fh, Loader=YAML_LOADER) or {}
     if not isinstance(doc, dict) or not isinstance(doc.get("config", {}), dict):
         raise ConfigError(("config",), None, f"{path} must be a mapping with a `config:` map")
     return dict(doc.get("config") or {})

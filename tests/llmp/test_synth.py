@@ -133,8 +133,17 @@ def test_cost_output_follows_the_catalog(plans) -> None:
         cost["node_pools"]["h100-block"]["usd_per_instance_hour"] == p5.capacity_block_usd_per_hour
     )
     assert cost["node_pools"]["h100-block"]["usd_per_hour"]["desired"] == 0
-    overhead = sum(cost["overhead_usd_per_hour"].values())
-    assert cost["usd_per_hour"]["desired"] == pytest.approx(16 * 55.04 + overhead, abs=0.01)
+    fixed = sum(cost["overhead_usd_per_hour"].values())
+    m7i = catalog().instance("m7i.4xlarge").on_demand_usd_per_hour
+    assert cost["system_pool"]["usd_per_hour"] == {
+        "min": round(2 * m7i, 2),
+        "desired": round(3 * m7i, 2),
+        "max": round(6 * m7i, 2),
+    }
+    assert cost["usd_per_hour"]["desired"] == pytest.approx(16 * 55.04 + fixed + 3 * m7i, abs=0.01)
+    assert cost["usd_per_hour"]["max"] == pytest.approx(
+        32 * 55.04 - 16 * (55.04 - p5.capacity_block_usd_per_hour) + fixed + 6 * m7i, abs=0.01
+    )
     assert cost["prices_as_of"] == catalog().prices.on_demand_as_of
     spot = plans("finetune").outputs["cost"]["node_pools"]["a100-spot"]
     assert spot["usd_per_instance_hour"] == pytest.approx(
