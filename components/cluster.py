@@ -72,6 +72,8 @@ class Cluster(pulumi.ComponentResource):
     """Resources a node group must wait for: vpc-cni, kube-proxy, the node role's policies."""
     kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
+    system_nodes: aws.eks.NodeGroup
+    """The CPU node group; controllers that must be running to count as installed wait on it."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:cluster:Cluster", name, None, opts)
@@ -257,6 +259,7 @@ class Cluster(pulumi.ComponentResource):
         )
         # CoreDNS is a Deployment: it only becomes ACTIVE once nodes can run it.
         addon("coredns", wait_for=[system_group])
+        self.system_nodes = system_group
 
         self.name = cluster.name
         self.endpoint = cluster.endpoint

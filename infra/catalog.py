@@ -90,6 +90,42 @@ class Eks(_Data):
         return sorted(self.versions)
 
 
+S3Class = Literal[
+    "STANDARD",
+    "INTELLIGENT_TIERING",
+    "STANDARD_IA",
+    "ONEZONE_IA",
+    "GLACIER_IR",
+    "GLACIER",
+    "DEEP_ARCHIVE",
+]
+
+
+class IntelligentTiering(_Data):
+    infrequent_after_days: int
+    infrequent_usd_per_gb_month: float
+    archive_instant_after_days: int
+    archive_instant_usd_per_gb_month: float
+    monitoring_usd_per_1000_objects_month: float
+
+
+class Storage(_Data):
+    prices_as_of: str
+    s3_usd_per_gb_month: dict[S3Class, float]
+    intelligent_tiering: IntelligentTiering
+    transition_usd_per_1000_requests: dict[S3Class, float]
+    min_storage_days: dict[S3Class, int]
+    min_days_before_ia: int
+    replication_transfer_usd_per_gb: float
+    fsx_lustre_persistent2_usd_per_gb_month: dict[int, float]
+
+
+class Chart(_Data):
+    repository: str
+    version: str
+    source: str
+
+
 class Catalog(_Data):
     prices: Prices
     instances: dict[str, InstanceType]
@@ -99,6 +135,9 @@ class Catalog(_Data):
     spot_discount_assumption: float = Field(gt=0, lt=1)
     hours_per_month: int
     eks: Eks
+    storage: Storage
+    charts: dict[str, Chart]
+    storage_addons: dict[str, dict[str, Addon]]
 
     def instance(self, name: str) -> InstanceType:
         return self.instances[name]

@@ -413,6 +413,286 @@ class NodePoolConfig(PoolSizes):
 
 
 # ---------------------------------------------------------------------------
+# Storage
+# ---------------------------------------------------------------------------
+
+TransitionClass = Literal[
+    "INTELLIGENT_TIERING", "STANDARD_IA", "ONEZONE_IA", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE"
+]
+# S3's lifecycle waterfall: an object only moves to a class further down.
+_WATERFALL: dict[str, int] = {
+    "STANDARD_IA": 1,
+    "INTELLIGENT_TIERING": 2,
+    "ONEZONE_IA": 3,
+    "GLACIER_IR": 4,
+    "GLACIER": 5,
+    "DEEP_ARCHIVE": 6,
+}
+_BUCKET_KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,20}$")
+_BUCKET_PREFIX = re.compile(r"^[a-z0-9][a-z0-9-]{2,38}[a-z0-9]$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _namespace_names(v: list[str]) -> list[str]:
+    for i, ns in enumerate(v):
+        if not _NAMESPACE.match(ns):
+            raise FieldError((i,), ns, "not a Kubernetes namespace name (RFC 1123 label)")
+    return v
+
+
+class TransitionStep(_Section):
+    """One lifecycle step: after `days`, move objects to `storage_class`."""
+
+    days: int = Field(ge=0, description="Object age in days at which the step applies.")
+    storage_class: TransitionClass = Field(description="The S3 storage class to move to.")
+
+
+class LifecycleRuleConfig(_Section):
+    """Tiering and expiry of the objects under one prefix."""
+
+    prefix: str = Field("", description="Key prefix the rule covers; empty for the whole bucket.")
+    transitions: list[TransitionStep] = Field(
+        default_factory=list, description="Storage-class steps by age, in increasing days."
+    )
+    expire_days: int | None = Field(
+        None, ge=1, description="Delete current versions at this age; none keeps them."
+    )
+
+    @model_validator(mode="after")
+    def _steps(self) -> LifecycleRuleConfig:
+        prices = catalog().storage
+        previous: TransitionStep | None = None
+        for i, step in enumerate(self.transitions):
+            here = ("transitions", i, "days")
+            if previous is not None and step.days <= previous.days:
+                raise FieldError(
+                    here,
+                    step.days,
+                    f"transitions must be in increasing days; step {i - 1} is at "
+                    f"{previous.days} days",
+                )
+            if step.storage_class in ("STANDARD_IA", "ONEZONE_IA") and (
+                step.days < prices.min_days_before_ia
+            ):
+                raise FieldError(
+                    here,
+                    step.days,
+                    f"S3 moves objects to {step.storage_class} only after "
+                    f"{prices.min_days_before_ia} days; use {prices.min_days_before_ia} or more",
+                )
+            if previous is not None:
+                self._check_move(i, previous, step)
+            previous = step
+        if previous is not None and self.expire_days is not None:
+            self._check_held(previous, self.expire_days, ("expire_days",), "expiry")
+        return self
+
+    def _check_move(self, i: int, previous: TransitionStep, step: TransitionStep) -> None:
+        here = ("transitions", i, "storage_class")
+        before, after = previous.storage_class, step.storage_class
+        if _WATERFALL[after] <= _WATERFALL[before] or (before, after) == (
+            "ONEZONE_IA",
+            "GLACIER_IR",
+        ):
+            raise FieldError(
+                here,
+                after,
+                f"S3 cannot move objects from {before} to {after}; "
+                "steps go Standard-IA, Intelligent-Tiering, One Zone-IA, Glacier IR, "
+                "Glacier, Deep Archive",
+            )
+        self._check_held(previous, step.days, ("transitions", i, "days"), f"the move to {after}")
+
+    def _check_held(
+        self, previous: TransitionStep, days: int, path: tuple[str | int, ...], what: str
+    ) -> None:
+        minimum = catalog().storage.min_storage_days.get(previous.storage_class)
+        if minimum is not None and days - previous.days < minimum:
+            raise FieldError(
+                path,
+                days,
+                f"{previous.storage_class} bills at least {minimum} days, so {what} before day "
+                f"{previous.days + minimum} pays for storage it no longer has",
+            )
+
+
+class BucketConfig(_Section):
+    """One S3 bucket (`storage.buckets.<name>`): encrypted, private, TLS-only, logged."""
+
+    precious: bool = Field(
+        False,
+        description=(
+            "Versioned, never force-destroyed, retained when the stack is deleted "
+            "(checkpoints, models)."
+        ),
+    )
+    versioning: bool | None = Field(None, description="Object versioning; default: `precious`.")
+    replicate: bool = Field(
+        False, description="Replicate to `storage.replication.region` (needs versioning)."
+    )
+    lifecycle: list[LifecycleRuleConfig] = Field(
+        default_factory=list, description="Tiering and expiry rules by prefix."
+    )
+    noncurrent_version_expire_days: int = Field(
+        30, ge=1, description="Delete overwritten or deleted versions after this many days."
+    )
+    abort_incomplete_multipart_days: int = Field(
+        7, ge=1, description="Abort multipart uploads left incomplete this long."
+    )
+    initial_gb: float = Field(0, ge=0, description="Data present at creation (cost model).")
+    daily_write_gb: float = Field(0, ge=0, description="New data per day (cost model).")
+    average_object_mb: float = Field(
+        64, gt=0, description="Typical object size (cost model: requests, monitoring)."
+    )
+
+    @model_validator(mode="after")
+    def _versioning(self) -> BucketConfig:
+        if self.precious and self.versioning is False:
+            raise FieldError(
+                ("versioning",), False, "a precious bucket is versioned; remove versioning: false"
+            )
+        if self.replicate and not self.versioned:
+            raise FieldError(
+                ("replicate",), True, "S3 replicates only versioned buckets; set versioning: true"
+            )
+        prefixes = [rule.prefix for rule in self.lifecycle]
+        for i, prefix in enumerate(prefixes):
+            if prefixes.index(prefix) != i:
+                raise FieldError(
+                    ("lifecycle", i, "prefix"), prefix, "another rule covers this prefix already"
+                )
+        return self
+
+    @property
+    def versioned(self) -> bool:
+        return self.precious if self.versioning is None else self.versioning
+
+
+class ReplicationConfig(_Section):
+    """Cross-region replication of the buckets marked `replicate`."""
+
+    region: str | None = Field(None, description="Disaster-recovery region of the replicas.")
+    replicate_delete_markers: bool = Field(
+        False, description="Replicate deletes too (off: a deleted checkpoint survives in DR)."
+    )
+    time_control: bool = Field(
+        False, description="S3 Replication Time Control: 15-minute SLA, billed per GB."
+    )
+
+
+class LustreConfig(_Section):
+    """FSx for Lustre (PERSISTENT_2) beside a GPU pool, linked to the datasets and
+    checkpoints buckets."""
+
+    node_pool: str = Field(description="GPU pool whose subnet (one AZ) holds the file system.")
+    storage_capacity_gib: int = Field(1200, description="1200 GiB or a multiple of 2400 GiB.")
+    throughput_per_tib: Literal[125, 250, 500, 1000] = Field(
+        125, description="MB/s per TiB of storage (PERSISTENT_2 tiers)."
+    )
+    compression: Literal["LZ4", "NONE"] = Field("LZ4", description="Data compression.")
+    metadata_mode: Literal["AUTOMATIC", "USER_PROVISIONED"] = Field(
+        "AUTOMATIC", description="Metadata IOPS: sized by FSx, or `metadata_iops`."
+    )
+    metadata_iops: int | None = Field(
+        None, description="With USER_PROVISIONED: 1500, 3000, 6000, or a multiple of 12000."
+    )
+    lustre_version: Literal["2.15", "2.12"] = Field("2.15", description="Lustre version.")
+    datasets_bucket: str = Field("datasets", description="Bucket imported at /datasets.")
+    datasets_prefix: str = Field("", description="Prefix of that bucket imported.")
+    checkpoints_bucket: str = Field("checkpoints", description="Bucket exported from /checkpoints.")
+    checkpoints_prefix: str = Field("", description="Prefix checkpoints are exported to.")
+    mount_namespaces: list[str] = Field(
+        default_factory=lambda: ["training"],
+        description="Namespaces that get a PVC bound to the file system.",
+    )
+    automatic_backup_retention_days: int = Field(
+        7, ge=0, le=90, description="Daily backups kept; a final backup is taken on delete."
+    )
+
+    @field_validator("storage_capacity_gib")
+    @classmethod
+    def _capacity(cls, v: int) -> int:
+        if v != 1200 and (v <= 0 or v % 2400):
+            raise ValueError("PERSISTENT_2 takes 1200 GiB or a multiple of 2400 GiB")
+        return v
+
+    _namespaces = field_validator("mount_namespaces")(_namespace_names)
+
+    @model_validator(mode="after")
+    def _metadata(self) -> LustreConfig:
+        iops = self.metadata_iops
+        if self.metadata_mode == "AUTOMATIC" and iops is not None:
+            raise FieldError(
+                ("metadata_iops",), iops, "only applies with metadata_mode: USER_PROVISIONED"
+            )
+        if self.metadata_mode == "USER_PROVISIONED":
+            valid = iops in (1500, 3000, 6000) or (
+                iops is not None and iops % 12000 == 0 and 12000 <= iops <= 192000
+            )
+            if not valid:
+                raise FieldError(
+                    ("metadata_iops",),
+                    _MISSING if iops is None else iops,
+                    "USER_PROVISIONED needs 1500, 3000, 6000, or a multiple of 12000 up to 192000",
+                )
+        return self
+
+
+class ModelWeightsConfig(_Section):
+    """Model weights served straight from S3 through the Mountpoint for S3 CSI driver."""
+
+    bucket: str = Field("models", description="Bucket holding the model revisions.")
+    prefix: str = Field("", description="Prefix mounted (read-only).")
+    namespaces: list[str] = Field(
+        default_factory=lambda: ["serving"],
+        description="Namespaces that get a read-only PVC of the weights.",
+    )
+
+    _namespaces = field_validator("namespaces")(_namespace_names)
+
+
+class StorageConfig(_Section):
+    """S3 buckets, cross-region replication, FSx for Lustre and the CSI volumes."""
+
+    bucket_name_prefix: str = Field(
+        description="Globally unique prefix of bucket names: `<prefix>-<bucket>`."
+    )
+    buckets: dict[str, BucketConfig] = Field(
+        default_factory=dict, description="Buckets by name; `logs` receives access logs."
+    )
+    replication: ReplicationConfig = Field(default_factory=ReplicationConfig)
+    lustre: LustreConfig | None = Field(None, description="FSx for Lustre; none: no file system.")
+    model_weights: ModelWeightsConfig | None = Field(
+        None, description="Mount model weights from S3; none: no Mountpoint volumes."
+    )
+
+    @field_validator("bucket_name_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not _BUCKET_PREFIX.match(v) or "--" in v:
+            raise ValueError(
+                "bucket names take lowercase letters, digits and '-': 4 to 40 characters, "
+                "e.g. acme-llm-pretrain"
+            )
+        return v
+
+    @field_validator("buckets")
+    @classmethod
+    def _keys(cls, v: dict[str, BucketConfig]) -> dict[str, BucketConfig]:
+        for key in v:
+            if not _BUCKET_KEY.match(key):
+                raise FieldError((key,), key, "bucket keys are lowercase letters, digits and '-'")
+        if v and "logs" not in v:
+            raise ValueError("declare a `logs` bucket: every bucket sends its access logs there")
+        if v.get("logs") and v["logs"].replicate:
+            raise FieldError(("logs", "replicate"), True, "access logs are not replicated")
+        return v
+
+    def bucket_name(self, key: str) -> str:
+        return f"{self.bucket_name_prefix}-{key}"
+
+
+# ---------------------------------------------------------------------------
 # The whole stack
 # ---------------------------------------------------------------------------
 
@@ -428,6 +708,7 @@ class PlatformConfig(_Section):
     node_pools: dict[str, NodePoolConfig] = Field(
         default_factory=dict, description="Accelerated node groups by name."
     )
+    storage: StorageConfig | None = Field(None, description="Buckets and file systems.")
 
     @field_validator("node_pools")
     @classmethod
@@ -457,7 +738,54 @@ class PlatformConfig(_Section):
                         zone,
                         f"not one of network.availability_zones ({', '.join(zones)})",
                     )
+        if self.storage is not None:
+            self._storage_refs(self.storage)
         return self
+
+    def _storage_refs(self, storage: StorageConfig) -> None:
+        buckets = storage.buckets
+        replicated = [k for k, b in buckets.items() if b.replicate]
+        target = storage.replication.region
+        if replicated and target is None:
+            raise FieldError(
+                ("storage", "replication", "region"),
+                _MISSING,
+                f"buckets {', '.join(replicated)} replicate: name the disaster-recovery region",
+            )
+        if target is not None and target == self.region:
+            raise FieldError(
+                ("storage", "replication", "region"),
+                target,
+                f"is the stack's own region; replicate to another region than {self.region}",
+            )
+        refs: list[tuple[tuple[str | int, ...], str]] = []
+        if storage.lustre is not None:
+            lustre = storage.lustre
+            refs += [
+                (("storage", "lustre", "datasets_bucket"), lustre.datasets_bucket),
+                (("storage", "lustre", "checkpoints_bucket"), lustre.checkpoints_bucket),
+            ]
+            pool = self.node_pools.get(lustre.node_pool)
+            if pool is None:
+                raise FieldError(
+                    ("storage", "lustre", "node_pool"),
+                    lustre.node_pool,
+                    f"not a pool in node_pools ({', '.join(self.node_pools) or 'none'})",
+                )
+            if len(self.pool_zones(pool)) != 1:
+                raise FieldError(
+                    ("storage", "lustre", "node_pool"),
+                    lustre.node_pool,
+                    "spans several AZs; the file system sits in one subnet beside one "
+                    "single-AZ pool",
+                )
+        if storage.model_weights is not None:
+            refs.append((("storage", "model_weights", "bucket"), storage.model_weights.bucket))
+        for path, key in refs:
+            if key not in buckets:
+                raise FieldError(
+                    path, key, f"not a bucket in storage.buckets ({', '.join(buckets) or 'none'})"
+                )
 
     def pool_zones(self, pool: NodePoolConfig) -> list[str]:
         return pool.availability_zones or list(self.network.availability_zones)
@@ -585,19 +913,30 @@ def config_reference() -> str:
 
 def _rows(key: str, info: FieldInfo) -> list[str]:
     annotation: Any = info.annotation
-    if get_origin(annotation) is dict and _is_model(get_args(annotation)[1]):
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    optional = type(None) in get_args(annotation)
+    if optional and len(args) == 1 and _is_model(args[0]):
+        annotation = args[0]  # an optional section: documented like a section
+    origin = get_origin(annotation)
+    nested: tuple[str, Any] | None = None
+    if origin is dict and _is_model(get_args(annotation)[1]):
         child = get_args(annotation)[1]
-        doc = _doc(info) or child.__doc__
-        out = [f"| `{key}` | map of name → {child.__name__} | `{{}}` | {doc} |"]
-        for sub, sub_info in child.model_fields.items():
-            out.extend(_rows(f"{key}.<name>.{sub}", sub_info))
-        return out
-    if _is_model(annotation):
-        out = [f"| `{key}` | section | {_default(info)} | {annotation.__doc__} |"]
-        for sub, sub_info in annotation.model_fields.items():
-            out.extend(_rows(f"{key}.{sub}", sub_info))
-        return out
-    return [f"| `{key}` | {_type_name(annotation)} | {_default(info)} | {_doc(info)} |"]
+        kind, nested = f"map of name → {child.__name__}", (f"{key}.<name>", child)
+    elif origin is list and _is_model(get_args(annotation)[0]):
+        child = get_args(annotation)[0]
+        kind, nested = f"list of {child.__name__}", (f"{key}[]", child)
+    elif _is_model(annotation):
+        child = annotation
+        kind, nested = "section" + (" (optional)" if optional else ""), (key, child)
+    if nested is None:
+        return [f"| `{key}` | {_type_name(annotation)} | {_default(info)} | {_doc(info)} |"]
+    prefix, child = nested
+    doc = _doc(info) or (child.__doc__ or "").replace("\n", " ")
+    doc = " ".join(doc.split())
+    out = [f"| `{key}` | {kind} | {_default(info)} | {doc} |"]
+    for sub, sub_info in child.model_fields.items():
+        out.extend(_rows(f"{prefix}.{sub}", sub_info))
+    return out
 
 
 def _is_model(t: Any) -> bool:

@@ -14,8 +14,16 @@ import pulumi_aws as aws
 
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.lustre import LustreFileSystem, LustreFileSystemArgs
 from components.network import Network, NetworkArgs
 from components.priority_classes import PriorityClasses
+from components.storage import Storage, StorageArgs
+from components.storage_csi import (
+    LustreVolume,
+    ModelWeightsVolume,
+    StorageVolumes,
+    StorageVolumesArgs,
+)
 from infra import cost
 from infra.config import PlatformConfig
 
@@ -81,6 +89,73 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         )
 
     PriorityClasses("priorities", pulumi.ResourceOptions(providers=[cluster.provider]))
+
+    storage = cfg.storage
+    if storage is not None:
+        dr_provider = None
+        if any(b.replicate for b in storage.buckets.values()):
+            dr_provider = aws.Provider(
+                "aws-dr",
+                region=storage.replication.region,
+                default_tags=aws.ProviderDefaultTagsArgs(
+                    tags={**tags, "llm-platform/dr": "replica"}
+                ),
+            )
+        # Beside the cluster, not after it: buckets and the cluster are built in parallel.
+        buckets = Storage(
+            "storage",
+            StorageArgs(config=storage, region=cfg.region, dr_provider=dr_provider),
+            on_aws,
+        )
+        lustre_volume = None
+        if storage.lustre is not None:
+            lustre = storage.lustre
+            (zone,) = cfg.pool_zones(cfg.node_pools[lustre.node_pool])
+            file_system = LustreFileSystem(
+                "lustre",
+                LustreFileSystemArgs(
+                    config=lustre,
+                    vpc_id=network.vpc_id,
+                    subnet_id=private_subnets[zone],
+                    client_security_group_id=cluster.security_group_id,
+                    kms_key_arn=buckets.kms_key_arn,
+                    datasets_bucket=buckets.buckets[lustre.datasets_bucket].name,
+                    checkpoints_bucket=buckets.buckets[lustre.checkpoints_bucket].name,
+                ),
+                on_aws,
+            )
+            lustre_volume = LustreVolume(
+                file_system_id=file_system.file_system_id,
+                dns_name=file_system.dns_name,
+                mount_name=file_system.mount_name,
+                capacity_gib=lustre.storage_capacity_gib,
+                namespaces=lustre.mount_namespaces,
+            )
+        weights_volume = None
+        if storage.model_weights is not None:
+            weights = storage.model_weights
+            weights_volume = ModelWeightsVolume(
+                bucket_name=buckets.buckets[weights.bucket].name,
+                bucket_arn=buckets.buckets[weights.bucket].arn,
+                prefix=weights.prefix,
+                region=cfg.region,
+                namespaces=weights.namespaces,
+            )
+        if lustre_volume or weights_volume:
+            StorageVolumes(
+                "volumes",
+                StorageVolumesArgs(
+                    cluster_name=cluster.name,
+                    kubernetes_version=cfg.cluster.version,
+                    lustre=lustre_volume,
+                    model_weights=weights_volume,
+                    # The drivers' controllers run on the system pool; their node
+                    # DaemonSets follow GPU nodes whenever those join.
+                    wait_for=[cluster.system_nodes],
+                ),
+                pulumi.ResourceOptions(providers=[aws_provider, cluster.provider]),
+            )
+        pulumi.export("buckets", {k: b.name for k, b in buckets.buckets.items()})
 
     pulumi.export("region", cfg.region)
     pulumi.export("cluster_name", cluster.name)

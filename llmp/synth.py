@@ -143,6 +143,9 @@ class _PlanMocks(pulumi_mocks.Mocks):
             state["keyId"] = f"{name}-key-id"
         elif typ == "aws:eks/nodeGroup:NodeGroup":
             state.setdefault("nodeGroupName", name)
+        elif typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            state["dnsName"] = f"{resource_id}.fsx.{self.region}.amazonaws.com"
+            state["mountName"] = f"{name}-mount"
         return resource_id, state
 
 

@@ -14,7 +14,7 @@ NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 
 def test_secrets_are_envelope_encrypted_with_a_rotating_key(plans) -> None:
     plan = plans("pretrain")
-    (key,) = plan.by_type("aws:kms/key:Key")
+    key = plan.one("aws:kms/key:Key", "cluster-secrets")
     assert key["inputs"]["enableKeyRotation"] is True
     eks = inputs_of(plan, CLUSTER, "cluster-eks")
     encryption = eks["encryptionConfig"]
@@ -37,7 +37,7 @@ def test_version_logs_and_private_endpoint(plans) -> None:
 
 def test_log_group_exists_before_the_cluster_with_retention(plans) -> None:
     plan = plans("pretrain")
-    (group,) = plan.by_type("aws:cloudwatch/logGroup:LogGroup")
+    group = plan.one("aws:cloudwatch/logGroup:LogGroup", "cluster-logs")
     assert group["inputs"]["name"] == "/aws/eks/llm-platform-pretrain/cluster"
     assert group["inputs"]["retentionInDays"] == 90
     assert group["urn"] in plan.one(CLUSTER, "cluster-eks")["dependencies"]

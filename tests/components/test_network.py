@@ -55,12 +55,12 @@ def test_s3_gateway_endpoint_serves_every_private_route_table(plans) -> None:
 
 def test_efa_security_group_allows_all_traffic_from_and_to_itself(plans) -> None:
     plan = plans("pretrain")
-    (sg,) = plan.by_type("aws:ec2/securityGroup:SecurityGroup")
-    for rule_type in (
-        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
-        "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule",
+    sg = plan.one("aws:ec2/securityGroup:SecurityGroup", "network-efa")
+    for rule_type, rule_name in (
+        ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "network-efa-in"),
+        ("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "network-efa-out"),
     ):
-        (rule,) = plan.by_type(rule_type)
+        rule = plan.one(rule_type, rule_name)
         assert rule["inputs"]["securityGroupId"] == sg["name"] + "-id"
         assert rule["inputs"]["referencedSecurityGroupId"] == sg["name"] + "-id"
         assert rule["inputs"]["ipProtocol"] == "-1"

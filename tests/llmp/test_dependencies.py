@@ -8,7 +8,9 @@ that resource.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -60,6 +62,16 @@ ORDERING_EDGES = {
         "aws:ec2/internetGateway:InternetGateway",
         "",
     ): "a NAT gateway needs the internet route of its subnet",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "aws:eks/nodeGroup:NodeGroup",
+        "-system",
+    ): "helm waits for the chart's controller Deployment, which needs the system pool",
+    (
+        "aws:s3/bucketReplicationConfig:BucketReplicationConfig",
+        "aws:s3/bucketVersioning:BucketVersioning",
+        "-versioning",
+    ): "S3 refuses a replication rule until both buckets are versioned",
 }
 
 
@@ -69,6 +81,24 @@ def exact_tokens(resource: dict[str, Any]) -> set[str]:
     if resource["type"] == "aws:eks/cluster:Cluster":
         return {resource["inputs"]["name"]}
     return set()
+
+
+def path_tokens(resource: dict[str, Any]) -> set[str]:
+    """A bucket's name output: matched as a whole value or a path segment (s3://name/...)."""
+    if resource["type"] == "aws:s3/bucket:Bucket":
+        return {resource["inputs"]["bucket"]}
+    return set()
+
+
+@functools.cache
+def _pattern(token: str, segment: bool) -> re.Pattern[str]:
+    before = r"(?:^|[/:])" if segment else ""
+    return re.compile(before + re.escape(token) + r"(?![\w-])")
+
+
+def contains(value: str, token: str, *, segment: bool = False) -> bool:
+    """`token` occurs in `value` and is not the start of a longer name (x-id vs x-id-2)."""
+    return token in value and _pattern(token, segment).search(value) is not None
 
 
 def tokens(resource: dict[str, Any], region: str) -> set[str]:
@@ -96,22 +126,51 @@ def strings(value: Any) -> list[str]:
     return []
 
 
+def k8s_provides(resource: dict[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of a Kubernetes object: its metadata.name output echoes its input."""
+    inputs = resource["inputs"]
+    if resource["type"].startswith("kubernetes:") and "kind" in inputs:
+        return inputs["kind"], inputs.get("metadata", {}).get("name", "")
+    return None
+
+
+def k8s_uses(resource: dict[str, Any]) -> set[tuple[str, str]]:
+    """The objects a Kubernetes object must wait for: its namespace and a pre-bound volume.
+    (A PV's claimRef names its claim without needing it, so it is not a use.)"""
+    inputs = resource["inputs"]
+    if not resource["type"].startswith("kubernetes:"):
+        return set()
+    uses = set()
+    if namespace := inputs.get("metadata", {}).get("namespace"):
+        uses.add(("Namespace", namespace))
+    if volume := inputs.get("spec", {}).get("volumeName"):
+        uses.add(("PersistentVolume", volume))
+    return uses
+
+
 def data_sources(plan: Plan, region: str) -> dict[str, set[str]]:
     """urn -> urns of the resources whose outputs appear in its inputs."""
     by_token: dict[str, set[str]] = defaultdict(set)
     by_exact: dict[str, set[str]] = defaultdict(set)
+    by_segment: dict[str, set[str]] = defaultdict(set)
     for r in plan.resources:
         if r["custom"]:
             for token in tokens(r, region):
                 by_token[token].add(r["urn"])
             for token in exact_tokens(r):
                 by_exact[token].add(r["urn"])
+            for token in path_tokens(r):
+                by_segment[token].add(r["urn"])
+    k8s_objects = {k8s_provides(r): r["urn"] for r in plan.resources if k8s_provides(r)}
     sources: dict[str, set[str]] = {}
     for r in plan.resources:
-        found: set[str] = set()
+        found: set[str] = {k8s_objects[use] for use in k8s_uses(r) if use in k8s_objects}
         values = strings(r["inputs"])
         for token, urns in by_token.items():
-            if any(token in v for v in values):
+            if any(contains(v, token) for v in values):
+                found |= urns - {r["urn"]}
+        for token, urns in by_segment.items():
+            if any(contains(v, token, segment=True) for v in values):
                 found |= urns - {r["urn"]}
         for value in values:
             found |= by_exact.get(value, set()) - {r["urn"]}
@@ -122,9 +181,9 @@ def data_sources(plan: Plan, region: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_no_data_dependency_is_missing(plans, stack: str) -> None:
     plan = plans(stack)
-    region = plan.outputs["region"]
+    sources = data_sources(plan, plan.outputs["region"])
     for r in plan.resources:
-        needed = data_sources(plan, region)[r["urn"]]
+        needed = sources[r["urn"]]
         by_name: dict[str, set[str]] = defaultdict(set)
         for urn in needed:
             by_name[urn.rsplit("::", 1)[1]].add(urn)

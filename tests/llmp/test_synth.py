@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,15 +72,19 @@ def test_children_are_named_after_their_component(plans, stack: str) -> None:
 
 def test_every_aws_resource_uses_the_explicit_tagged_provider(plans) -> None:
     plan = plans("pretrain")
-    (provider,) = plan.by_type("pulumi:providers:aws")
+    provider = plan.one("pulumi:providers:aws", "aws")
     assert provider["inputs"]["region"] == "us-east-1"
     tags = json.loads(provider["inputs"]["defaultTags"])["tags"]
     assert tags["team"] == "foundation-models"
     assert tags["cost-center"] == "cc-4100"
     assert tags["stack"] == "pretrain"
+    dr = plan.one("pulumi:providers:aws", "aws-dr")
+    assert dr["inputs"]["region"] == "us-west-2"
     for r in plan.resources:
         if r["type"].startswith("aws:"):
-            assert r["provider"] == provider["urn"], r["urn"]
+            in_dr = re.search(r"-replica(-|$)", r["name"]) is not None
+            expected = dr if in_dr else provider
+            assert r["provider"] == expected["urn"], r["urn"]
 
 
 def test_secret_config_and_secret_outputs_never_reach_the_plan(tmp_path) -> None:
@@ -108,6 +113,9 @@ def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
     target = write_plan(plans("pretrain"), tmp_path)
     files = sorted((target / "manifests").glob("*.yaml"))
     assert [f.name for f in files] == [
+        "namespace-training.yaml",
+        "persistentvolume-fsx-lustre-training.yaml",
+        "persistentvolumeclaim-training-fsx-lustre.yaml",
         "priorityclass-llmp-preemptible.yaml",
         "priorityclass-llmp-serving.yaml",
         "priorityclass-llmp-training-critical.yaml",

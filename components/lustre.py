@@ -1,0 +1,180 @@
+"""LustreFileSystem: FSx for Lustre (PERSISTENT_2) beside a GPU pool, linked to S3.
+
+Owns the file system, its security group (Lustre's ports 988 and 1018-1023
+between the file system and the cluster's nodes), and two data repository
+associations:
+
+- `/datasets` <- the datasets bucket: imported on create, then new, changed
+  and deleted objects are auto-imported, so a data-prep job writing to S3 is
+  visible to training without a copy; content is lazy-loaded on first read.
+- `/checkpoints` -> the checkpoints bucket: new and changed files are
+  auto-exported. Deletions are deliberately *not* exported: training keeps
+  only the last K checkpoints on Lustre, while S3 (versioned, tiered,
+  replicated) keeps them as long as its lifecycle says. Metadata of existing
+  checkpoints is imported on create, so a rebuilt file system can resume.
+
+FSx and its associations take 10-30 minutes or more to create; the custom
+timeouts leave room for that. A final backup is taken on delete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.config import LustreConfig
+
+LUSTRE_PORTS = ((988, 988), (1018, 1023))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LustreFileSystemArgs:
+    config: LustreConfig
+    """Validated `storage.lustre` section."""
+    vpc_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    """The private subnet of the GPU pool named in `node_pool` (one AZ)."""
+    client_security_group_id: pulumi.Input[str]
+    """The EKS cluster security group every node interface carries."""
+    kms_key_arn: pulumi.Input[str]
+    datasets_bucket: pulumi.Input[str]
+    checkpoints_bucket: pulumi.Input[str]
+
+
+class LustreFileSystem(pulumi.ComponentResource):
+    file_system_id: pulumi.Output[str]
+    dns_name: pulumi.Output[str]
+    mount_name: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: LustreFileSystemArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__("llmp:storage:LustreFileSystem", name, None, opts)
+        cfg = args.config
+        child = pulumi.ResourceOptions(parent=self)
+
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-fs",
+            vpc_id=args.vpc_id,
+            description="FSx for Lustre: Lustre ports from its clients and itself",
+            tags={"Name": f"{name}-fs"},
+            opts=child,
+        )
+        for low, high in LUSTRE_PORTS:
+            ports = f"{low}" if low == high else f"{low}-{high}"
+            for peer, who in ((sg.id, "self"), (args.client_security_group_id, "nodes")):
+                aws.vpc.SecurityGroupIngressRule(
+                    f"{name}-in-{who}-{ports}",
+                    security_group_id=sg.id,
+                    referenced_security_group_id=peer,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    description=f"Lustre {ports} from {who}",
+                    opts=child,
+                )
+                aws.vpc.SecurityGroupEgressRule(
+                    f"{name}-out-{who}-{ports}",
+                    security_group_id=sg.id,
+                    referenced_security_group_id=peer,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    description=f"Lustre {ports} to {who}",
+                    opts=child,
+                )
+            # Lustre servers also open connections back to their clients.
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-nodes-from-fs-{ports}",
+                security_group_id=args.client_security_group_id,
+                referenced_security_group_id=sg.id,
+                ip_protocol="tcp",
+                from_port=low,
+                to_port=high,
+                description=f"Lustre {ports} from the file system",
+                opts=child,
+            )
+
+        fs = aws.fsx.LustreFileSystem(
+            f"{name}-fs",
+            deployment_type="PERSISTENT_2",
+            storage_type="SSD",
+            storage_capacity=cfg.storage_capacity_gib,
+            per_unit_storage_throughput=cfg.throughput_per_tib,
+            data_compression_type=cfg.compression,
+            metadata_configuration=aws.fsx.LustreFileSystemMetadataConfigurationArgs(
+                mode=cfg.metadata_mode, iops=cfg.metadata_iops
+            ),
+            file_system_type_version=cfg.lustre_version,
+            subnet_ids=args.subnet_id,  # FSx for Lustre lives in exactly one subnet
+            security_group_ids=[sg.id],
+            kms_key_id=args.kms_key_arn,
+            automatic_backup_retention_days=cfg.automatic_backup_retention_days,
+            copy_tags_to_backups=True,
+            skip_final_backup=False,
+            final_backup_tags={"llm-platform/backup": "final"},
+            tags={"Name": f"{name}-fs"},
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                custom_timeouts=pulumi.CustomTimeouts(create="90m", update="90m", delete="60m"),
+            ),
+        )
+
+        def association(
+            role: str,
+            path: str,
+            bucket: pulumi.Input[str],
+            prefix: str,
+            s3: aws.fsx.DataRepositoryAssociationS3Args,
+        ) -> aws.fsx.DataRepositoryAssociation:
+            return aws.fsx.DataRepositoryAssociation(
+                f"{name}-{role}",
+                file_system_id=fs.id,
+                file_system_path=path,
+                data_repository_path=pulumi.Output.concat("s3://", bucket, "/", prefix),
+                batch_import_meta_data_on_create=True,
+                imported_file_chunk_size=1024,
+                # Never delete S3 data because an association goes away.
+                delete_data_in_filesystem=False,
+                s3=s3,
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    custom_timeouts=pulumi.CustomTimeouts(create="45m", update="45m", delete="45m"),
+                ),
+            )
+
+        association(
+            "datasets",
+            "/datasets",
+            args.datasets_bucket,
+            cfg.datasets_prefix,
+            aws.fsx.DataRepositoryAssociationS3Args(
+                auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
+                    events=["NEW", "CHANGED", "DELETED"]
+                )
+            ),
+        )
+        association(
+            "checkpoints",
+            "/checkpoints",
+            args.checkpoints_bucket,
+            cfg.checkpoints_prefix,
+            aws.fsx.DataRepositoryAssociationS3Args(
+                auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
+                    events=["NEW", "CHANGED"]
+                )
+            ),
+        )
+
+        self.file_system_id = fs.id
+        self.dns_name = fs.dns_name
+        self.mount_name = fs.mount_name
+        self.register_outputs(
+            {
+                "file_system_id": self.file_system_id,
+                "dns_name": self.dns_name,
+                "mount_name": self.mount_name,
+            }
+        )

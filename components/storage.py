@@ -1,0 +1,447 @@
+"""Storage: the S3 buckets of the platform and their disaster-recovery replicas.
+
+Owns, per bucket in `storage.buckets`:
+- the bucket (explicit global name `<prefix>-<key>`), SSE-KMS with a bucket
+  key, a public access block, enforced object ownership, a TLS-only policy,
+  access logs into the `logs` bucket, lifecycle rules (tiering by prefix,
+  noncurrent-version expiry, aborted multipart uploads) and versioning;
+- for precious buckets (checkpoints, models): versioning, no force-destroy,
+  and `retain_on_delete`, so `pulumi destroy` never takes the data with it;
+- for replicated buckets: a replica bucket and KMS key in the DR region (a
+  second AWS provider), a least-privilege replication role, and the
+  replication rule with delete-marker and Replication Time Control options.
+
+Storage stands beside the cluster: nothing here waits for EKS, and EKS waits
+for nothing here, so both are created in parallel after a disaster.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.config import BucketConfig, ReplicationConfig, StorageConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageArgs:
+    config: StorageConfig
+    """Validated `storage` section."""
+    region: str
+    """Region of the primary buckets."""
+    dr_provider: aws.Provider | None
+    """Provider of `storage.replication.region`; required when a bucket replicates."""
+
+
+@dataclass(frozen=True)
+class BucketRef:
+    """What other components need of a bucket."""
+
+    name: pulumi.Output[str]
+    arn: pulumi.Output[str]
+    versioning: aws.s3.BucketVersioning | None = None
+
+
+def _tls_only(bucket_arn: str, extra: list[dict] | None = None) -> str:
+    statements = [
+        {
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "s3:*",
+            "Resource": [bucket_arn, f"{bucket_arn}/*"],
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        },
+        *(extra or []),
+    ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+class Storage(pulumi.ComponentResource):
+    buckets: dict[str, BucketRef]
+    replicas: dict[str, BucketRef]
+    kms_key_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmp:storage:Storage", name, None, opts)
+        cfg = args.config
+        child = pulumi.ResourceOptions(parent=self)
+
+        key = aws.kms.Key(
+            f"{name}-s3",
+            description=f"S3 encryption for {cfg.bucket_name_prefix}-*",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            opts=child,
+        )
+        aws.kms.Alias(
+            f"{name}-s3",
+            name=f"alias/{cfg.bucket_name_prefix}-s3",
+            target_key_id=key.key_id,
+            opts=child,
+        )
+
+        # Logs first: every other bucket's access logs land there.
+        order = sorted(cfg.buckets, key=lambda k: k != "logs")
+        self.buckets = {}
+        for bucket_key in order:
+            spec = cfg.buckets[bucket_key]
+            self.buckets[bucket_key] = self._bucket(
+                f"{name}-{bucket_key}",
+                physical=cfg.bucket_name(bucket_key),
+                spec=spec,
+                key_arn=key.arn,
+                logs=None if bucket_key == "logs" else self.buckets["logs"].name,
+                log_prefix=f"s3/{bucket_key}/",
+                log_sources=f"arn:aws:s3:::{cfg.bucket_name_prefix}-*"
+                if bucket_key == "logs"
+                else None,
+                opts=child,
+            )
+
+        self.replicas = {}
+        replicated = [k for k in order if cfg.buckets[k].replicate]
+        if replicated:
+            assert args.dr_provider is not None and cfg.replication.region is not None
+            self._replicate(name, args.region, cfg, replicated, key.arn, args.dr_provider)
+
+        self.kms_key_arn = key.arn
+        self.register_outputs(
+            {
+                "buckets": {k: b.name for k, b in self.buckets.items()},
+                "replicas": {k: b.name for k, b in self.replicas.items()},
+                "kms_key_arn": self.kms_key_arn,
+            }
+        )
+
+    # -- one bucket ------------------------------------------------------------
+
+    def _bucket(
+        self,
+        name: str,
+        *,
+        physical: str,
+        spec: BucketConfig,
+        key_arn: pulumi.Input[str],
+        logs: pulumi.Input[str] | None,
+        log_prefix: str,
+        log_sources: str | None = None,
+        role_tag: str | None = None,
+        opts: pulumi.ResourceOptions,
+    ) -> BucketRef:
+        """A private, encrypted, TLS-only, versioned-if-asked bucket with `spec`'s lifecycle."""
+        precious, versioned = spec.precious, spec.versioned
+        bucket = aws.s3.Bucket(
+            name,
+            bucket=physical,
+            force_destroy=False,
+            tags={"Name": physical, "llm-platform/bucket-role": role_tag or "primary"},
+            opts=pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions(retain_on_delete=precious)
+            ),
+        )
+        on_bucket = bucket.bucket
+        aws.s3.BucketPublicAccessBlock(
+            f"{name}-public-access",
+            bucket=on_bucket,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=opts,
+        )
+        aws.s3.BucketOwnershipControls(
+            f"{name}-ownership",
+            bucket=on_bucket,
+            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+            opts=opts,
+        )
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-encryption",
+            bucket=on_bucket,
+            rules=[
+                aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                    apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                        sse_algorithm="aws:kms", kms_master_key_id=key_arn
+                    ),
+                    # Bucket keys cut KMS requests (and their cost) by orders of magnitude.
+                    bucket_key_enabled=True,
+                )
+            ],
+            opts=opts,
+        )
+        extra = None
+        if log_sources is not None:
+            extra = [
+                {
+                    "Sid": "AllowServerAccessLogs",
+                    "Effect": "Allow",
+                    "Principal": {"Service": "logging.s3.amazonaws.com"},
+                    "Action": "s3:PutObject",
+                    "Resource": f"arn:aws:s3:::{physical}/s3/*",
+                    "Condition": {"ArnLike": {"aws:SourceArn": log_sources}},
+                }
+            ]
+        aws.s3.BucketPolicy(
+            f"{name}-policy",
+            bucket=on_bucket,
+            policy=bucket.arn.apply(lambda arn: _tls_only(arn, extra)),
+            opts=opts,
+        )
+        versioning = None
+        if versioned:
+            versioning = aws.s3.BucketVersioning(
+                f"{name}-versioning",
+                bucket=on_bucket,
+                versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(
+                    status="Enabled"
+                ),
+                opts=opts,
+            )
+        if logs is not None:
+            aws.s3.BucketLogging(
+                f"{name}-logging",
+                bucket=on_bucket,
+                target_bucket=logs,
+                target_prefix=log_prefix,
+                opts=opts,
+            )
+        aws.s3.BucketLifecycleConfiguration(
+            f"{name}-lifecycle",
+            bucket=on_bucket,
+            rules=lifecycle_rules(spec),
+            opts=opts,
+        )
+        return BucketRef(name=on_bucket, arn=bucket.arn, versioning=versioning)
+
+    # -- replication -------------------------------------------------------------
+
+    def _replicate(
+        self,
+        name: str,
+        source_region: str,
+        cfg: StorageConfig,
+        replicated: list[str],
+        source_key_arn: pulumi.Output[str],
+        dr_provider: aws.Provider,
+    ) -> None:
+        rep: ReplicationConfig = cfg.replication
+        assert rep.region is not None
+        replica_region: str = rep.region
+        in_dr = pulumi.ResourceOptions(parent=self, provider=dr_provider)
+        replica_key = aws.kms.Key(
+            f"{name}-replica-s3",
+            description=f"S3 encryption for {cfg.bucket_name_prefix}-* replicas in {rep.region}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            opts=in_dr,
+        )
+        role = aws.iam.Role(
+            f"{name}-replication",
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "s3.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+            description="S3 cross-region replication of precious buckets",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        pairs = []
+        for bucket_key in replicated:
+            source = self.buckets[bucket_key]
+            replica = self._bucket(
+                f"{name}-{bucket_key}-replica",
+                physical=f"{cfg.bucket_name(bucket_key)}-{rep.region}",
+                # Replicas land in Standard and then age like their source, so the DR
+                # copy keeps data exactly as long as the primary does.
+                spec=cfg.buckets[bucket_key],
+                key_arn=replica_key.arn,
+                logs=None,
+                log_prefix="",
+                role_tag="replica",
+                opts=in_dr,
+            )
+            self.replicas[bucket_key] = replica
+            pairs.append((bucket_key, source, replica))
+
+        aws.iam.RolePolicy(
+            f"{name}-replication",
+            role=role.id,
+            policy=pulumi.Output.all(
+                [s.arn for _, s, _ in pairs],
+                [r.arn for _, _, r in pairs],
+                source_key_arn,
+                replica_key.arn,
+            ).apply(
+                lambda v: replication_policy(v[0], v[1], v[2], v[3], source_region, replica_region)
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        for bucket_key, source, replica in pairs:
+            aws.s3.BucketReplicationConfig(
+                f"{name}-{bucket_key}-replication",
+                bucket=source.name,
+                role=role.arn,
+                rules=[replication_rule(bucket_key, replica.arn, replica_key.arn, rep)],
+                # S3 refuses a replication rule until both sides are versioned.
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[v for v in (source.versioning, replica.versioning) if v],
+                ),
+            )
+
+
+def replication_policy(
+    sources: list[str],
+    replicas: list[str],
+    source_key_arn: str,
+    replica_key_arn: str,
+    source_region: str,
+    replica_region: str,
+) -> str:
+    """Least privilege for S3 replication: read versions of the sources, write replicas,
+    decrypt with the source key and encrypt with the replica key, through S3 only."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ReadReplicationConfiguration",
+                    "Effect": "Allow",
+                    "Action": ["s3:GetReplicationConfiguration", "s3:ListBucket"],
+                    "Resource": sources,
+                },
+                {
+                    "Sid": "ReadSourceVersions",
+                    "Effect": "Allow",
+                    "Action": [
+                        "s3:GetObjectVersionForReplication",
+                        "s3:GetObjectVersionAcl",
+                        "s3:GetObjectVersionTagging",
+                    ],
+                    "Resource": [f"{arn}/*" for arn in sources],
+                },
+                {
+                    "Sid": "WriteReplicas",
+                    "Effect": "Allow",
+                    "Action": ["s3:ReplicateObject", "s3:ReplicateDelete", "s3:ReplicateTags"],
+                    "Resource": [f"{arn}/*" for arn in replicas],
+                },
+                {
+                    "Sid": "DecryptSources",
+                    "Effect": "Allow",
+                    "Action": "kms:Decrypt",
+                    "Resource": source_key_arn,
+                    "Condition": {
+                        "StringEquals": {"kms:ViaService": f"s3.{source_region}.amazonaws.com"}
+                    },
+                },
+                {
+                    "Sid": "EncryptReplicas",
+                    "Effect": "Allow",
+                    "Action": ["kms:Encrypt", "kms:GenerateDataKey"],
+                    "Resource": replica_key_arn,
+                    "Condition": {
+                        "StringEquals": {"kms:ViaService": f"s3.{replica_region}.amazonaws.com"}
+                    },
+                },
+            ],
+        }
+    )
+
+
+def replication_rule(
+    bucket_key: str,
+    replica_arn: pulumi.Input[str],
+    replica_key_arn: pulumi.Input[str],
+    rep: ReplicationConfig,
+) -> aws.s3.BucketReplicationConfigRuleArgs:
+    """Replicate every object, SSE-KMS ones included, re-encrypted with the replica key."""
+    rtc = "Enabled" if rep.time_control else "Disabled"
+    return aws.s3.BucketReplicationConfigRuleArgs(
+        id=f"dr-{bucket_key}",
+        status="Enabled",
+        priority=1,
+        filter=aws.s3.BucketReplicationConfigRuleFilterArgs(prefix=""),
+        delete_marker_replication=aws.s3.BucketReplicationConfigRuleDeleteMarkerReplicationArgs(
+            status="Enabled" if rep.replicate_delete_markers else "Disabled"
+        ),
+        source_selection_criteria=aws.s3.BucketReplicationConfigRuleSourceSelectionCriteriaArgs(
+            sse_kms_encrypted_objects=aws.s3.BucketReplicationConfigRuleSourceSelectionCriteriaSseKmsEncryptedObjectsArgs(
+                status="Enabled"
+            )
+        ),
+        destination=aws.s3.BucketReplicationConfigRuleDestinationArgs(
+            bucket=replica_arn,
+            storage_class="STANDARD",
+            encryption_configuration=aws.s3.BucketReplicationConfigRuleDestinationEncryptionConfigurationArgs(
+                replica_kms_key_id=replica_key_arn
+            ),
+            replication_time=aws.s3.BucketReplicationConfigRuleDestinationReplicationTimeArgs(
+                status=rtc,
+                time=aws.s3.BucketReplicationConfigRuleDestinationReplicationTimeTimeArgs(
+                    minutes=15
+                ),
+            )
+            if rep.time_control
+            else None,
+            # Replication metrics are required with RTC and cheap without it.
+            metrics=aws.s3.BucketReplicationConfigRuleDestinationMetricsArgs(
+                status="Enabled",
+                event_threshold=aws.s3.BucketReplicationConfigRuleDestinationMetricsEventThresholdArgs(
+                    minutes=15
+                ),
+            ),
+        ),
+    )
+
+
+def lifecycle_rules(spec: BucketConfig) -> list[aws.s3.BucketLifecycleConfigurationRuleArgs]:
+    """The bucket's tiering rules by prefix, plus one rule for housekeeping."""
+    rules = []
+    for rule in spec.lifecycle:
+        rules.append(
+            aws.s3.BucketLifecycleConfigurationRuleArgs(
+                id=f"tier-{rule.prefix.strip('/').replace('/', '-') or 'all'}",
+                status="Enabled",
+                filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=rule.prefix),
+                transitions=[
+                    aws.s3.BucketLifecycleConfigurationRuleTransitionArgs(
+                        days=step.days, storage_class=step.storage_class
+                    )
+                    for step in rule.transitions
+                ]
+                or None,
+                expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(
+                    days=rule.expire_days
+                )
+                if rule.expire_days
+                else None,
+            )
+        )
+    rules.append(
+        aws.s3.BucketLifecycleConfigurationRuleArgs(
+            id="housekeeping",
+            status="Enabled",
+            filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+            abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
+                days_after_initiation=spec.abort_incomplete_multipart_days
+            ),
+            noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
+                noncurrent_days=spec.noncurrent_version_expire_days
+            )
+            if spec.versioned
+            else None,
+        )
+    )
+    return rules
