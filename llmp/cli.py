@@ -20,6 +20,7 @@ from rich.tree import Tree
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="Operate the llm-platform stacks: synthesize offline, inspect, check.",
 )
 out = Console()
@@ -115,6 +116,118 @@ def config_reference() -> None:
     from infra.config import config_reference as reference
 
     sys.stdout.write(reference())
+
+
+verify_app = typer.Typer(
+    no_args_is_help=True,
+    help="Read-only checks of a deployed account against a stack's plan.",
+)
+app.add_typer(verify_app, name="verify")
+
+
+@verify_app.command("storage")
+def verify_storage(
+    stack: Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")],
+    plan_file: Annotated[
+        Path | None,
+        typer.Option("--plan", help="A plan.json written by `llmp synth` (default: synthesize)."),
+    ] = None,
+    region: Annotated[
+        str | None,
+        typer.Option("--region", help="Primary region (default: the plan's primary provider's)."),
+    ] = None,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option("--endpoint-url", help="Another endpoint (moto, LocalStack) than AWS's."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the findings as a JSON list (no table).")
+    ] = False,
+) -> None:
+    """Compare the deployed buckets, FSx file system and data repository associations
+    with the plan, reading only (head/get/describe calls; nothing is written).
+
+    Exit 0: no drift ("not checked" rows alone do not fail); 1: drift or missing
+    resources; 2: bad input (unknown stack, unreadable plan, no credentials).
+    """
+    from llmp import verify
+
+    plan = _verify_plan(stack, plan_file)
+    try:
+        import boto3
+        import botocore.exceptions as boto_errors
+    except ImportError:
+        raise _fail("llmp verify needs boto3: pip install boto3", EXIT_BAD_INPUT) from None
+    session = boto3.Session()
+    if session.get_credentials() is None:
+        raise _fail(_NO_CREDENTIALS, EXIT_BAD_INPUT)
+    region = region or verify.primary_region(plan)
+    if not region:
+        raise _fail("the plan names no AWS region: pass --region", EXIT_BAD_INPUT)
+    try:
+        findings = verify.verify_storage(plan, verify.ClientFactory(session, endpoint_url), region)
+    except boto_errors.NoCredentialsError:
+        raise _fail(_NO_CREDENTIALS, EXIT_BAD_INPUT) from None
+    except (boto_errors.EndpointConnectionError, boto_errors.ConnectTimeoutError) as exc:
+        raise _fail(f"cannot reach the endpoint: {exc}", EXIT_BAD_INPUT) from None
+    except boto_errors.BotoCoreError as exc:
+        raise _fail(f"verify failed: {exc}", EXIT_FAILED) from None
+    if as_json:
+        sys.stdout.write(json.dumps([f.to_dict() for f in findings], indent=2) + "\n")
+    elif not findings:
+        out.print(f"the plan of {stack} declares no buckets and no file systems", highlight=False)
+    else:
+        _print_findings(findings, stack)
+    if verify.failed(findings):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _verify_plan(stack: str, plan_file: Path | None) -> dict[str, Any]:
+    from infra.config import ConfigError
+    from llmp.synth import StackNotFound, SynthError, synthesize_stack
+    from llmp.verify import PlanError, load_plan_file, validate_plan
+
+    if plan_file is not None:
+        try:
+            plan = load_plan_file(plan_file)
+        except PlanError as exc:
+            raise _fail(str(exc), EXIT_BAD_INPUT) from None
+        if plan.get("stack") not in (None, stack):
+            raise _fail(
+                f"{plan_file} is the plan of stack {plan['stack']}, not {stack}", EXIT_BAD_INPUT
+            )
+        return plan
+    try:
+        plan = synthesize_stack(stack).to_dict()
+    except (ConfigError, StackNotFound) as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    except SynthError as exc:
+        raise _fail(f"synth failed: {exc}", EXIT_FAILED) from None
+    validate_plan(plan)
+    return plan
+
+
+_NO_CREDENTIALS = (
+    "no AWS credentials: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+)
+_STATUS_STYLE = {"ok": "green", "drift": "bold red", "missing": "bold red", "not checked": "yellow"}
+
+
+def _print_findings(findings: list[Any], stack: str) -> None:
+    from rich.text import Text
+
+    table = Table(title=f"storage of {stack} against its plan")
+    for column in ("resource", "check", "status", "detail"):
+        table.add_column(column, overflow="fold")
+    for f in findings:
+        status = Text(f.status, style=_STATUS_STYLE.get(f.status, ""))
+        table.add_row(Text(f.resource), Text(f.check), status, Text(f.detail))
+    out.print(table)
+    counts = Counter(f.status for f in findings)
+    out.print(
+        ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "drift", "missing", "not checked")),
+        highlight=False,
+    )
 
 
 def main() -> None:

@@ -112,6 +112,8 @@ class _PlanMocks(pulumi_mocks.Mocks):
     def __init__(self, region: str, plan: Plan):
         self.region = region
         self.plan = plan
+        self.provider_regions: dict[str, str] = {}
+        """Provider id -> region: a second AWS provider (DR) puts its ARNs in its own region."""
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
         self.plan.invokes.append(args.token)
@@ -121,9 +123,14 @@ class _PlanMocks(pulumi_mocks.Mocks):
         name, inputs = args.name, dict(args.inputs)
         resource_id = f"{name}-id"
         state: dict[str, Any] = {**inputs, "id": resource_id}
+        if args.typ == "pulumi:providers:aws" and isinstance(inputs.get("region"), str):
+            self.provider_regions[resource_id] = inputs["region"]
+        region = self.region
+        if args.provider:
+            region = self.provider_regions.get(args.provider.rsplit("::", 1)[-1], region)
         if args.typ.startswith("aws:"):
             state.setdefault("name", autoname(name))
-            state["arn"] = f"arn:aws:mock:{self.region}:{_ACCOUNT}:{_short_type(args.typ)}/{name}"
+            state["arn"] = f"arn:aws:mock:{region}:{_ACCOUNT}:{_short_type(args.typ)}/{name}"
         typ = args.typ
         if typ == "aws:eks/cluster:Cluster":
             state["endpoint"] = f"https://{name}.mock.{self.region}.eks.amazonaws.com"

@@ -84,3 +84,38 @@ def test_stacks_use_only_catalog_instance_types(stack: str) -> None:
     cfg = load_config(raw_stack(stack))
     for pool in cfg.node_pools.values():
         assert pool.instance_type in catalog().instances
+
+
+FSX = _session.get_service_model("fsx")
+S3 = _session.get_service_model("s3")
+
+
+def test_storage_values_exist_in_the_s3_and_fsx_models() -> None:
+    from typing import get_args
+
+    from infra.config import LustreConfig, TransitionClass
+
+    transition_classes = set(get_args(TransitionClass))
+    assert transition_classes <= enum(S3, "TransitionStorageClass")
+    priced = set(catalog().storage.s3_usd_per_gb_month)
+    assert priced - {"STANDARD"} == transition_classes
+    assert priced <= enum(S3, "StorageClass")
+    assert "BucketOwnerEnforced" in enum(S3, "ObjectOwnership")
+    assert "PERSISTENT_2" in enum(FSX, "LustreDeploymentType")
+    assert "SSD" in enum(FSX, "StorageType")
+    assert set(get_args(LustreConfig.model_fields["compression"].annotation)) <= enum(
+        FSX, "DataCompressionType"
+    )
+    assert set(get_args(LustreConfig.model_fields["metadata_mode"].annotation)) <= enum(
+        FSX, "MetadataConfigurationMode"
+    )
+    assert {"NEW", "CHANGED", "DELETED"} <= enum(FSX, "EventType")
+
+
+def test_fsx_prices_cover_every_throughput_tier() -> None:
+    from typing import get_args
+
+    from infra.config import LustreConfig
+
+    tiers = set(get_args(LustreConfig.model_fields["throughput_per_tib"].annotation))
+    assert set(catalog().storage.fsx_lustre_persistent2_usd_per_gb_month) == tiers

@@ -1,0 +1,95 @@
+"""LustreFileSystem: PERSISTENT_2 beside its GPU pool, Lustre ports, S3 associations, timeouts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import inputs_of
+
+FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
+DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
+
+
+def test_file_system_settings_follow_config(plans) -> None:
+    fs = inputs_of(plans("pretrain"), FS, "lustre-fs")
+    assert fs["deploymentType"] == "PERSISTENT_2"
+    assert fs["storageCapacity"] == 48000
+    assert fs["perUnitStorageThroughput"] == 500
+    assert fs["dataCompressionType"] == "LZ4"
+    assert fs["metadataConfiguration"] == {"mode": "USER_PROVISIONED", "iops": 12000}
+    assert fs["fileSystemTypeVersion"] == "2.15"
+    assert fs["kmsKeyId"].endswith(":key/storage-s3")
+    assert fs["skipFinalBackup"] is False
+    assert fs["automaticBackupRetentionDays"] == 7
+
+
+def test_file_system_sits_in_its_gpu_pools_subnet(plans) -> None:
+    plan = plans("pretrain")
+    fs = inputs_of(plan, FS, "lustre-fs")
+    pool = inputs_of(plan, "aws:eks/nodeGroup:NodeGroup", "gpu-h100-nodes")
+    assert [fs["subnetIds"]] == pool["subnetIds"] == ["network-private-us-east-1a-id"]
+    finetune_fs = inputs_of(plans("finetune"), FS, "lustre-fs")
+    assert finetune_fs["subnetIds"] == "network-private-us-west-2a-id"
+
+
+@pytest.mark.parametrize("ports", [(988, 988), (1018, 1023)])
+def test_lustre_ports_between_the_file_system_and_the_nodes(plans, ports) -> None:
+    plan = plans("pretrain")
+    low, high = ports
+    fs_sg = "lustre-fs-id"
+    node_sg = "sg-cluster-eks-cluster"
+
+    def rules(type_: str) -> set[tuple[str, str]]:
+        return {
+            (r["inputs"]["securityGroupId"], r["inputs"]["referencedSecurityGroupId"])
+            for r in plan.by_type(type_)
+            if r["inputs"].get("fromPort") == low
+            and r["inputs"].get("toPort") == high
+            and r["inputs"]["ipProtocol"] == "tcp"
+        }
+
+    assert rules(INGRESS) == {(fs_sg, fs_sg), (fs_sg, node_sg), (node_sg, fs_sg)}
+    assert rules(EGRESS) == {(fs_sg, fs_sg), (fs_sg, node_sg)}
+
+
+def test_datasets_are_imported_and_checkpoints_exported(plans) -> None:
+    plan = plans("pretrain")
+    datasets = inputs_of(plan, DRA, "lustre-datasets")
+    assert datasets["fileSystemPath"] == "/datasets"
+    assert datasets["dataRepositoryPath"] == "s3://acme-llm-pretrain-datasets/"
+    assert datasets["batchImportMetaDataOnCreate"] is True
+    assert datasets["s3"] == {"autoImportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]}}
+    checkpoints = inputs_of(plan, DRA, "lustre-checkpoints")
+    assert checkpoints["fileSystemPath"] == "/checkpoints"
+    assert checkpoints["dataRepositoryPath"] == "s3://acme-llm-pretrain-checkpoints/runs/"
+    # Rotation on Lustre must never delete a checkpoint in S3.
+    assert checkpoints["s3"] == {"autoExportPolicy": {"events": ["NEW", "CHANGED"]}}
+    for dra in (datasets, checkpoints):
+        assert dra["fileSystemId"] == "lustre-fs-id"
+        assert dra["deleteDataInFilesystem"] is False
+
+
+def test_long_creation_timeouts(monkeypatch) -> None:
+    # Custom timeouts are resource options, not inputs: check them at construction.
+    import pulumi_aws as aws
+
+    from llmp.synth import synthesize
+    from tests.conftest import raw_stack
+
+    timeouts: dict[str, str] = {}
+    for cls in (aws.fsx.LustreFileSystem, aws.fsx.DataRepositoryAssociation):
+        original = cls.__init__
+
+        def spy(self, name, *args, _original=original, **kwargs):  # type: ignore[no-untyped-def]
+            timeouts[name] = kwargs["opts"].custom_timeouts.create
+            _original(self, name, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", spy)
+    synthesize("pretrain", raw_stack("pretrain"))
+    assert timeouts == {"lustre-fs": "90m", "lustre-datasets": "45m", "lustre-checkpoints": "45m"}
+
+
+def test_no_lustre_without_config(plans) -> None:
+    assert not plans("inference").by_type(FS)

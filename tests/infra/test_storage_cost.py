@@ -1,0 +1,77 @@
+"""The storage cost model: cohorts age through the lifecycle; tiering beats Standard."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.catalog import catalog
+from infra.config import BucketConfig, LifecycleRuleConfig, load_config
+from infra.cost import bucket_model, lustre_monthly, storage_estimate
+from tests.conftest import raw_stack
+
+PRICES = catalog().storage
+
+
+def test_standard_only_bucket_costs_its_gb_days() -> None:
+    spec = BucketConfig(initial_gb=3000)
+    model = bucket_model(spec, days=90)
+    # 3000 GB for 90 days at the Standard price, no transitions.
+    assert model["usd_for_period"] == pytest.approx(3000 * 0.023 * 90 / 30, rel=1e-6)
+    assert model["usd_per_month"] == pytest.approx(3000 * 0.023, rel=1e-6)
+    assert model["gb_by_class_at_end"] == {"STANDARD": 3000}
+    assert model["transition_usd"] == 0
+
+
+def test_cohorts_move_through_the_steps_and_expire() -> None:
+    rule = LifecycleRuleConfig.model_validate(
+        {"transitions": [{"days": 30, "storage_class": "STANDARD_IA"}], "expire_days": 60}
+    )
+    spec = BucketConfig(daily_write_gb=10, average_object_mb=1024, lifecycle=[rule])
+    model = bucket_model(spec, days=90)
+    # At the end: 30 days of writes in Standard, 30 in Standard-IA, the oldest 30 expired.
+    assert model["gb_by_class_at_end"] == {"STANDARD": 300, "STANDARD_IA": 300}
+    # One transition request per 1 GiB object, 60 cohorts crossed day 30.
+    assert model["transition_usd"] == pytest.approx(60 * 10 / 1000 * 0.01, abs=0.01)
+
+
+def test_intelligent_tiering_drops_to_infrequent_after_30_days_unread() -> None:
+    rule = LifecycleRuleConfig.model_validate(
+        {"transitions": [{"days": 0, "storage_class": "INTELLIGENT_TIERING"}]}
+    )
+    spec = BucketConfig(initial_gb=1000, average_object_mb=1024, lifecycle=[rule])
+    last_month = bucket_model(spec, days=60)["usd_per_month_by_class"]["INTELLIGENT_TIERING"]
+    it = PRICES.intelligent_tiering
+    monitoring = 1000 / 1000 * it.monitoring_usd_per_1000_objects_month
+    assert last_month == pytest.approx(1000 * it.infrequent_usd_per_gb_month + monitoring, abs=0.01)
+
+
+def test_pretrain_checkpoints_tiering_is_cheaper_than_standard() -> None:
+    storage = load_config(raw_stack("pretrain")).storage
+    assert storage is not None
+    estimate = storage_estimate(storage)
+    ninety = estimate["checkpoints_90_days"]
+    assert ninety["bucket"] == "checkpoints"
+    assert 0 < ninety["ratio"] < 1
+    assert ninety["ratio"] == pytest.approx(ninety["tiered_usd"] / ninety["standard_usd"], abs=1e-3)
+
+
+def test_lustre_cost_is_capacity_times_the_tier_price() -> None:
+    storage = load_config(raw_stack("pretrain")).storage
+    assert storage is not None and storage.lustre is not None
+    fsx = lustre_monthly(storage.lustre)
+    assert fsx["usd_per_month"] == pytest.approx(48000 * 0.340)
+    assert fsx["throughput_mb_s"] == round(48000 / 1024 * 500)
+
+
+def test_storage_total_adds_buckets_replicas_and_fsx(plans) -> None:
+    cost = plans("pretrain").outputs["cost"]
+    storage = cost["storage"]
+    parts = sum(b["usd_per_month"] for b in storage["s3"].values())
+    parts += sum(r["usd_per_month"] for r in storage["replicas"].values())
+    parts += storage["fsx_lustre"]["usd_per_month"]
+    assert storage["usd_per_month"] == pytest.approx(parts, abs=0.05)
+    assert set(storage["replicas"]) == {"checkpoints", "models"}
+    assert cost["usd_per_month_with_storage"] == pytest.approx(
+        cost["usd_per_month_at_desired"] + storage["usd_per_month"], abs=0.05
+    )
+    assert plans("inference").outputs["cost"]["storage"].get("fsx_lustre") is None
