@@ -122,6 +122,7 @@ class GpuNodePool(pulumi.ComponentResource):
             "llm-platform/accelerator": itype.accelerator.model,
             "llm-platform/efa": str(cfg.efa).lower(),
             "llm-platform/capacity-type": cfg.capacity_type.lower(),
+            "llm-platform/checkpointing": str(cfg.checkpointing).lower(),
             **cfg.labels,
         }
         group = managed_node_group(

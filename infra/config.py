@@ -336,6 +336,13 @@ class NodePoolConfig(PoolSizes):
         description="Assemble the instance-store NVMe disks as RAID0 for containerd and kubelet.",
     )
     auto_repair: bool = Field(True, description="EKS node auto-repair of unhealthy GPU nodes.")
+    checkpointing: bool = Field(
+        False,
+        description=(
+            "Jobs on this pool checkpoint and resume (label `llm-platform/checkpointing`); "
+            "the policy pack requires it of SPOT pools."
+        ),
+    )
     labels: dict[str, str] = Field(
         default_factory=dict, description="Extra Kubernetes node labels."
     )
@@ -692,6 +699,19 @@ class StorageConfig(_Section):
         return f"{self.bucket_name_prefix}-{key}"
 
 
+class GuardrailsConfig(_Section):
+    """Limits the policy pack enforces on this stack."""
+
+    gpu_budget_usd_per_hour: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Most the accelerated pools may cost per hour at their max sizes "
+            "(catalog prices); none: no cap."
+        ),
+    )
+
+
 # ---------------------------------------------------------------------------
 # The whole stack
 # ---------------------------------------------------------------------------
@@ -709,6 +729,7 @@ class PlatformConfig(_Section):
         default_factory=dict, description="Accelerated node groups by name."
     )
     storage: StorageConfig | None = Field(None, description="Buckets and file systems.")
+    guardrails: GuardrailsConfig = Field(default_factory=lambda: GuardrailsConfig())
 
     @field_validator("node_pools")
     @classmethod
