@@ -19,6 +19,7 @@ timeouts leave room for that. A final backup is taken on delete.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pulumi
@@ -27,6 +28,55 @@ import pulumi_aws as aws
 from infra.config import LustreConfig
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
+
+
+def fsx_key_policy(key_arn: str, file_system_id: str, buckets: list[str]) -> str:
+    """The storage key's policy: the account's IAM delegation, plus use through S3 by this
+    file system's S3-access service-linked role, on objects of the linked buckets only."""
+    _, partition, _, region, account, _ = key_arn.split(":", 5)
+    slr = (
+        f"arn:{partition}:iam::{account}:role/aws-service-role/"
+        f"s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_{file_system_id}"
+    )
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "EnableIamPolicies",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": f"arn:{partition}:iam::{account}:root"},
+                    "Action": "kms:*",
+                    "Resource": "*",
+                },
+                {
+                    "Sid": "FsxS3AccessThroughS3",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": slr},
+                    "Action": [
+                        "kms:Encrypt",
+                        "kms:Decrypt",
+                        "kms:ReEncrypt*",
+                        "kms:GenerateDataKey*",
+                        "kms:DescribeKey",
+                    ],
+                    "Resource": "*",
+                    "Condition": {
+                        "StringEquals": {
+                            "kms:CallerAccount": account,
+                            "kms:ViaService": f"s3.{region}.amazonaws.com",
+                        },
+                        # With bucket keys the encryption context is the bucket ARN.
+                        "StringLike": {
+                            "kms:EncryptionContext:aws:s3:arn": [
+                                f"arn:{partition}:s3:::{bucket}" for bucket in buckets
+                            ]
+                        },
+                    },
+                },
+            ],
+        }
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +89,8 @@ class LustreFileSystemArgs:
     client_security_group_id: pulumi.Input[str]
     """The EKS cluster security group every node interface carries."""
     kms_key_arn: pulumi.Input[str]
+    """The storage key: encrypts the file system and the linked buckets' objects."""
+    kms_key_id: pulumi.Input[str]
     datasets_bucket: pulumi.Input[str]
     checkpoints_bucket: pulumi.Input[str]
 
@@ -122,6 +174,18 @@ class LustreFileSystem(pulumi.ComponentResource):
             ),
         )
 
+        # The linked buckets are SSE-KMS: FSx's per-file-system service-linked role
+        # may only import and export if the key policy names it. A key policy is a
+        # whole document, so it restates the account's default IAM delegation.
+        key_policy = aws.kms.KeyPolicy(
+            f"{name}-key-policy",
+            key_id=args.kms_key_id,
+            policy=pulumi.Output.all(
+                args.kms_key_arn, fs.id, args.datasets_bucket, args.checkpoints_bucket
+            ).apply(lambda v: fsx_key_policy(v[0], v[1], [v[2], v[3]])),
+            opts=child,
+        )
+
         def association(
             role: str,
             path: str,
@@ -141,6 +205,8 @@ class LustreFileSystem(pulumi.ComponentResource):
                 s3=s3,
                 opts=pulumi.ResourceOptions(
                     parent=self,
+                    # An association created before FSx may use the key fails its import.
+                    depends_on=[key_policy],
                     custom_timeouts=pulumi.CustomTimeouts(create="45m", update="45m", delete="45m"),
                 ),
             )

@@ -64,6 +64,7 @@ class Storage(pulumi.ComponentResource):
     buckets: dict[str, BucketRef]
     replicas: dict[str, BucketRef]
     kms_key_arn: pulumi.Output[str]
+    kms_key_id: pulumi.Output[str]
 
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:storage:Storage", name, None, opts)
@@ -93,7 +94,9 @@ class Storage(pulumi.ComponentResource):
                 f"{name}-{bucket_key}",
                 physical=cfg.bucket_name(bucket_key),
                 spec=spec,
-                key_arn=key.arn,
+                # S3 delivers server access logs only into buckets encrypted with
+                # SSE-S3: the logs bucket cannot use the KMS key.
+                key_arn=None if bucket_key == "logs" else key.arn,
                 logs=None if bucket_key == "logs" else self.buckets["logs"].name,
                 log_prefix=f"s3/{bucket_key}/",
                 log_sources=f"arn:aws:s3:::{cfg.bucket_name_prefix}-*"
@@ -109,6 +112,7 @@ class Storage(pulumi.ComponentResource):
             self._replicate(name, args.region, cfg, replicated, key.arn, args.dr_provider)
 
         self.kms_key_arn = key.arn
+        self.kms_key_id = key.key_id
         self.register_outputs(
             {
                 "buckets": {k: b.name for k, b in self.buckets.items()},
@@ -125,14 +129,17 @@ class Storage(pulumi.ComponentResource):
         *,
         physical: str,
         spec: BucketConfig,
-        key_arn: pulumi.Input[str],
+        key_arn: pulumi.Input[str] | None,
         logs: pulumi.Input[str] | None,
         log_prefix: str,
         log_sources: str | None = None,
         role_tag: str | None = None,
         opts: pulumi.ResourceOptions,
     ) -> BucketRef:
-        """A private, encrypted, TLS-only, versioned-if-asked bucket with `spec`'s lifecycle."""
+        """A private, encrypted, TLS-only, versioned-if-asked bucket with `spec`'s lifecycle.
+
+        `key_arn` None: SSE-S3 (AES256) instead of SSE-KMS, for the access-log target.
+        """
         precious, versioned = spec.precious, spec.versioned
         bucket = aws.s3.Bucket(
             name,
@@ -166,9 +173,13 @@ class Storage(pulumi.ComponentResource):
                 aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
                     apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
                         sse_algorithm="aws:kms", kms_master_key_id=key_arn
+                    )
+                    if key_arn is not None
+                    else aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                        sse_algorithm="AES256"
                     ),
                     # Bucket keys cut KMS requests (and their cost) by orders of magnitude.
-                    bucket_key_enabled=True,
+                    bucket_key_enabled=key_arn is not None,
                 )
             ],
             opts=opts,

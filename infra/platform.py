@@ -119,6 +119,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                     subnet_id=private_subnets[zone],
                     client_security_group_id=cluster.security_group_id,
                     kms_key_arn=buckets.kms_key_arn,
+                    kms_key_id=buckets.kms_key_id,
                     datasets_bucket=buckets.buckets[lustre.datasets_bucket].name,
                     checkpoints_bucket=buckets.buckets[lustre.checkpoints_bucket].name,
                 ),

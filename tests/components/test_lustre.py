@@ -93,3 +93,24 @@ def test_long_creation_timeouts(monkeypatch) -> None:
 
 def test_no_lustre_without_config(plans) -> None:
     assert not plans("inference").by_type(FS)
+
+
+def test_key_policy_admits_this_file_systems_s3_role_for_the_linked_buckets(plans) -> None:
+    import json
+
+    plan = plans("pretrain")
+    policy_resource = plan.one("aws:kms/keyPolicy:KeyPolicy", "lustre-key-policy")
+    assert policy_resource["inputs"]["keyId"] == "storage-s3-key-id"
+    statements = {s["Sid"]: s for s in json.loads(policy_resource["inputs"]["policy"])["Statement"]}
+    assert statements["EnableIamPolicies"]["Principal"] == {"AWS": "arn:aws:iam::000000000000:root"}
+    fsx = statements["FsxS3AccessThroughS3"]
+    assert fsx["Principal"]["AWS"].endswith(
+        "s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_lustre-fs-id"
+    )
+    assert fsx["Condition"]["StringEquals"]["kms:ViaService"] == "s3.us-east-1.amazonaws.com"
+    assert fsx["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"] == [
+        "arn:aws:s3:::acme-llm-pretrain-datasets",
+        "arn:aws:s3:::acme-llm-pretrain-checkpoints",
+    ]
+    for dra in plan.by_type(DRA):
+        assert policy_resource["urn"] in dra["dependencies"]

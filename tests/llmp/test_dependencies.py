@@ -63,6 +63,11 @@ ORDERING_EDGES = {
         "",
     ): "a NAT gateway needs the internet route of its subnet",
     (
+        "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation",
+        "aws:kms/keyPolicy:KeyPolicy",
+        "",
+    ): "an association imports through the FSx role the key policy must admit first",
+    (
         "kubernetes:helm.sh/v3:Release",
         "aws:eks/nodeGroup:NodeGroup",
         "-system",
