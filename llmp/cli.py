@@ -48,11 +48,23 @@ def synth(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the plan as JSON on stdout (no tree).")
     ] = False,
+    policy: Annotated[
+        bool,
+        typer.Option(
+            "--policy",
+            help="Then run the policy pack on the plan (exit 1 on a mandatory violation).",
+        ),
+    ] = False,
+    policy_config: Annotated[
+        Path | None,
+        typer.Option("--policy-config", help="CrossGuard policy-config JSON for --policy."),
+    ] = None,
 ) -> None:
     """Run the Pulumi program under the mock runtime: no CLI, no credentials, no network.
 
     Prints the resource tree and counts per type, writes out/STACK/plan.json
     (secrets redacted) and every Kubernetes object to out/STACK/manifests/.
+    With --policy, evaluates the policy pack on the plan like `llmp policy`.
     """
     from infra.config import ConfigError
     from llmp.synth import StackNotFound, SynthError, synthesize_stack, write_plan
@@ -63,9 +75,15 @@ def synth(
         raise _fail(str(exc), EXIT_BAD_INPUT) from None
     except SynthError as exc:
         raise _fail(f"synth failed: {exc}", EXIT_FAILED) from None
-    target = write_plan(plan, out_dir)
+    try:
+        target = write_plan(plan, out_dir)
+    except OSError as exc:
+        raise _fail(f"cannot write {out_dir}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+    overrides = _policy_overrides(policy_config) if policy else None
     if as_json:
         sys.stdout.write(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
+        if policy:
+            _run_policy(plan.to_dict(), overrides, as_json=False, stack_file=config, to=err)
         return
     _print_tree(plan.resources, plan.stack)
     _print_counts(plan.resources)
@@ -81,6 +99,151 @@ def synth(
     out.print(
         f"wrote {target / 'plan.json'} and {len(plan.manifests())} manifests", highlight=False
     )
+    if policy:
+        _run_policy(plan.to_dict(), overrides, as_json=False, stack_file=config, to=out)
+
+
+@app.command("policy")
+def policy_command(
+    plan_file: Annotated[
+        Path | None,
+        typer.Argument(help="A plan.json written by `llmp synth` (out/STACK/plan.json)."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the violations as a JSON list (no table).")
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="CrossGuard policy-config JSON, e.g. "
+            '{"s3-access-logging": "disabled", "gpu-budget": {"gpu-budget-usd-per-hour": 900}}; '
+            "applied over the defaults and what the plan's stack file implies.",
+        ),
+    ] = None,
+    write_config: Annotated[
+        str | None,
+        typer.Option(
+            "--write-config",
+            metavar="STACK",
+            help="Instead of evaluating a plan, write the policy config STACK's stack file "
+            "implies (GPU budget, FSx node pool; merged with --config) to --to, for "
+            "`pulumi preview --policy-pack policies --policy-pack-config FILE`.",
+        ),
+    ] = None,
+    to: Annotated[
+        Path | None,
+        typer.Option(
+            "--to", help="Where --write-config writes (default out/STACK/policy-config.json)."
+        ),
+    ] = None,
+) -> None:
+    """Evaluate the CrossGuard policy pack (policies/) in-process against a plan.
+
+    Every rule gets the arguments CrossGuard gives it during `pulumi preview`.
+    Exit 0: no mandatory violation (advisory ones are listed); 1: a mandatory
+    violation; 2: bad input (missing, unreadable or malformed plan or config).
+    """
+    overrides = _policy_overrides(config)
+    if write_config is not None:
+        _write_policy_config(write_config, overrides, to)
+        return
+    if plan_file is None:
+        raise _fail(
+            "name a plan file (llmp synth STACK writes out/STACK/plan.json)", EXIT_BAD_INPUT
+        )
+    from llmp.policy import PlanError, load_plan
+
+    try:
+        plan = load_plan(plan_file)
+    except PlanError as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    _run_policy(plan, overrides, as_json=as_json, stack_file=None, to=out)
+
+
+def _policy_overrides(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    from llmp.policy import PolicyConfigError, load_policy_config
+
+    try:
+        return load_policy_config(path)
+    except PolicyConfigError as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
+
+
+def _write_policy_config(stack: str, overrides: dict[str, Any] | None, to: Path | None) -> None:
+    from infra.config import ConfigError
+    from llmp.policy import stack_policy_config
+    from llmp.synth import stack_file
+    from policies.config import merge
+
+    if not stack_file(stack).exists():
+        raise _fail(f"no stack file {stack_file(stack).name} for stack {stack}", EXIT_BAD_INPUT)
+    try:
+        implied = stack_policy_config(stack)
+    except ConfigError as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    target = to or Path("out") / stack / "policy-config.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(merge(implied, overrides), indent=2, sort_keys=True) + "\n")
+    out.print(f"wrote {target}", highlight=False)
+
+
+def _run_policy(
+    plan: dict[str, Any],
+    overrides: dict[str, Any] | None,
+    *,
+    as_json: bool,
+    stack_file: Path | None,
+    to: Console,
+) -> None:
+    from infra.config import ConfigError
+    from llmp.policy import PlanError, PolicyConfigError, evaluate, failed, stack_policy_config
+    from policies.config import merge
+
+    try:
+        if stack_file is not None:
+            implied = stack_policy_config(str(plan.get("stack")), stack_file)
+            violations = evaluate(plan, merge(implied, overrides), stack_config=False)
+        else:
+            violations = evaluate(plan, overrides)
+    except (PlanError, PolicyConfigError, ConfigError) as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    if as_json:
+        sys.stdout.write(json.dumps([v.to_dict() for v in violations], indent=2) + "\n")
+    else:
+        _print_violations(violations, str(plan.get("stack", "")), to)
+    if failed(violations):
+        raise typer.Exit(EXIT_FAILED)
+
+
+_LEVEL_STYLE = {"mandatory": "bold red", "advisory": "yellow"}
+
+
+def _print_violations(violations: list[Any], stack: str, to: Console) -> None:
+    from rich.text import Text
+
+    counts = Counter(v.level for v in violations)
+    summary = (
+        f"policy: {counts.get('mandatory', 0)} mandatory, {counts.get('advisory', 0)} advisory"
+    )
+    if not violations:
+        to.print(f"{summary} violations in {stack or 'the plan'}", highlight=False)
+        return
+    table = Table(title=f"policy violations in {stack or 'the plan'}")
+    for column in ("rule", "resource", "message", "level"):
+        table.add_column(column, overflow="fold")
+    order = {"mandatory": 0, "advisory": 1}
+    for v in sorted(violations, key=lambda v: (order.get(v.level, 2), v.rule, v.resource)):
+        table.add_row(
+            Text(v.rule),
+            Text(v.resource),
+            Text(v.message),
+            Text(v.level, style=_LEVEL_STYLE.get(v.level, "")),
+        )
+    to.print(table)
+    to.print(summary, highlight=False)
 
 
 def _print_tree(resources: list[dict[str, Any]], stack: str) -> None:

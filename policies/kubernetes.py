@@ -1,0 +1,263 @@
+"""Kubernetes workloads: GPU limits, pinned images, serving health, no privileged pods,
+quotas on every namespace.
+
+Pod specs are found in every workload kind the platform runs: Pod, Deployment,
+StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, JobSet, LeaderWorkerSet and
+Kubeflow's PyTorchJob. A **serving** workload is one in namespace `serving`,
+or one with a label whose value is `serving` (on the object or its pod
+template).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pulumi_policy import (
+    ResourceValidationArgs,
+    StackValidationArgs,
+)
+
+from policies.props import Report, get, is_map, items, known, of_type, plain
+
+ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
+GPU_TAINTS = ("nvidia.com/gpu", "aws.amazon.com/neuron")
+GPU_NODE_LABELS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "llm-platform/accelerator")
+NAMESPACE = "kubernetes:core/v1:Namespace"
+RESOURCE_QUOTA = "kubernetes:core/v1:ResourceQuota"
+PDB_TYPES = (
+    "kubernetes:policy/v1:PodDisruptionBudget",
+    "kubernetes:policy/v1beta1:PodDisruptionBudget",
+)
+SERVING = "serving"
+REPLICATED = ("Deployment", "StatefulSet", "ReplicaSet", "LeaderWorkerSet")
+DEFAULT_ALLOWED_DAEMONSETS = [
+    "kube-system/aws-node",
+    "kube-system/kube-proxy",
+    "kube-system/eks-pod-identity-agent",
+    "kube-system/ebs-csi-node",
+    "kube-system/fsx-csi-node",
+    "kube-system/s3-csi-node",
+    "kube-system/mountpoint-s3-csi-node",
+    "kube-system/aws-efa-k8s-device-plugin",
+    "kube-system/nvidia-device-plugin-daemonset",
+    "kube-system/neuron-device-plugin-daemonset",
+    "gpu-operator/nvidia-dcgm-exporter",
+    "gpu-operator/nvidia-device-plugin-daemonset",
+    "monitoring/node-exporter",
+]
+
+
+def kind_of(args_type: str, props: Any) -> str:
+    kind = get(props, "kind")
+    return kind if isinstance(kind, str) else args_type.rsplit(":", 1)[-1]
+
+
+def pod_templates(kind: str, props: Any) -> list[tuple[dict[str, str], Mapping[str, Any]]]:
+    """(pod labels, pod spec) of every pod template a workload declares."""
+    spec = get(props, "spec")
+    templates: list[Any] = []
+    if kind == "Pod":
+        return [(_labels(get(props, "metadata")), spec)] if is_map(spec) else []
+    if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
+        templates = [get(spec, "template")]
+    elif kind == "CronJob":
+        templates = [get(spec, "jobTemplate", "spec", "template")]
+    elif kind == "JobSet":
+        templates = [
+            get(job, "template", "spec", "template") for job in items(get(spec, "replicatedJobs"))
+        ]
+    elif kind == "LeaderWorkerSet":
+        lws = get(spec, "leaderWorkerTemplate")
+        templates = [get(lws, "leaderTemplate"), get(lws, "workerTemplate")]
+    elif kind in ("PyTorchJob", "MPIJob", "TFJob"):
+        replica_specs = get(spec, f"{kind[:-3].lower()}ReplicaSpecs") or get(
+            spec, "pytorchReplicaSpecs"
+        )
+        if is_map(replica_specs):
+            templates = [get(replica_specs[k], "template") for k in replica_specs]
+    return [
+        (_labels(get(t, "metadata")), get(t, "spec"))
+        for t in templates
+        if is_map(t) and is_map(get(t, "spec"))
+    ]
+
+
+def _labels(metadata: Any) -> dict[str, str]:
+    labels = get(metadata, "labels")
+    return {k: labels[k] for k in labels} if is_map(labels) else {}
+
+
+def _containers(pod: Any, *, init: bool = True) -> list[Any]:
+    keys = ("containers", "initContainers") if init else ("containers",)
+    return [c for key in keys for c in items(get(pod, key)) if is_map(c)]
+
+
+def _namespace(props: Any) -> str:
+    return get(props, "metadata", "namespace") or "default"
+
+
+def _workload(args: ResourceValidationArgs) -> tuple[str, list[tuple[dict[str, str], Any]]]:
+    if not args.resource_type.startswith("kubernetes:"):
+        return "", []
+    kind = kind_of(args.resource_type, args.props)
+    return kind, pod_templates(kind, args.props)
+
+
+def _accelerators(container: Any, section: str) -> set[str]:
+    values = get(container, "resources", section)
+    return {r for r in ACCELERATOR_RESOURCES if is_map(values) and r in list(values)}
+
+
+def _targets_gpu_nodes(pod: Any) -> bool:
+    tolerations = items(get(pod, "tolerations"))
+    if any(get(t, "key") in GPU_TAINTS for t in tolerations):
+        return True
+    selector = get(pod, "nodeSelector")
+    return is_map(selector) and any(k in GPU_NODE_LABELS for k in selector)
+
+
+def k8s_gpu_limits(args: ResourceValidationArgs, report: Report) -> None:
+    """GPU containers declare accelerator limits (nvidia.com/gpu, aws.amazon.com/neuron);
+    a pod that targets GPU nodes must ask for at least one accelerator."""
+    kind, pods = _workload(args)
+    for _, pod in pods:
+        limited = False
+        for container in _containers(pod):
+            requested = _accelerators(container, "requests")
+            limits = _accelerators(container, "limits")
+            limited = limited or bool(limits)
+            for resource in sorted(requested - limits):
+                report(
+                    f"container {get(container, 'name')} requests {resource} without a limit; "
+                    "extended resources are set as limits"
+                )
+        if not limited and kind != "DaemonSet" and _targets_gpu_nodes(pod):
+            report(
+                "the pod targets GPU nodes (toleration or node selector) but no container "
+                "has an nvidia.com/gpu or aws.amazon.com/neuron limit"
+            )
+
+
+def image_problem(image: Any) -> str | None:
+    if not isinstance(image, str) or not image:
+        return "no image"
+    if "@sha256:" in image:
+        return None
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return f"image {image} has no tag (means latest)"
+    if last.rsplit(":", 1)[-1] == "latest":
+        return f"image {image} uses the latest tag"
+    return None
+
+
+def k8s_image_pinned(args: ResourceValidationArgs, report: Report) -> None:
+    """Container images are pinned by tag or digest, never `latest`."""
+    _, pods = _workload(args)
+    for _, pod in pods:
+        for container in _containers(pod):
+            problem = image_problem(get(container, "image"))
+            if problem:
+                report(f"container {get(container, 'name')}: {problem}; pin a version or digest")
+
+
+def is_serving(props: Any, pod_labels: Mapping[str, str]) -> bool:
+    if _namespace(props) == SERVING:
+        return True
+    labels = {**_labels(get(props, "metadata")), **pod_labels}
+    return SERVING in labels.values()
+
+
+def k8s_serving_probes(args: ResourceValidationArgs, report: Report) -> None:
+    """Serving containers have readiness and liveness probes."""
+    _, pods = _workload(args)
+    for labels, pod in pods:
+        if not is_serving(args.props, labels):
+            continue
+        for container in _containers(pod, init=False):
+            missing = [p for p in ("readinessProbe", "livenessProbe") if get(container, p) is None]
+            if missing:
+                report(f"serving container {get(container, 'name')} lacks {', '.join(missing)}")
+
+
+def _selects(selector: Any, labels: Mapping[str, str]) -> bool:
+    if not is_map(selector):
+        return False
+    match = get(selector, "matchLabels") or {}
+    if any(labels.get(k) != match[k] for k in match):
+        return False
+    for expression in items(get(selector, "matchExpressions")):
+        key, op = get(expression, "key"), get(expression, "operator")
+        values = set(items(get(expression, "values")))
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and labels.get(key) in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def k8s_serving_pdb(args: StackValidationArgs, report: Report) -> None:
+    """Every replicated serving workload has a PodDisruptionBudget that selects its pods."""
+    budgets = []
+    for pdb in of_type(args.resources, *PDB_TYPES):
+        props = known(lambda p=pdb: plain(p.props), None)
+        if props is not None:
+            budgets.append((_namespace(props), get(props, "spec", "selector")))
+    for r in args.resources:
+        if not r.resource_type.startswith("kubernetes:"):
+            continue
+        props = known(lambda r=r: plain(r.props), None)
+        if props is None:
+            continue
+        kind = kind_of(r.resource_type, props)
+        if kind not in REPLICATED:
+            continue
+        for labels, _ in pod_templates(kind, props):
+            if not is_serving(props, labels):
+                continue
+            ns = _namespace(props)
+            if not any(ns == b_ns and _selects(sel, labels) for b_ns, sel in budgets):
+                report(
+                    f"serving {kind} {get(props, 'metadata', 'name') or r.name} in {ns} has no "
+                    "PodDisruptionBudget selecting its pods",
+                    r.urn,
+                )
+
+
+def _allowed(args: ResourceValidationArgs) -> set[str]:
+    configured = args.get_config().get("allowed-daemonsets")
+    return set(DEFAULT_ALLOWED_DAEMONSETS if configured is None else configured)
+
+
+def k8s_no_privileged(args: ResourceValidationArgs, report: Report) -> None:
+    """No privileged containers or host namespaces, except allow-listed system DaemonSets."""
+    kind, pods = _workload(args)
+    if not pods:
+        return
+    name = get(args.props, "metadata", "name") or args.name
+    if kind == "DaemonSet" and f"{_namespace(args.props)}/{name}" in _allowed(args):
+        return
+    for _, pod in pods:
+        for flag in ("hostNetwork", "hostPID", "hostIPC"):
+            if get(pod, flag) is True:
+                report(f"{kind} {name} sets {flag}: not allowed outside system DaemonSets")
+        for container in _containers(pod):
+            if get(container, "securityContext", "privileged") is True:
+                report(f"container {get(container, 'name')} of {kind} {name} is privileged")
+
+
+def k8s_namespace_quota(args: StackValidationArgs, report: Report) -> None:
+    """Every namespace the stack creates has a ResourceQuota (no tenant takes every GPU)."""
+    quotas = of_type(args.resources, RESOURCE_QUOTA)
+    named = {known(lambda q=q: _namespace(q.props), None) for q in quotas}
+    for ns in of_type(args.resources, NAMESPACE):
+        name = known(lambda ns=ns: get(ns.props, "metadata", "name"), None) or ns.name
+        # A quota names its namespace, or takes it from the Namespace (a dependency).
+        linked = any(any(d.urn == ns.urn for d in q.dependencies) for q in quotas)
+        if name not in named and not linked:
+            report(f"namespace {name} has no ResourceQuota", ns.urn)

@@ -1,0 +1,68 @@
+"""Policy tests start from a real stack's plan, deep-copied, with one thing changed."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from llmp.policy import Violation, evaluate
+
+Plan = dict[str, Any]
+
+
+@pytest.fixture
+def plan(plans) -> Callable[..., Plan]:
+    """plan("pretrain") -> a private deep copy of that stack's plan dict."""
+    return lambda stack="pretrain": copy.deepcopy(plans(stack).to_dict())
+
+
+def res(plan: Plan, name: str, type_: str | None = None) -> dict[str, Any]:
+    found = [
+        r for r in plan["resources"] if r["name"] == name and (type_ is None or r["type"] == type_)
+    ]
+    assert len(found) == 1, f"{len(found)} resources named {name}"
+    return found[0]
+
+
+def inputs(plan: Plan, name: str, type_: str | None = None) -> dict[str, Any]:
+    return res(plan, name, type_)["inputs"]
+
+
+def hits(plan: Plan, rule: str, config: dict[str, Any] | None = None) -> list[Violation]:
+    """The violations of one rule (no stack-file config: tests say what they configure)."""
+    return evaluate(plan, config, stack_config=False, only=[rule])
+
+
+def names(violations: list[Violation]) -> set[str]:
+    return {v.resource for v in violations}
+
+
+def add(plan: Plan, type_: str, name: str, inputs_: dict[str, Any], **extra: Any) -> dict:
+    """Append a resource as `llmp synth` would record it (on the stack's default provider)."""
+    stack = plan["stack"]
+    provider = None
+    if type_.startswith("aws:"):
+        provider = f"urn:pulumi:{stack}::llm-platform::pulumi:providers:aws::aws"
+    elif type_.startswith("kubernetes:"):
+        provider = next(r["urn"] for r in plan["resources"] if r["type"].endswith(":kubernetes"))
+    r = {
+        "urn": f"urn:pulumi:{stack}::llm-platform::{type_}::{name}",
+        "type": type_,
+        "name": name,
+        "parent": None,
+        "custom": True,
+        "provider": provider,
+        "inputs": inputs_,
+        "dependencies": [],
+        **extra,
+    }
+    plan["resources"].append(r)
+    return r
+
+
+def set_policy(r: dict[str, Any], key: str, document: dict[str, Any]) -> None:
+    r["inputs"][key] = json.dumps(document)

@@ -1,0 +1,67 @@
+"""FSx for Lustre rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.policies.conftest import hits, inputs, names, res
+
+FS = "lustre-fs"
+FS_TYPE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+
+
+@pytest.mark.parametrize("stack", ["pretrain", "finetune"])
+@pytest.mark.parametrize("rule", ["fsx-persistent-2", "fsx-kms-key", "fsx-backups"])
+def test_fsx_rule_is_quiet_on_the_stacks(plan, stack: str, rule: str) -> None:
+    assert hits(plan(stack), rule) == []
+
+
+def test_persistent_2_fires_on_scratch(plan) -> None:
+    p = plan()
+    inputs(p, FS, FS_TYPE)["deploymentType"] = "SCRATCH_2"
+    assert names(hits(p, "fsx-persistent-2")) == {FS}
+
+
+def test_kms_key_fires_without_a_key(plan) -> None:
+    p = plan()
+    del inputs(p, FS, FS_TYPE)["kmsKeyId"]
+    assert names(hits(p, "fsx-kms-key")) == {FS}
+
+
+def test_backups_fire_without_retention_or_final_backup(plan) -> None:
+    p = plan()
+    inputs(p, FS, FS_TYPE)["automaticBackupRetentionDays"] = 0
+    inputs(p, FS, FS_TYPE)["skipFinalBackup"] = True
+    assert len(hits(p, "fsx-backups")) == 2
+
+
+def _move_fs_to(p: dict, zone: str) -> None:
+    fs = res(p, FS, FS_TYPE)
+    subnet = res(p, f"network-private-{zone}", "aws:ec2/subnet:Subnet")["urn"]
+    fs["dependencies"] = [d for d in fs["dependencies"] if "Subnet::" not in d] + [subnet]
+    fs["inputs"]["subnetIds"] = f"network-private-{zone}-id"
+
+
+@pytest.mark.parametrize("config", [None, {"fsx-in-gpu-pool-az": {"node-pool": "h100"}}])
+def test_pool_az_is_quiet_when_beside_its_pool(plan, config) -> None:
+    assert hits(plan(), "fsx-in-gpu-pool-az", config) == []
+
+
+def test_pool_az_fires_when_the_file_system_moves_away(plan) -> None:
+    p = plan()
+    _move_fs_to(p, "us-east-1b")
+    config = {"fsx-in-gpu-pool-az": {"node-pool": "h100"}}
+    found = hits(p, "fsx-in-gpu-pool-az", config)
+    assert names(found) == {FS}
+    assert "us-east-1b" in found[0].message and "us-east-1a" in found[0].message
+    # Without a configured pool: no accelerated node group runs in us-east-1b either.
+    assert names(hits(p, "fsx-in-gpu-pool-az")) == {FS}
+
+
+def test_pool_az_compares_with_the_configured_pool(plan) -> None:
+    p = plan("finetune")  # FSx beside h100 (us-west-2a); a100-spot runs in us-west-2b
+    assert hits(p, "fsx-in-gpu-pool-az", {"fsx-in-gpu-pool-az": {"node-pool": "h100"}}) == []
+    found = hits(p, "fsx-in-gpu-pool-az", {"fsx-in-gpu-pool-az": {"node-pool": "a100-spot"}})
+    assert names(found) == {FS}
+    found = hits(p, "fsx-in-gpu-pool-az", {"fsx-in-gpu-pool-az": {"node-pool": "nope"}})
+    assert "no node group is labelled" in found[0].message
