@@ -58,7 +58,6 @@ def fsx_key_policy(key_arn: str, file_system_id: str, buckets: list[str]) -> str
                         "kms:Decrypt",
                         "kms:ReEncrypt*",
                         "kms:GenerateDataKey*",
-                        "kms:DescribeKey",
                     ],
                     "Resource": "*",
                     "Condition": {

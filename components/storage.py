@@ -171,13 +171,7 @@ class Storage(pulumi.ComponentResource):
             bucket=on_bucket,
             rules=[
                 aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
-                    apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
-                        sse_algorithm="aws:kms", kms_master_key_id=key_arn
-                    )
-                    if key_arn is not None
-                    else aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
-                        sse_algorithm="AES256"
-                    ),
+                    apply_server_side_encryption_by_default=_sse_default(key_arn),
                     # Bucket keys cut KMS requests (and their cost) by orders of magnitude.
                     bucket_key_enabled=key_arn is not None,
                 )
@@ -310,6 +304,16 @@ class Storage(pulumi.ComponentResource):
                     depends_on=[v for v in (source.versioning, replica.versioning) if v],
                 ),
             )
+
+
+def _sse_default(
+    key_arn: pulumi.Input[str] | None,
+) -> aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs:
+    """SSE-KMS with `key_arn`, or SSE-S3 (AES256) when there is no key."""
+    args = aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs
+    if key_arn is None:
+        return args(sse_algorithm="AES256")
+    return args(sse_algorithm="aws:kms", kms_master_key_id=key_arn)
 
 
 def replication_policy(

@@ -1,7 +1,9 @@
 """StorageVolumes: the Kubernetes side of storage, CSI drivers and the volumes workloads claim.
 
 Owns:
-- the workload namespaces that get a volume, with Pod Security labels;
+- the workload namespaces that get a volume, with Pod Security labels, each
+  with a `ResourceQuota` and a `LimitRange` (container defaults) sized by
+  `StorageVolumesArgs.namespace_quota`;
 - FSx for Lustre: the `aws-fsx-csi-driver` Helm chart (pinned in the
   catalog) and, per namespace, a static PersistentVolume of the file system
   pre-bound to a `fsx-lustre` claim;
@@ -33,7 +35,7 @@ inherit them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -42,6 +44,7 @@ import pulumi_kubernetes as k8s
 
 from infra.catalog import catalog
 from workloads import volumes
+from workloads.volumes import NamespaceQuota
 
 FSX_CHART = "aws-fsx-csi-driver"
 S3_ADDON = "aws-mountpoint-s3-csi-driver"
@@ -83,6 +86,8 @@ class StorageVolumesArgs:
     """None: no Mountpoint driver and no model-weights volumes."""
     wait_for: list[pulumi.Resource]
     """What the driver pods need first (the node groups they run on)."""
+    namespace_quota: NamespaceQuota = field(default_factory=NamespaceQuota)
+    """Quota and container defaults of every namespace; the same for all of them for now."""
 
 
 def fsx_driver_values() -> dict[str, Any]:
@@ -187,6 +192,23 @@ class StorageVolumes(pulumi.ComponentResource):
             ns: k8s.core.v1.Namespace(f"{name}-ns-{ns}", volumes.namespace(ns), opts=child)
             for ns in dict.fromkeys(wanted)
         }
+        accelerators = sorted({k.resource for k in catalog().accelerator_kinds.values()})
+        for ns, namespace in namespaces.items():
+            # In the namespace through data (its name output): created after it, deleted before.
+            k8s.core.v1.ResourceQuota(
+                f"{name}-quota-{ns}",
+                volumes.resource_quota(
+                    namespace=namespace.metadata.name,
+                    quota=args.namespace_quota,
+                    accelerator_resources=accelerators,
+                ),
+                opts=child,
+            )
+            k8s.core.v1.LimitRange(
+                f"{name}-limits-{ns}",
+                volumes.limit_range(namespace=namespace.metadata.name, quota=args.namespace_quota),
+                opts=child,
+            )
 
         if lustre is not None:
             chart = catalog().charts[FSX_CHART]

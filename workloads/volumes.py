@@ -16,21 +16,34 @@ namespace's claim through `claimRef`, and the claim names its PV in
 provisioner away from both. The reclaim policy is `Retain`: deleting a claim
 never touches the data.
 
+Every namespace also gets a `ResourceQuota` (accelerators, CPU, memory,
+claims) and a `LimitRange` whose container defaults give every container
+requests and limits: with a CPU or memory quota, Kubernetes refuses a pod
+that declares none, so the defaults keep unconfigured sidecars admissible.
+
 Pure functions: they return the `*Args` that the component hands to
 `pulumi_kubernetes`, and the tests read them without a Pulumi runtime.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import pulumi
 from pulumi_kubernetes.core.v1 import (
     CSIPersistentVolumeSourceArgs,
+    LimitRangeInitArgs,
+    LimitRangeItemArgs,
+    LimitRangeSpecArgs,
     NamespaceInitArgs,
     ObjectReferenceArgs,
     PersistentVolumeClaimInitArgs,
     PersistentVolumeClaimSpecArgs,
     PersistentVolumeInitArgs,
     PersistentVolumeSpecArgs,
+    ResourceQuotaInitArgs,
+    ResourceQuotaSpecArgs,
     VolumeResourceRequirementsArgs,
 )
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
@@ -60,6 +73,69 @@ POD_SECURITY = {
 def namespace(name: str) -> NamespaceInitArgs:
     """A workload namespace with Pod Security admission labels."""
     return NamespaceInitArgs(metadata=ObjectMetaArgs(name=name, labels={**PART_OF, **POD_SECURITY}))
+
+
+NAMESPACE_QUOTA = "llmp-quota"
+"""Name of the ResourceQuota in every workload namespace."""
+NAMESPACE_LIMITS = "llmp-limits"
+"""Name of the LimitRange in every workload namespace."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamespaceQuota:
+    """What one workload namespace may request, and the defaults of a container that says nothing.
+
+    The defaults fit the largest stack (pretrain: 32 x p5.48xlarge, i.e. 256
+    GPUs, 6,144 vCPUs, 64 TiB), so they cap nothing the node pools could
+    run; per-tenant quotas replace them.
+    """
+
+    accelerators: int = 256
+    """Hard cap of `requests.<resource>` for every accelerator resource (nvidia.com/gpu, ...)."""
+    cpu: str = "8192"
+    """Hard cap of `requests.cpu`."""
+    memory: str = "64Ti"
+    """Hard cap of `requests.memory`."""
+    persistent_volume_claims: int = 32
+    default_request_cpu: str = "250m"
+    default_request_memory: str = "512Mi"
+    default_limit_cpu: str = "2"
+    default_limit_memory: str = "4Gi"
+
+
+def resource_quota(
+    *, namespace: pulumi.Input[str], quota: NamespaceQuota, accelerator_resources: Iterable[str]
+) -> ResourceQuotaInitArgs:
+    """The namespace's hard caps: accelerators, CPU and memory requests, claims."""
+    hard = {f"requests.{r}": str(quota.accelerators) for r in sorted(set(accelerator_resources))}
+    hard |= {
+        "requests.cpu": quota.cpu,
+        "requests.memory": quota.memory,
+        "persistentvolumeclaims": str(quota.persistent_volume_claims),
+    }
+    return ResourceQuotaInitArgs(
+        metadata=ObjectMetaArgs(name=NAMESPACE_QUOTA, namespace=namespace, labels=PART_OF),
+        spec=ResourceQuotaSpecArgs(hard=hard),
+    )
+
+
+def limit_range(*, namespace: pulumi.Input[str], quota: NamespaceQuota) -> LimitRangeInitArgs:
+    """Default requests and limits of a container that declares none."""
+    return LimitRangeInitArgs(
+        metadata=ObjectMetaArgs(name=NAMESPACE_LIMITS, namespace=namespace, labels=PART_OF),
+        spec=LimitRangeSpecArgs(
+            limits=[
+                LimitRangeItemArgs(
+                    type="Container",
+                    default_request={
+                        "cpu": quota.default_request_cpu,
+                        "memory": quota.default_request_memory,
+                    },
+                    default={"cpu": quota.default_limit_cpu, "memory": quota.default_limit_memory},
+                )
+            ]
+        ),
+    )
 
 
 def lustre_volume_name(namespace: str) -> str:

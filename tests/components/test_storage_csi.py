@@ -15,12 +15,17 @@ from typing import Any
 
 import pytest
 
+from components.storage_csi import NamespaceQuota
 from infra.catalog import catalog
+from infra.config import load_config
 from llmp.synth import Plan, run_program
+from tests.conftest import STACKS, raw_stack
 
 NAMESPACE = "kubernetes:core/v1:Namespace"
 PV = "kubernetes:core/v1:PersistentVolume"
 PVC = "kubernetes:core/v1:PersistentVolumeClaim"
+QUOTA = "kubernetes:core/v1:ResourceQuota"
+LIMITS = "kubernetes:core/v1:LimitRange"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 ADDON = "aws:eks/addon:Addon"
 ROLE = "aws:iam/role:Role"
@@ -38,6 +43,7 @@ import pulumi_kubernetes as k8s
 from components.storage_csi import (
     LustreVolume,
     ModelWeightsVolume,
+    NamespaceQuota,
     StorageVolumes,
     StorageVolumesArgs,
 )
@@ -49,6 +55,7 @@ nodes = aws.ec2.Vpc(
 )
 lustre = {lustre}
 weights = {weights}
+quota = {quota}
 StorageVolumes(
     "storage",
     StorageVolumesArgs(
@@ -57,6 +64,7 @@ StorageVolumes(
         lustre=LustreVolume(**lustre) if lustre else None,
         model_weights=ModelWeightsVolume(**weights) if weights else None,
         wait_for=[nodes],
+        **({{"namespace_quota": NamespaceQuota(**quota)}} if quota else {{}}),
     ),
     opts=pulumi.ResourceOptions(providers=[aws_provider, k8s_provider]),
 )
@@ -84,9 +92,12 @@ def _run(
     lustre: dict[str, Any] | None = LUSTRE,
     weights: dict[str, Any] | None = WEIGHTS,
     version: str = "1.35",
+    quota: dict[str, Any] | None = None,
 ) -> Plan:
     directory.mkdir(parents=True, exist_ok=True)
-    source = _PROGRAM.format(region=REGION, lustre=lustre, weights=weights, version=version)
+    source = _PROGRAM.format(
+        region=REGION, lustre=lustre, weights=weights, version=version, quota=quota
+    )
     (directory / "__main__.py").write_text(textwrap.dedent(source))
     return run_program("test", REGION, directory)
 
@@ -126,6 +137,76 @@ def test_one_namespace_per_distinct_name_with_pod_security_labels(plan: Plan) ->
         assert labels["pod-security.kubernetes.io/warn"] == "restricted"
         assert labels["pod-security.kubernetes.io/audit"] == "restricted"
         assert labels["app.kubernetes.io/part-of"] == "llm-platform"
+
+
+def test_every_namespace_has_a_quota_and_container_defaults(plan: Plan) -> None:
+    namespaces = _by_k8s_name(plan, NAMESPACE)
+    quotas = _by_k8s_name(plan, QUOTA)
+    limits = _by_k8s_name(plan, LIMITS)
+    names = {ns for _, ns in namespaces}
+    assert set(quotas) == {(ns, "llmp-quota") for ns in names}
+    assert set(limits) == {(ns, "llmp-limits") for ns in names}
+    default = NamespaceQuota()
+    for ns in names:
+        namespace_urn = namespaces[(None, ns)]["urn"]
+        quota, limit = quotas[(ns, "llmp-quota")], limits[(ns, "llmp-limits")]
+        # In the namespace through data: created after it, deleted before it.
+        assert namespace_urn in quota["dependencies"]
+        assert namespace_urn in limit["dependencies"]
+        assert quota["inputs"]["metadata"]["labels"] == {
+            "app.kubernetes.io/part-of": "llm-platform"
+        }
+        assert quota["inputs"]["spec"]["hard"] == {
+            "requests.nvidia.com/gpu": str(default.accelerators),
+            "requests.aws.amazon.com/neuron": str(default.accelerators),
+            "requests.cpu": default.cpu,
+            "requests.memory": default.memory,
+            "persistentvolumeclaims": str(default.persistent_volume_claims),
+        }
+        (item,) = limit["inputs"]["spec"]["limits"]
+        assert item == {
+            "type": "Container",
+            "defaultRequest": {
+                "cpu": default.default_request_cpu,
+                "memory": default.default_request_memory,
+            },
+            "default": {"cpu": default.default_limit_cpu, "memory": default.default_limit_memory},
+        }
+
+
+def test_every_accelerator_resource_of_the_catalog_is_capped(plan: Plan) -> None:
+    (quota, *_) = plan.by_type(QUOTA)
+    hard = quota["inputs"]["spec"]["hard"]
+    for kind in catalog().accelerator_kinds.values():
+        assert f"requests.{kind.resource}" in hard
+
+
+def test_namespace_quota_is_an_argument(variant) -> None:
+    plan = variant(
+        weights=None,
+        quota={"accelerators": 16, "cpu": "512", "memory": "4Ti", "persistent_volume_claims": 4},
+    )
+    for r in plan.by_type(QUOTA):
+        hard = r["inputs"]["spec"]["hard"]
+        assert hard["requests.nvidia.com/gpu"] == "16"
+        assert (hard["requests.cpu"], hard["requests.memory"]) == ("512", "4Ti")
+        assert hard["persistentvolumeclaims"] == "4"
+    assert len(plan.by_type(QUOTA)) == len(plan.by_type(LIMITS)) == 2
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_default_quota_caps_nothing_a_stack_could_run(stack: str) -> None:
+    # Until per-tenant quotas: one namespace may use every node of every pool at its max size.
+    cfg = load_config(raw_stack(stack))
+    instances = [
+        (catalog().instance(pool.instance_type), pool.max_size) for pool in cfg.node_pools.values()
+    ]
+    default = NamespaceQuota()
+    assert sum(t.gpu_count * n for t, n in instances) <= default.accelerators
+    assert sum(t.vcpus * n for t, n in instances) <= int(default.cpu)
+    assert (
+        sum(t.memory_gib * n for t, n in instances) <= int(default.memory.removesuffix("Ti")) * 1024
+    )
 
 
 def test_children_are_named_after_the_component_and_parented_to_it(plan: Plan) -> None:
@@ -310,6 +391,7 @@ def test_without_lustre_there_is_no_fsx_driver_nor_volume(variant) -> None:
     ]
     assert {k[1] for k in _by_k8s_name(plan, NAMESPACE)} == {"serving", "eval"}
     assert {k[1] for k in _by_k8s_name(plan, PVC)} == {"model-weights"}
+    assert {k[0] for k in _by_k8s_name(plan, QUOTA)} == {"serving", "eval"}
 
 
 def test_without_model_weights_there_is_no_mountpoint_driver_nor_iam(variant) -> None:

@@ -113,6 +113,7 @@ def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
     target = write_plan(plans("pretrain"), tmp_path)
     files = sorted((target / "manifests").glob("*.yaml"))
     assert [f.name for f in files] == [
+        "limitrange-training-llmp-limits.yaml",
         "namespace-training.yaml",
         "persistentvolume-fsx-lustre-training.yaml",
         "persistentvolumeclaim-training-fsx-lustre.yaml",
@@ -120,6 +121,7 @@ def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
         "priorityclass-llmp-serving.yaml",
         "priorityclass-llmp-training-critical.yaml",
         "priorityclass-llmp-training.yaml",
+        "resourcequota-training-llmp-quota.yaml",
     ]
     doc = yaml.safe_load((target / "manifests/priorityclass-llmp-serving.yaml").read_text())
     assert doc["apiVersion"] == "scheduling.k8s.io/v1"

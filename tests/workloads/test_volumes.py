@@ -8,10 +8,13 @@ from components.storage_csi import fsx_driver_values, s3_read_policy
 from workloads.volumes import (
     LUSTRE_CLAIM,
     MODEL_WEIGHTS_CLAIM,
+    NamespaceQuota,
+    limit_range,
     lustre_claim,
     lustre_persistent_volume,
     mount_prefix,
     namespace,
+    resource_quota,
     s3_claim,
     s3_mount_options,
     s3_persistent_volume,
@@ -119,3 +122,37 @@ def test_fsx_node_plugin_tolerates_only_accelerator_taints_and_not_ready_grace()
     assert keys == {"nvidia.com/gpu", "aws.amazon.com/neuron", None}
     (grace,) = [t for t in tolerations if "key" not in t]
     assert grace == {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+
+
+def test_resource_quota_caps_accelerators_cpu_memory_and_claims() -> None:
+    quota = NamespaceQuota(accelerators=8, cpu="96", memory="1Ti", persistent_volume_claims=3)
+    args = resource_quota(
+        namespace="training",
+        quota=quota,
+        accelerator_resources=["nvidia.com/gpu", "aws.amazon.com/neuron", "nvidia.com/gpu"],
+    )
+    assert (args.metadata.namespace, args.metadata.name) == ("training", "llmp-quota")
+    assert args.spec.hard == {
+        "requests.aws.amazon.com/neuron": "8",
+        "requests.nvidia.com/gpu": "8",
+        "requests.cpu": "96",
+        "requests.memory": "1Ti",
+        "persistentvolumeclaims": "3",
+    }
+    # Kubernetes quantities are strings; extended resources only take `requests.` quotas.
+    assert all(isinstance(v, str) for v in args.spec.hard.values())
+
+
+def test_limit_range_gives_containers_default_requests_and_limits() -> None:
+    args = limit_range(namespace="serving", quota=NamespaceQuota())
+    assert (args.metadata.namespace, args.metadata.name) == ("serving", "llmp-limits")
+    (item,) = args.spec.limits
+    assert item.type == "Container"
+    assert item.default_request == {"cpu": "250m", "memory": "512Mi"}
+    assert item.default == {"cpu": "2", "memory": "4Gi"}
+
+
+def test_namespace_quota_defaults_are_replaceable_one_field_at_a_time() -> None:
+    quota = NamespaceQuota(accelerators=64)
+    assert quota.accelerators == 64
+    assert quota.cpu == NamespaceQuota().cpu

@@ -1,0 +1,1 @@
+"""Platform checks checkov loads with `--external-checks-dir` (see test_checkov.py)."""

@@ -1,0 +1,179 @@
+"""checkov's Kubernetes framework over the rendered manifests of every stack: nothing fails.
+
+The manifests are written exactly as `llmp synth` writes them (`write_plan`),
+and checkov runs once per stack in a subprocess, offline:
+
+- `checkov_offline.py` cuts the network (checkov asks PyPI for updates on
+  import, whatever its flags) and reports any attempt as `NETWORK-ATTEMPT`;
+- `--skip-download` and `BC_SKIP_MAPPING=TRUE` skip every Prisma Cloud call,
+  and no API key reaches it (BC_*, PRISMA_*, CKV_* are dropped from its
+  environment);
+- it runs in an empty directory, so no `.checkov.yaml` is picked up.
+
+Checkov's bundled Kubernetes checks all target workloads, RBAC and PSPs; the
+platform's own checks (`checkov_checks/`) cover the kinds it renders today.
+Skips come only from `checkov-skips.yaml` at the repository root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llmp.synth import REPO_ROOT, write_plan
+from tests.conftest import STACKS
+
+HERE = Path(__file__).resolve().parent
+RUNNER = HERE / "checkov_offline.py"
+PLATFORM_CHECKS = HERE / "checkov_checks"
+SKIPS_FILE = REPO_ROOT / "checkov-skips.yaml"
+TIMEOUT_S = 180
+
+# Passed checks per stack: 9 objects carry the part-of label, plus one
+# Namespace, PersistentVolume, ResourceQuota and LimitRange check each.
+EXPECTED_PASSED = {"pretrain": 13, "finetune": 13, "inference": 13}
+
+
+def load_skips() -> list[dict[str, str]]:
+    skips = yaml.safe_load(SKIPS_FILE.read_text()) or []
+    assert isinstance(skips, list)
+    for entry in skips:
+        assert set(entry) == {"id", "reason"}, entry
+        assert str(entry["reason"]).strip(), f"{entry['id']}: a skip needs a reason"
+    ids = [e["id"] for e in skips]
+    assert len(ids) == len(set(ids)), "duplicate ids in checkov-skips.yaml"
+    return skips
+
+
+def _env() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("BC_", "PRISMA_", "CKV_", "CHECKOV_"))
+    }
+    env.update({"BC_SKIP_MAPPING": "TRUE", "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def run_checkov(directory: Path, workdir: Path) -> tuple[list[dict[str, Any]], str]:
+    """checkov's JSON reports (one per framework) and its stderr."""
+    args = [
+        sys.executable,
+        str(RUNNER),
+        "--directory",
+        str(directory),
+        "--framework",
+        "kubernetes",
+        "--output",
+        "json",
+        "--skip-download",
+        "--external-checks-dir",
+        str(PLATFORM_CHECKS),
+    ]
+    skip_ids = [e["id"] for e in load_skips()]
+    if skip_ids:
+        args += ["--skip-check", ",".join(skip_ids)]
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        args,
+        cwd=workdir,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert "NETWORK-ATTEMPT" not in proc.stderr, proc.stderr
+    # 0: nothing failed; 1: failed checks (reported below); anything else: a crash.
+    assert proc.returncode in (0, 1), proc.stderr[-4000:]
+    data = json.loads(proc.stdout)
+    return (data if isinstance(data, list) else [data]), proc.stderr
+
+
+def _kubernetes_report(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    for report in reports:
+        if report.get("check_type") == "kubernetes":
+            return report
+    # checkov prints a bare summary when it found nothing to check.
+    (summary,) = reports
+    return {"check_type": "kubernetes", "results": {}, "summary": summary}
+
+
+@pytest.fixture(scope="module")
+def checkov_report(
+    plans, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], dict[str, Any]]:
+    """checkov_report("pretrain") -> checkov's kubernetes report of that stack (run once)."""
+    cache: dict[str, dict[str, Any]] = {}
+
+    def get(stack: str) -> dict[str, Any]:
+        if stack not in cache:
+            root = tmp_path_factory.mktemp(f"checkov-{stack}")
+            target = write_plan(plans(stack), root / "out")
+            reports, _ = run_checkov(target / "manifests", root / "work")
+            cache[stack] = _kubernetes_report(reports)
+        return cache[stack]
+
+    return get
+
+
+def test_skips_file_lists_each_skip_once_with_a_reason() -> None:
+    for entry in load_skips():
+        assert str(entry["id"]).startswith("CKV"), entry
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_check_fails_on_the_rendered_manifests(plans, checkov_report, stack: str) -> None:
+    report = checkov_report(stack)
+    summary = report["summary"]
+    failed = [
+        f"{c['check_id']} {c['resource']}: {c['check_name']}"
+        for c in report["results"].get("failed_checks", [])
+    ]
+    assert failed == []
+    assert summary["failed"] == 0
+    assert summary["parsing_errors"] == 0
+    assert summary["passed"] == EXPECTED_PASSED[stack]
+    assert summary["resource_count"] == len(plans(stack).manifests())
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_skip_comes_from_the_skips_file(checkov_report, stack: str) -> None:
+    allowed = {e["id"] for e in load_skips()}
+    skipped = {c["check_id"] for c in checkov_report(stack)["results"].get("skipped_checks", [])}
+    assert skipped <= allowed
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_platform_checks_ran(checkov_report, stack: str) -> None:
+    passed = {c["check_id"] for c in checkov_report(stack)["results"].get("passed_checks", [])}
+    assert {f"CKV_LLMP_{i}" for i in range(1, 6)} <= passed
+
+
+def test_bundled_checks_run_offline_and_catch_a_bad_pod(tmp_path: Path) -> None:
+    # The harness itself: a Pod in the default namespace, no limits, privileged.
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "canary"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "busybox", "securityContext": {"privileged": True}}
+            ]
+        },
+    }
+    (manifests / "pod.yaml").write_text(yaml.safe_dump(pod))
+    report = _kubernetes_report(run_checkov(manifests, tmp_path / "work")[0])
+    failed = {c["check_id"] for c in report["results"]["failed_checks"]}
+    # Default namespace, privileged container, no CPU limits.
+    assert {"CKV_K8S_21", "CKV_K8S_16", "CKV_K8S_11"} <= failed

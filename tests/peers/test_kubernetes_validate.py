@@ -1,0 +1,70 @@
+"""Every core Kubernetes object of every stack validates against the cluster version's schema.
+
+kubernetes-validate bundles the OpenAPI-derived JSON schemas of Kubernetes
+1.25-1.37; strict mode refuses unknown fields, so a typo in a manifest (or a
+field a newer Kubernetes added) fails here rather than at `pulumi up`. The
+version is the stack's `cluster.version` (the catalog's EKS default when the
+stack leaves it out). Custom resources have no bundled schema: they are
+counted and skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from kubernetes_validate import utils as kv_utils
+from kubernetes_validate.utils import SchemaNotFoundError
+
+from infra.config import load_config
+from tests.conftest import STACKS, raw_stack
+
+# Objects validated and custom resources skipped, per stack. Adding an object
+# changes these on purpose: update them with the manifest.
+EXPECTED = {
+    "pretrain": {"checked": 9, "custom": 0},
+    "finetune": {"checked": 9, "custom": 0},
+    "inference": {"checked": 9, "custom": 0},
+}
+
+
+def _validate(manifests: list[dict[str, Any]], version: str) -> tuple[int, int, list[str]]:
+    checked, custom, errors = 0, 0, []
+    for manifest in manifests:
+        name = f"{manifest['kind']}/{manifest.get('metadata', {}).get('name')}"
+        try:
+            used = kubernetes_validate.validate(manifest, version, strict=True)
+        except SchemaNotFoundError:
+            custom += 1
+            continue
+        except kubernetes_validate.ValidationError as exc:
+            path = "/".join(str(p) for p in exc.path)
+            errors.append(f"{name}: {path}: {exc.message}")
+        else:
+            assert used == version, f"{name}: validated against {used}, not {version}"
+        checked += 1
+    return checked, custom, errors
+
+
+def test_the_bundled_schemas_cover_every_stack_version() -> None:
+    bundled = {kv_utils.major_minor(v) for v in kv_utils.all_versions()}
+    for stack in STACKS:
+        assert load_config(raw_stack(stack)).cluster.version in bundled, stack
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_core_manifests_validate_strictly(plans, stack: str) -> None:
+    version = load_config(raw_stack(stack)).cluster.version
+    checked, custom, errors = _validate(plans(stack).manifests(), version)
+    assert errors == []
+    assert {"checked": checked, "custom": custom} == EXPECTED[stack]
+
+
+def test_strict_mode_refuses_unknown_fields_and_custom_resources_are_skipped() -> None:
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}
+    typo = {**namespace, "spec": {"finalizer": ["kubernetes"]}}
+    crd = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {}}
+    checked, custom, errors = _validate([namespace, typo, crd], "1.35")
+    assert (checked, custom) == (2, 1)
+    assert len(errors) == 1 and "finalizer" in errors[0]
