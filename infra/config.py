@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import reprlib
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -55,11 +56,78 @@ class ConfigError(Exception):
     def key(self) -> str:
         if self.path and self.path[0] == "region":
             return REGION_KEY
-        return f"{NAMESPACE}:" + ".".join(str(p) for p in self.path)
+        return f"{NAMESPACE}:" + ".".join(_clip(str(p), _MAX_KEY_PART) for p in self.path)
 
     def __str__(self) -> str:
-        value = "<missing>" if self.value is _MISSING else repr(self.value)
-        return f"config error: {self.key} = {value}: {self.expected}"
+        value = "<missing>" if self.value is _MISSING else _show(self.value)
+        expected = _clip(self.expected, _MAX_EXPECTED)
+        return _one_line_text(f"config error: {self.key} = {value}: {expected}")
+
+
+class StackFileError(ConfigError):
+    """A stack file that cannot be read as one: `config error: FILE: what is wrong`."""
+
+    def __init__(self, file: str, problem: str):
+        self.file = file
+        super().__init__((), _MISSING, problem)
+
+    def __str__(self) -> str:
+        return _one_line_text(f"config error: {_clip(self.file, 300)}: {self.expected}")
+
+
+# Bounds that keep an error one readable line, whatever the config holds.
+_MAX_VALUE = 200
+_MAX_KEY_PART = 64
+_MAX_EXPECTED = 1000
+
+
+class _Repr(reprlib.Repr):
+    """reprlib's bounds, but maps keep the order they were written in."""
+
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        items = [
+            f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+            for k, v in list(x.items())[: self.maxdict]
+        ]
+        if len(x) > self.maxdict:
+            items.append("...")
+        return "{" + ", ".join(items) + "}"
+
+
+_REPR = _Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _MAX_VALUE
+_REPR.maxother = _MAX_VALUE
+_REPR.maxlong = 60
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _show(value: Any) -> str:
+    """A bounded repr: huge, deep or odd values (10**5000, [[[...]]]) stay short and safe."""
+    if value is SECRET_VALUE:
+        return "[secret]"
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # a repr that raises (ValueError for ints over 4300 digits, ...)
+        if isinstance(value, int):
+            text = f"<integer of about {int(value.bit_length() * 0.30103)} digits>"
+        else:
+            text = f"<{type(value).__name__}>"
+    return _clip(text, _MAX_VALUE)
+
+
+def _one_line_text(text: str) -> str:
+    """Escape line breaks and other unprintable characters (keys and values may hold them)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 class FieldError(ValueError):
@@ -73,10 +141,13 @@ class FieldError(ValueError):
 
 
 _MISSING = object()
+SECRET_VALUE: Any = object()
+"""Stands in for the value of a secret key in an error message."""
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are no sizes or prices: they would poison every sum of the cost model.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _sorted_names(names: Iterable[str]) -> str:
@@ -817,15 +888,29 @@ class PlatformConfig(_Section):
 # ---------------------------------------------------------------------------
 
 
-def load_config(raw: Mapping[str, Any]) -> PlatformConfig:
+def load_config(raw: Mapping[str, Any], secret_keys: Iterable[str] = ()) -> PlatformConfig:
     """Validate a flat Pulumi config map (`{"llm-platform:network": {...}, "aws:region": ...}`).
 
     Values may be objects (a stack file read as YAML) or JSON strings (what the
-    Pulumi engine hands the program). Raises ConfigError.
+    Pulumi engine hands the program). Raises ConfigError. The values of
+    `secret_keys` (decrypted secrets) never appear in an error message.
     """
+    if not isinstance(raw, Mapping):
+        raise ConfigError((), raw, "the stack config must be a map of key: value")
     data: dict[str, Any] = {}
+    secrets = set(secret_keys)
     prefix = f"{NAMESPACE}:"
     for key, value in raw.items():
+        if not isinstance(key, str):
+            continue  # not a Pulumi config key; load_stack_file names it
+        if _is_secure(value) and (key.startswith(prefix) or key == REGION_KEY):
+            path = ("region",) if key == REGION_KEY else (key[len(prefix) :],)
+            raise ConfigError(
+                path,
+                SECRET_VALUE,
+                f"is encrypted (secure:); {NAMESPACE} keys and {REGION_KEY} hold no secrets: "
+                "set the value in plain text",
+            )
         if key.startswith(prefix):
             data[key[len(prefix) :]] = _decode(value)
     if "region" in data:
@@ -835,20 +920,66 @@ def load_config(raw: Mapping[str, Any]) -> PlatformConfig:
     try:
         return PlatformConfig.model_validate(data)
     except ValidationError as exc:
-        raise _one_line(exc) from None
+        raise _redact(_one_line(exc), raw, secrets) from None
+    except RecursionError:  # input nested past what pydantic walks
+        raise ConfigError((), _MISSING, "nested too deeply to be a stack config") from None
 
 
 def load_stack_file(path: str) -> dict[str, Any]:
-    """Read the `config:` map of a Pulumi stack file."""
+    """Read the `config:` map of a Pulumi stack file.
+
+    Raises StackFileError (a ConfigError: one line naming the file) when the
+    file cannot be read, is not UTF-8 YAML, or is not a map with a `config:` map.
+    """
     import yaml
 
     from infra.catalog import YAML_LOADER
 
-    with open(path) as fh:
-        doc = yaml.load(fh, Loader=YAML_LOADER) or {}
-    if not isinstance(doc, dict) or not isinstance(doc.get("config", {}), dict):
-        raise ConfigError(("config",), None, f"{path} must be a mapping with a `config:` map")
-    return dict(doc.get("config") or {})
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise StackFileError(path, f"cannot read it: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a path with a NUL byte
+        raise StackFileError(repr(path), f"not a file name: {exc}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise StackFileError(
+            path, f"not UTF-8 text (line {line}, column {column}: byte 0x{data[exc.start]:02x})"
+        ) from None
+    try:
+        doc = yaml.load(text, Loader=YAML_LOADER)
+    except yaml.MarkedYAMLError as exc:
+        where = ""
+        if exc.problem_mark is not None:
+            mark = exc.problem_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}: "
+        raise StackFileError(path, f"not valid YAML ({where}{exc.problem or exc})") from None
+    except yaml.YAMLError as exc:
+        raise StackFileError(path, f"not valid YAML ({exc})") from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # Constructors that give up: an integer of over 4300 digits, nesting too deep.
+        raise StackFileError(path, f"not valid YAML ({type(exc).__name__}: {exc})") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise StackFileError(
+            path, f"must be a map with a `config:` map, not {_kind(doc)} at the top level"
+        )
+    config = doc.get("config")
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise StackFileError(path, f"`config:` must be a map of key: value, not {_kind(config)}")
+    for key in config:
+        if not isinstance(key, str):
+            raise StackFileError(
+                path, f"config key {_show(key)} is not a string like llm-platform:network"
+            )
+    return dict(config)
 
 
 def from_pulumi() -> PlatformConfig:
@@ -856,14 +987,64 @@ def from_pulumi() -> PlatformConfig:
     from pulumi.runtime import config as runtime_config
 
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    return load_config(raw)
+    secret_keys = {k for k in raw if runtime_config.is_config_secret(k)}
+    secret_keys.update(runtime_config.get_config_secret_keys_env())
+    return load_config(raw, secret_keys)
+
+
+def _kind(value: Any) -> str:
+    names = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _is_secure(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"secure"}
+
+
+def _redact(error: ConfigError, raw: Mapping[str, Any], secret_keys: set[str]) -> ConfigError:
+    """Keep decrypted secrets out of the message: the value, and any text of it in `expected`."""
+    present = [k for k in secret_keys if isinstance(k, str) and k in raw]
+    if not present:
+        return error
+    prefix = f"{NAMESPACE}:"
+    top = error.path[0] if error.path else None
+    for key in present:
+        name = "region" if key == REGION_KEY else key.removeprefix(prefix)
+        if (key.startswith(prefix) or key == REGION_KEY) and top == name:
+            error.value = SECRET_VALUE
+    texts: set[str] = set()
+    for key in present:
+        _strings(raw[key], texts)
+        _strings(_decode(raw[key]), texts)
+    for text in sorted(texts, key=len, reverse=True):
+        if len(text) >= 4:
+            error.expected = error.expected.replace(text, "[secret]")
+    if isinstance(error.value, str) and error.value in texts:
+        error.value = SECRET_VALUE
+    return error
+
+
+def _strings(value: Any, out: set[str], depth: int = 0) -> None:
+    if depth > 20:
+        return
+    if isinstance(value, str):
+        out.add(value)
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _strings(k, out, depth + 1)
+            _strings(v, out, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _strings(v, out, depth + 1)
+    elif value is not None and not isinstance(value, bool):
+        out.add(str(value))
 
 
 def _decode(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or JSON nested past the parser
             return value
     return value
 
@@ -896,19 +1077,24 @@ def _one_line(exc: ValidationError) -> ConfigError:
 def _known_keys(path: tuple[str | int, ...]) -> list[str]:
     model: Any = PlatformConfig
     for part in path:
-        fields: dict[str, FieldInfo] = getattr(model, "model_fields", {})
-        if part in fields:
-            model = _model_of(fields[str(part)].annotation)
-        elif get_origin(model) is dict:
+        fields: dict[str, FieldInfo] = (
+            getattr(model, "model_fields", {}) if _is_model(model) else {}
+        )
+        if isinstance(part, str) and part in fields:
+            model = _model_of(fields[part].annotation)
+        elif get_origin(model) is dict and get_args(model):
             model = _model_of(get_args(model)[1])
+        elif get_origin(model) is list and get_args(model) and isinstance(part, int):
+            model = _model_of(get_args(model)[0])
         else:
             return []
-    fields = getattr(model, "model_fields", {})
-    return [k for k in fields if not (model is PlatformConfig and k == "region")]
+    if not _is_model(model):
+        return []
+    return [k for k in model.model_fields if not (model is PlatformConfig and k == "region")]
 
 
 def _model_of(annotation: Any) -> Any:
-    if get_origin(annotation) is dict:
+    if get_origin(annotation) in (dict, list):
         return annotation
     for arg in get_args(annotation) or (annotation,):
         if isinstance(arg, type) and issubclass(arg, BaseModel):

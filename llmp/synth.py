@@ -15,8 +15,10 @@ Secrets are redacted before anything is recorded. Provider look-ups
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import json
+import re
 import runpy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -244,9 +246,19 @@ def engine_config(raw: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
             secret_keys.append(key)
         elif isinstance(value, str):
             config[key] = value
+        elif isinstance(value, datetime.date):
+            config[key] = value.isoformat()  # YAML dates reach a program as their text
         else:
-            config[key] = json.dumps(value)
+            config[key] = json.dumps(value, default=_json_default)
     return config, secret_keys
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return str(value)
 
 
 def synthesize(stack: str, raw_config: Mapping[str, Any], program_dir: Path = PROGRAM_DIR) -> Plan:
@@ -297,11 +309,29 @@ def _lookup_message(tokens: list[str]) -> str:
     )
 
 
+_STACK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
+
+
 def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:
+    """Synthesize `stack` from its stack file (or `config_file`).
+
+    Raises StackNotFound for a stack name that is not one or has no file,
+    ConfigError for a file that cannot be read or holds bad config, SynthError
+    when the program fails.
+    """
     from infra.config import load_stack_file
 
+    if not _STACK_NAME.fullmatch(stack):
+        # The name becomes a file name (stacks/Pulumi.STACK.yaml, out/STACK/): no paths.
+        raise StackNotFound(
+            f"not a stack name: {stack!r}; stack names take letters, digits, '-', '_' and '.'"
+        )
     path = config_file or stack_file(stack)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, ValueError):
+        exists = False
+    if not exists:
         known = sorted(p.name.split(".")[1] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
         shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
         raise StackNotFound(

@@ -176,13 +176,17 @@ class ExpectedFileSystem:
 def load_plan_file(path: Path) -> dict[str, Any]:
     """Read and validate a plan.json; PlanError (one line) when it is not one."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"plan {path} is not UTF-8 text (byte {exc.start})") from None
     try:
         plan = json.loads(text)
     except ValueError as exc:
         raise PlanError(f"plan {path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise PlanError(f"plan {path} is nested too deeply to be a plan") from None
     validate_plan(plan, str(path))
     return plan
 
