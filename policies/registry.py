@@ -164,3 +164,12 @@ RULES: list[Rule] = [
 
 BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 assert len(BY_NAME) == len(RULES), "rule names must be unique"
+
+
+def rules_reference() -> str:
+    """A Markdown table of every rule (the README embeds it; a test keeps it in sync)."""
+    rows = ["| rule | domain | level | checks |", "|---|---|---|---|"]
+    for rule in RULES:
+        checks = rule.description.replace("|", "\\|")
+        rows.append(f"| `{rule.name}` | {rule.domain} | {rule.level} | {checks} |")
+    return "\n".join(rows) + "\n"

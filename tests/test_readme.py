@@ -29,3 +29,11 @@ def test_readme_leads_with_the_two_commands() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (REPO_ROOT / ".ci/run").read_text()
     assert "make test" in ci
+
+
+def test_policy_rule_table_matches_the_registry() -> None:
+    from policies.registry import rules_reference
+
+    match = re.search(r"<!-- policy-rules:start -->\n(.*?)<!-- policy-rules:end -->", README, re.S)
+    assert match, "README lacks the policy-rules markers"
+    assert match.group(1) == rules_reference()
