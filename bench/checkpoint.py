@@ -1,0 +1,146 @@
+"""Checkpoint stall, synchronous vs asynchronous, and resume time (prints; asserts nothing).
+
+Runs the real entry point (`workloads.training.train`) as 2 CPU ranks (gloo,
+ZeRO-3, loopback only) on a model whose checkpoint is >= 200 MB across both
+ranks, once with `async_save: false` and once with `async_save: true`, and
+reads the stalls from the JSON event log. Then it resumes the async run's last
+checkpoint (same world size) and reports the load time.
+
+    .venv/bin/python bench/checkpoint.py [--steps 6] [--interval 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from workloads.training.data import write_synthetic_shards  # noqa: E402
+
+
+def launch(
+    work: Path, cfg: dict[str, Any], world: int, extra: list[str]
+) -> tuple[list[dict[str, Any]], float]:
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "job.json").write_text(json.dumps(cfg))
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "DS_ACCELERATOR": "cpu",
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHONUNBUFFERED": "1",
+    }
+    store = work / f"store-{time.monotonic_ns()}"
+    procs = []
+    t0 = time.perf_counter()
+    try:
+        for rank in range(world):
+            cmd = [
+                sys.executable,
+                "-m",
+                "workloads.training.train",
+                "--config",
+                str(work / "job.json"),
+                "--rank",
+                str(rank),
+                "--world-size",
+                str(world),
+                "--init-method",
+                f"file://{store}",
+                *extra,
+            ]
+            with (
+                open(work / f"rank{rank}.out", "wb") as out,
+                open(work / f"rank{rank}.err", "wb") as err,
+            ):
+                procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err))
+        codes = [p.wait(timeout=900) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if codes != [0] * world:
+        raise SystemExit(f"ranks exited {codes}; see {work}/rank*.err")
+    events = [
+        json.loads(line)
+        for line in (work / "rank0.out").read_text().splitlines()
+        if line.startswith("{")
+    ]
+    return events, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--interval", type=int, default=2)
+    ap.add_argument("--d-model", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=8192)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as tmpdir:
+        tmp = Path(tmpdir)
+        write_synthetic_shards(tmp / "data", 1, 50_000, args.vocab)
+        model = {
+            "vocab_size": args.vocab,
+            "seq_len": 64,
+            "n_layer": args.layers,
+            "n_head": 8,
+            "d_model": args.d_model,
+        }
+        stalls: dict[str, list[float]] = {}
+        size = 0
+        for mode in ("sync", "async"):
+            cfg = {
+                "model": model,
+                "data": {"path": str(tmp / "data")},
+                "checkpoint": {
+                    "dir": str(tmp / mode / "ckpt"),
+                    "interval_steps": args.interval,
+                    "keep_last": 2,
+                    "async_save": mode == "async",
+                },
+                "max_steps": args.steps,
+                "micro_batch_size": 2,
+                "zero_stage": 3,
+                "bf16": False,
+                "optimizer": "torch",
+            }
+            events, _ = launch(tmp / mode, cfg, 2, [])
+            stalls[mode] = [e["stall_s"] for e in events if e["event"] == "checkpoint_saved"]
+            size = max(e["bytes"] for e in events if e["event"] == "checkpoint_published")
+            steps = [
+                e["step_time_max_s"]
+                for e in events
+                if e["event"] == "step" and e["ckpt_stall_s"] == 0
+            ]
+            print(
+                f"{mode:5s} checkpoint: {size / 1e6:.0f} MB on 2 ranks; stall per ckpt (s): "
+                f"{', '.join(f'{s:.3f}' for s in stalls[mode])}; median step without checkpoint "
+                f"{sorted(steps)[len(steps) // 2]:.3f} s"
+            )
+        mean = {m: sum(v) / len(v) for m, v in stalls.items()}
+        print(
+            f"async/sync mean stall: {mean['async']:.3f} s / {mean['sync']:.3f} s = "
+            f"{100 * mean['async'] / mean['sync']:.1f}% (target <= 10%)"
+        )
+        events, wall = launch(tmp / "async", {**cfg}, 2, ["--max-steps", str(args.steps)])
+        resume = next(e for e in events if e["event"] == "resume")
+        print(
+            f"resume of {size / 1e6:.0f} MB at 2 ranks: load_checkpoint {resume['load_s']:.3f} s; "
+            f"process start to exit {wall:.1f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""Unit tests: DeepSpeed config validation, checkpoint selection/retention, the data stream."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from workloads.training import checkpointing as ckpt
+from workloads.training.data import TokenShards, micro_batch_start, write_synthetic_shards
+from workloads.training.ds_config import (
+    CheckpointConfig,
+    DataConfig,
+    JobConfig,
+    build_ds_config,
+    validate_ds_config,
+)
+from workloads.training.model import GPT, ModelConfig, param_count
+
+
+def job(**over: object) -> JobConfig:
+    return JobConfig.model_validate(
+        {"data": {"path": "/fsx/d"}, "checkpoint": {"dir": "/fsx/c"}, **over}
+    )
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+@pytest.mark.parametrize("offload", [False, True])
+def test_every_stage_and_offload_validates_in_deepspeed(stage: int, offload: bool) -> None:
+    cfg = build_ds_config(
+        job(zero_stage=stage, offload_optimizer=offload, gradient_accumulation_steps=4)
+    )
+    ds = validate_ds_config(cfg)
+    assert ds.zero_optimization_stage == stage
+    assert ds.gradient_accumulation_steps == 4 and ds.bfloat16_config.enabled
+    if offload:
+        assert cfg["zero_optimization"]["offload_optimizer"] == {
+            "device": "cpu",
+            "pin_memory": True,
+        }
+        assert ds.zero_config.offload_optimizer.pin_memory
+
+
+def test_typo_inside_a_section_fails_fast() -> None:
+    with pytest.raises(ValueError, match="offload_optimiser"):
+        validate_ds_config(
+            build_ds_config(job(extra_ds={"zero_optimization": {"offload_optimiser": {}}}))
+        )
+
+
+def test_typo_at_top_level_fails_fast() -> None:
+    with pytest.raises(ValueError, match="gradient_acumulation_steps"):
+        validate_ds_config(build_ds_config(job(extra_ds={"gradient_acumulation_steps": 2})))
+
+
+def test_bad_value_fails_fast() -> None:
+    with pytest.raises(ValueError):
+        validate_ds_config(
+            build_ds_config(
+                job(extra_ds={"zero_optimization": {"offload_optimizer": {"device": "gpu"}}})
+            )
+        )
+
+
+def test_job_config_rejects_unknown_fields_and_bad_shapes() -> None:
+    with pytest.raises(ValueError):
+        job(zero_stagee=2)
+    with pytest.raises(ValueError):
+        ModelConfig(d_model=30, n_head=4)
+
+
+def test_peak_tflops_from_catalog() -> None:
+    assert job(instance_type="p5.48xlarge").peak_tflops() == 989
+    assert job(instance_type="p5.48xlarge", peak_tflops_per_device=100).peak_tflops() == 100
+
+
+def test_param_count_matches_module() -> None:
+    cfg = ModelConfig()
+    model = GPT(cfg)
+    assert (
+        param_count(cfg)
+        == sum(p.numel() for p in model.parameters()) - model.pos_emb.weight.numel()
+    )
+
+
+def _fake(root: Path, step: int, world: int = 2) -> ckpt.Checkpoint:
+    tmp = root / ckpt.tmp_tag(step)
+    tmp.mkdir(parents=True)
+    for r in range(world):
+        (tmp / f"zero_pp_rank_{r}_optim_states.pt").write_bytes(os.urandom(100 + step))
+    return ckpt.publish(root, step, {"world_size": world})
+
+
+def test_select_newest_complete_and_skip_damaged(tmp_path: Path) -> None:
+    for s in (10, 20, 30):
+        _fake(tmp_path, s)
+    assert (tmp_path / "latest").read_text() == "step-30"
+    os.truncate(tmp_path / "step-30" / "zero_pp_rank_1_optim_states.pt", 5)
+    (tmp_path / "step-20" / "zero_pp_rank_0_optim_states.pt").write_bytes(
+        b"x" * 1000
+    )  # grew: also damaged
+    (tmp_path / "tmp-step-40").mkdir()
+    (tmp_path / "step-50").mkdir()  # final name but no marker
+    chosen = ckpt.select_resume(tmp_path)
+    assert chosen is not None and chosen.step == 10 and chosen.world_size == 2
+
+
+def test_missing_shard_and_corrupt_manifest_are_rejected(tmp_path: Path) -> None:
+    a, b = _fake(tmp_path, 1), _fake(tmp_path, 2)
+    (b.path / "zero_pp_rank_0_optim_states.pt").unlink()
+    assert ckpt.select_resume(tmp_path) == ckpt.read_complete(a.path)
+    (a.path / ckpt.MANIFEST).write_text("{not json")
+    assert ckpt.select_resume(tmp_path) is None
+
+
+def test_prune_keeps_last_k_and_removes_stale_partials(tmp_path: Path) -> None:
+    for s in (1, 2, 3, 4):
+        _fake(tmp_path, s)
+    (tmp_path / "tmp-step-2").mkdir()
+    (tmp_path / "universal-step-1").mkdir()
+    ckpt.prune(tmp_path, keep_last=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-3", "step-4"]
+
+
+def test_snapshot_is_a_deep_copy_preserving_types() -> None:
+    t = torch.ones(3)
+    state = {"a": t, "shape": torch.Size([3]), "nested": [t, (t,)]}
+    snap = ckpt.snapshot(state)
+    t.add_(1)
+    assert torch.equal(snap["a"], torch.ones(3)) and type(snap["shape"]) is torch.Size
+    assert snap["nested"][0] is snap["a"]  # one copy per tensor
+
+
+def test_stream_is_independent_of_world_size(tmp_path: Path) -> None:
+    write_synthetic_shards(tmp_path, n_shards=3, tokens_per_shard=2000, vocab=100)
+    data = TokenShards(tmp_path, seq_len=16)
+    assert data.batch(0, 4).shape == (4, 17)
+    # 2 ranks x micro 2 x accum 1 covers the same global samples as 1 rank x micro 2 x accum 2.
+    two = [micro_batch_start(8, 0, r, 2, 2) for r in range(2)]
+    one = [micro_batch_start(8, k, 0, 1, 2) for k in range(2)]
+    assert two == one == [8, 10]
+    # An epoch visits every window once (the affine order is a bijection).
+    seen = {tuple(data.sample(g)) for g in range(data.n_windows)}
+    assert len(seen) == len(
+        {tuple(data.sample(g)) for g in range(data.n_windows, 2 * data.n_windows)}
+    )
+    assert torch.equal(
+        data.batch(5, 3), TokenShards(tmp_path, seq_len=16).batch(5, 3)
+    )  # deterministic
+
+
+def test_unused_config_types_are_exported() -> None:
+    assert DataConfig(path="p").bin_dtype == "uint16" and CheckpointConfig(dir="d").keep_last == 3

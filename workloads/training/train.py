@@ -1,0 +1,329 @@
+"""Training entry point: `python -m workloads.training.train --config job.{json,yaml}`.
+
+One process per rank. Rank and world come from the usual torchrun variables
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or from
+`--rank/--world-size/--init-method`; tests pass `file://` init methods because a
+TCPStore server listens on every interface, and tests must bind only loopback.
+
+stdout carries JSON lines from rank 0 only (`event`: start, resume, step,
+checkpoint_saved, checkpoint_published, exit), so log shipping can parse them.
+
+Stopping: SIGTERM (spot reclaim gives two minutes; Kubernetes sends it to one pod
+at a time) only sets a flag. Every step all ranks exchange their flags with the
+step times, so the *whole* job agrees on the same step to checkpoint and exits 0
+together; a rank that exited alone would hang the others in the next collective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+import deepspeed
+import torch.distributed as dist
+
+from workloads.training import checkpointing as ckpt
+from workloads.training.data import TokenShards, micro_batch_start
+from workloads.training.ds_config import (
+    JobConfig,
+    build_ds_config,
+    load_job_config,
+    validate_ds_config,
+)
+from workloads.training.model import GPT, flops_per_token
+
+
+def emit(event: str, **fields: Any) -> None:
+    if dist.get_rank() == 0:
+        print(json.dumps({"event": event, **fields}), flush=True)
+
+
+class Stop:
+    """SIGTERM only raises a flag: the loop decides, collectively, where to stop."""
+
+    requested = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: FrameType | None) -> None:
+        cls.requested = True
+
+
+def _init_distributed(args: argparse.Namespace) -> tuple[int, int, torch.device]:
+    rank = int(args.rank if args.rank is not None else os.environ.get("RANK", 0))
+    world = int(args.world_size if args.world_size is not None else os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    # DeepSpeed reads these in places of its own; keep them consistent with the flags.
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank))
+    # Initialise torch.distributed ourselves so that any init method (file://, tcp://, env://)
+    # works; DeepSpeed then adopts the existing process group instead of doing MPI discovery.
+    dist.init_process_group(
+        backend, init_method=args.init_method or "env://", rank=rank, world_size=world
+    )
+    deepspeed.init_distributed(dist_backend=backend)
+    return rank, world, device
+
+
+class Checkpointer:
+    """Saves through DeepSpeed, then seals and publishes once every rank is durable."""
+
+    def __init__(self, engine: Any, job: JobConfig, world: int) -> None:
+        self.engine = engine
+        self.job = job
+        self.world = world
+        self.root = Path(job.checkpoint.dir)
+        self.async_engine: ckpt.AsyncCheckpointEngine | None = None
+        if job.checkpoint.async_save:
+            self.async_engine = ckpt.AsyncCheckpointEngine()
+            engine.checkpoint_engine = self.async_engine
+        else:
+            engine.checkpoint_engine = ckpt.SyncCheckpointEngine()
+        self.in_flight: tuple[int, float] | None = None  # (step, save start)
+        self.last_saved = -1
+
+    def local_done(self) -> bool:
+        return self.async_engine is None or not self.async_engine.pending()
+
+    def save(self, step: int, client_state: dict[str, Any]) -> float:
+        """Start a checkpoint of `step`; returns the training stall in seconds."""
+        if self.in_flight is not None:
+            self.finish()  # one save in flight at a time: bounded host memory, ordered publication
+        t0 = time.perf_counter()
+        self.engine.save_checkpoint(
+            str(self.root), tag=ckpt.tmp_tag(step), client_state=client_state, save_latest=False
+        )
+        self.in_flight = (step, t0)
+        self.last_saved = step
+        if self.async_engine is None:
+            self.finish()
+        stall = time.perf_counter() - t0
+        emit(
+            "checkpoint_saved",
+            step=step,
+            stall_s=round(stall, 4),
+            mode="async" if self.async_engine else "sync",
+        )
+        return stall
+
+    def finish(self) -> None:
+        """Wait for this rank's writes, agree that all ranks are done, publish (rank 0)."""
+        if self.in_flight is None:
+            return
+        step, t0 = self.in_flight
+        if self.async_engine is not None:
+            self.async_engine.wait()
+        dist.barrier()
+        if dist.get_rank() == 0:
+            meta = {
+                "world_size": self.world,
+                "zero_stage": self.job.zero_stage,
+                "tag": ckpt.tag(step),
+            }
+            c = ckpt.publish(self.root, step, meta)
+            ckpt.prune(self.root, self.job.checkpoint.keep_last)
+            emit(
+                "checkpoint_published",
+                step=step,
+                bytes=c.meta["bytes"],
+                write_s=round(time.perf_counter() - t0, 4),
+            )
+        dist.barrier()
+        self.in_flight = None
+
+
+def _resume_target(job: JobConfig, world: int) -> tuple[ckpt.Checkpoint | None, str | None, bool]:
+    """Rank 0 chooses (so all ranks load the same one) and converts if the world size changed."""
+    choice: list[Any] = [None, None, False]
+    if dist.get_rank() == 0:
+        found = ckpt.select_resume(job.checkpoint.dir)
+        if found is not None:
+            universal = found.world_size != world
+            load_tag = ckpt.to_universal(found) if universal else found.tag
+            choice = [found, load_tag, universal]
+    dist.broadcast_object_list(choice, src=0)
+    return choice[0], choice[1], bool(choice[2])
+
+
+def export_fp32(engine: Any, out: Path, scratch: Path) -> None:
+    """Consolidated fp32 master weights (one state dict) of the running engine, via a
+    scratch checkpoint and DeepSpeed's zero_to_fp32: the same path serving exports use."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    previous, engine.checkpoint_engine = engine.checkpoint_engine, ckpt.SyncCheckpointEngine()
+    engine.save_checkpoint(str(scratch), tag="export", save_latest=False)
+    engine.checkpoint_engine = previous
+    if dist.get_rank() == 0:
+        sd = get_fp32_state_dict_from_zero_checkpoint(str(scratch), tag="export")
+        torch.save({k: v.float().clone() for k, v in sd.items()}, out)
+    dist.barrier()
+
+
+def run(job: JobConfig, args: argparse.Namespace) -> int:
+    rank, world, device = _init_distributed(args)
+    signal.signal(signal.SIGTERM, Stop.handler)
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    torch.manual_seed(job.data.seed)
+
+    resume, load_tag, universal = _resume_target(job, world)
+    ds_cfg = build_ds_config(job, load_universal=universal)
+    validate_ds_config(ds_cfg)
+
+    model = GPT(job.model)
+    optimizer = None
+    if job.optimizer == "torch":
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=job.lr, weight_decay=job.weight_decay, betas=(0.9, 0.95)
+        )
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, model_parameters=model.parameters(), config=ds_cfg
+    )
+    checkpointer = Checkpointer(engine, job, world)
+    data = TokenShards(job.data.path, job.model.seq_len, job.data.bin_dtype, job.data.seed)
+
+    step, consumed = 0, 0
+    emit(
+        "start",
+        world_size=world,
+        zero_stage=job.zero_stage,
+        device=str(device),
+        flops_per_token=flops_per_token(job.model),
+    )
+    if resume is not None:
+        t0 = time.perf_counter()
+        _, client = engine.load_checkpoint(
+            job.checkpoint.dir,
+            tag=load_tag,
+            load_optimizer_states=True,
+            load_lr_scheduler_states=True,
+        )
+        if client is None:
+            raise RuntimeError(
+                f"DeepSpeed could not load checkpoint {load_tag} in {job.checkpoint.dir}"
+            )
+        # Universal checkpoints carry the client state of the step they were converted from.
+        step, consumed = (
+            int(client.get("step", resume.step)),
+            int(client.get("samples_consumed", 0)),
+        )
+        checkpointer.last_saved = step
+        emit(
+            "resume",
+            step=step,
+            tag=load_tag,
+            universal=universal,
+            from_world_size=resume.world_size,
+            load_s=round(time.perf_counter() - t0, 4),
+        )
+
+    if args.export_fp32:
+        export_fp32(engine, Path(args.export_fp32), Path(args.export_fp32).with_suffix(".scratch"))
+
+    peak = job.peak_tflops()
+    fpt = flops_per_token(job.model)
+    micro, accum = job.micro_batch_size, job.gradient_accumulation_steps
+    tokens_per_step = micro * accum * world * job.model.seq_len
+    stop_reason = "max_steps"
+    stall = 0.0
+    while step < job.max_steps:
+        t0 = time.perf_counter()
+        losses = []
+        for k in range(accum):
+            batch = data.batch(micro_batch_start(consumed, k, rank, world, micro), micro).to(device)
+            loss = engine(batch)
+            engine.backward(loss)
+            engine.step()
+            losses.append(float(loss.detach()))
+        consumed += micro * accum * world
+        step += 1
+        if job.step_sleep_s:
+            time.sleep(job.step_sleep_s)
+        dt = time.perf_counter() - t0
+        # One small collective per step carries everything the ranks must agree on.
+        local = torch.tensor(
+            [dt, sum(losses) / accum, float(Stop.requested), float(checkpointer.local_done())]
+        )
+        gathered = [torch.zeros(4) for _ in range(world)]
+        dist.all_gather(gathered, local)
+        g = torch.stack(gathered)
+        times = g[:, 0]
+        slowest = float(times.max())
+        tflops = fpt * tokens_per_step / slowest / world / 1e12
+        emit(
+            "step",
+            step=step,
+            loss=round(float(g[:, 1].mean()), 5),
+            tokens_per_s=round(tokens_per_step / slowest, 1),
+            tflops_per_device=round(tflops, 6),
+            mfu=None if peak is None else round(tflops / peak, 6),
+            step_time_max_s=round(slowest, 4),
+            step_time_min_s=round(float(times.min()), 4),
+            slowest_rank=int(times.argmax()),
+            ckpt_stall_s=round(stall, 4),
+        )
+        stall = 0.0
+        if checkpointer.in_flight is not None and bool(g[:, 3].all()):
+            checkpointer.finish()
+        client_state = {"step": step, "samples_consumed": consumed}
+        if bool(g[:, 2].any()):
+            stop_reason = "sigterm"
+            if job.checkpoint.save_on_sigterm and checkpointer.last_saved != step:
+                checkpointer.save(step, client_state)
+            break
+        if step % job.checkpoint.interval_steps == 0:
+            stall = checkpointer.save(step, client_state)
+
+    if stop_reason == "max_steps" and checkpointer.last_saved != step and step > 0:
+        checkpointer.save(step, {"step": step, "samples_consumed": consumed})
+    checkpointer.finish()
+    emit("exit", reason=stop_reason, step=step)
+    if checkpointer.async_engine is not None:
+        checkpointer.async_engine.cleanup()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--config", required=True, help="job config, JSON or YAML (see ds_config.JobConfig)"
+    )
+    p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument(
+        "--init-method", default=None, help="torch.distributed init method; default env://"
+    )
+    p.add_argument("--max-steps", type=int, default=None, help="override the config's max_steps")
+    p.add_argument(
+        "--export-fp32", default=None, help="after resume, write consolidated fp32 weights here"
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    job = load_job_config(args.config)
+    if args.max_steps is not None:
+        job = job.model_copy(update={"max_steps": args.max_steps})
+    return run(job, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
