@@ -1,0 +1,316 @@
+"""Elastic multi-node training as a Kubeflow `PyTorchJob` (training operator, `kubeflow.org/v1`).
+
+Why a PyTorchJob: the operator creates one pod per node, a headless service
+per replica for the torchrun rendezvous, and with `elasticPolicy` passes the
+elastic settings to torchrun through `PET_*` variables (PET_NNODES="min:max",
+PET_RDZV_BACKEND, PET_RDZV_ENDPOINT, PET_MAX_RESTARTS, and PET_NPROC_PER_NODE
+from `spec.nprocPerNode`).
+The container therefore runs plain `torchrun <script>`: the job spec, not a
+hand-written command line, is the single source of the elastic settings.
+
+Kueue admits the job: it carries `kueue.x-k8s.io/queue-name` and is created
+suspended (`runPolicy.suspend`) so that nothing is scheduled before Kueue has
+found quota; Kueue un-suspends it.
+
+Everything the instance type decides (accelerator resource and taint, GPU
+count, EFA interfaces, memory) comes from the catalog, and a spec that asks
+for more than the instance has is refused before submission.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from infra.catalog import catalog
+from workloads.jobs.pod import (
+    EFA_RESOURCE,
+    FSX_MOUNT,
+    HUGEPAGES,
+    HUGEPAGES_SIZE,
+    Container,
+    EnvVar,
+    K8s,
+    ObjectMeta,
+    PodSpec,
+    PodTemplate,
+    ResourceRequirements,
+    check_dns_label,
+    check_image,
+    fsx_volume,
+    nccl_env,
+    node_placement,
+    non_root_pod_context,
+    restricted_container_context,
+    shm_volume,
+)
+from workloads.priorities import PRIORITIES
+
+API_VERSION: Final = "kubeflow.org/v1"
+KIND: Final = "PyTorchJob"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+TRAINING_SERVICE_ACCOUNT = "training"
+RDZV_PORT = 29400
+"""torchrun's c10d rendezvous port, which the operator opens on worker 0."""
+CONTAINER_NAME = "pytorch"
+"""The training operator finds the training container by this name."""
+
+_PRIORITY_NAMES = tuple(p.name for p in PRIORITIES)
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+# --- the custom resource ---------------------------------------------------------------
+
+
+class ElasticPolicy(K8s):
+    min_replicas: int
+    max_replicas: int
+    max_restarts: int
+    rdzv_backend: Literal["c10d"] = "c10d"
+
+
+class ReplicaSpec(K8s):
+    replicas: int
+    restart_policy: Literal["OnFailure"] = "OnFailure"
+    template: PodTemplate
+
+
+class RunPolicy(K8s):
+    clean_pod_policy: Literal["None", "Running", "All"] = "Running"
+    backoff_limit: int
+    suspend: bool = True
+
+
+class PyTorchJobSpec(K8s):
+    elastic_policy: ElasticPolicy
+    nproc_per_node: str = Field(
+        description="Processes per pod. The operator's webhook deprecates (and refuses beside "
+        "this) elasticPolicy.nProcPerNode; the string form also takes auto/gpu/cpu."
+    )
+    run_policy: RunPolicy
+    pytorch_replica_specs: dict[Literal["Worker"], ReplicaSpec]
+
+
+class PyTorchJob(K8s):
+    api_version: Literal["kubeflow.org/v1"] = API_VERSION
+    kind: Literal["PyTorchJob"] = KIND
+    metadata: ObjectMeta
+    spec: PyTorchJobSpec
+
+
+# --- what a user submits ---------------------------------------------------------------
+
+
+class JobSpec(BaseModel):
+    """One training run. Defaults take the whole instance: all GPUs, every EFA interface."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Job name; pods are <name>-worker-<i>.")
+    namespace: str = Field(description="Tenant namespace (has the fsx-lustre claim and a queue).")
+    image: str = Field(description="Training image, pinned by tag or digest.")
+    command: list[str] = Field(
+        min_length=1, description="What torchrun runs: a script and its arguments, or -m module."
+    )
+    instance_type: str
+    node_pool: str = Field(description="Value of the pool's llm-platform/pool label.")
+    nodes_min: int = Field(ge=1)
+    nodes_max: int = Field(ge=1)
+    max_restarts: int = Field(3, ge=0, description="Elastic restarts of the whole worker group.")
+    gpus_per_node: int | None = Field(None, description="Default: every accelerator.")
+    efa_per_node: int | None = Field(None, description="Default: every EFA interface.")
+    checkpoint_dir: str = Field(description="Under /fsx, shared by every node.")
+    queue_name: str = Field(description="Kueue LocalQueue in the namespace.")
+    priority_class: str = "llmp-training"
+    memory_fraction: float = Field(
+        0.85,
+        gt=0,
+        le=0.95,
+        description="Share of instance memory requested; the rest is the kubelet's and the OS's.",
+    )
+    shm_size: str = "64Gi"
+    run_as_user: int = Field(1000, ge=1)
+    service_account: str = TRAINING_SERVICE_ACCOUNT
+
+    @field_validator("name", "namespace", "node_pool", "queue_name")
+    @classmethod
+    def _dns(cls, v: str, info: ValidationInfo) -> str:
+        # 52: the operator appends "-worker-<index>" and the Service name must stay a label.
+        return check_dns_label(v, str(info.field_name).replace("_", " "), 52)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return check_image(v)
+
+    @field_validator("priority_class")
+    @classmethod
+    def _priority(cls, v: str) -> str:
+        if v not in _PRIORITY_NAMES:
+            raise ValueError(f"priority class {v!r} is not one of {', '.join(_PRIORITY_NAMES)}")
+        return v
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _checkpoint(cls, v: str) -> str:
+        parts = v.split("/")
+        if not v.startswith(FSX_MOUNT + "/") or ".." in parts or len(v) <= len(FSX_MOUNT) + 1:
+            raise ValueError(f"checkpoint dir {v!r} must be a path under {FSX_MOUNT}/ (FSx)")
+        return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _fits_instance(self) -> JobSpec:
+        instances = catalog().instances
+        if self.instance_type not in instances:
+            raise ValueError(f"instance type {self.instance_type} is not in the catalog")
+        itype = instances[self.instance_type]
+        if itype.accelerator is None:
+            raise ValueError(f"instance type {self.instance_type} has no accelerator")
+        if self.nodes_min > self.nodes_max:
+            raise ValueError(f"nodes_min {self.nodes_min} is above nodes_max {self.nodes_max}")
+        gpus = self.gpus
+        if not 1 <= gpus <= itype.accelerator.count:
+            raise ValueError(
+                f"gpus_per_node {gpus}: {self.instance_type} has {itype.accelerator.count} "
+                f"{itype.accelerator.model} accelerators"
+            )
+        if not 0 <= self.efa <= itype.efa_interfaces:
+            raise ValueError(
+                f"efa_per_node {self.efa}: {self.instance_type} takes at most "
+                f"{itype.efa_interfaces} EFA interfaces"
+            )
+        return self
+
+    @property
+    def gpus(self) -> int:
+        acc = catalog().instance(self.instance_type).accelerator
+        default = acc.count if acc else 0
+        return default if self.gpus_per_node is None else self.gpus_per_node
+
+    @property
+    def efa(self) -> int:
+        default = catalog().instance(self.instance_type).efa_interfaces
+        return default if self.efa_per_node is None else self.efa_per_node
+
+
+def training_env(spec: JobSpec) -> list[EnvVar]:
+    """PyTorch and NCCL settings per FACTS.md, plus where the run keeps its state."""
+    kind = catalog().instance(spec.instance_type).accelerator
+    env = [
+        EnvVar(name="TORCH_NCCL_ASYNC_ERROR_HANDLING", value="1"),
+        # On a collective timeout each rank dumps its flight-recorder ring
+        # buffer next to the checkpoints, where it survives the pod.
+        EnvVar(name="TORCH_NCCL_DUMP_ON_TIMEOUT", value="1"),
+        EnvVar(name="TORCH_NCCL_TRACE_BUFFER_SIZE", value="2000"),
+        EnvVar(
+            name="TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+            value=f"{spec.checkpoint_dir}/nccl-traces/rank_",
+        ),
+        EnvVar(name="PYTORCH_CUDA_ALLOC_CONF", value="expandable_segments:True"),
+        EnvVar(name="CHECKPOINT_DIR", value=spec.checkpoint_dir),
+    ]
+    if kind is not None and kind.kind == "nvidia":
+        env = nccl_env() + env
+    return env
+
+
+def _resources(spec: JobSpec) -> ResourceRequirements:
+    itype = catalog().instance(spec.instance_type)
+    kind = catalog().accelerator_kind(spec.instance_type)
+    assert kind is not None  # the spec's validator refuses instance types without one
+    memory_gib = math.floor(itype.memory_gib * spec.memory_fraction)
+    # hugepages-2Mi must have request == limit, and a pod asking for huge pages
+    # must also request memory; memory request == limit keeps the kernel from
+    # OOM-killing a rank while it pins EFA buffers (those errors look like EFA faults).
+    both = {
+        kind.resource: str(spec.gpus),
+        HUGEPAGES: HUGEPAGES_SIZE,
+        "memory": f"{memory_gib}Gi",
+    }
+    if spec.efa:
+        both[EFA_RESOURCE] = str(spec.efa)
+    # CPU is requested (scheduling, quota) but not limited: CFS throttling of
+    # data-loader workers costs more GPU time than it saves.
+    cpu = str(math.floor(itype.vcpus * spec.memory_fraction))
+    return ResourceRequirements(limits=dict(both), requests={**both, "cpu": cpu})
+
+
+def pod_template(spec: JobSpec) -> PodTemplate:
+    affinity, tolerations = node_placement(spec.instance_type, spec.node_pool)
+    fsx, fsx_mount = fsx_volume()
+    shm, shm_mount = shm_volume(spec.shm_size)
+    container = Container(
+        name=CONTAINER_NAME,
+        image=spec.image,
+        command=["torchrun", *spec.command],
+        env=training_env(spec),
+        resources=_resources(spec),
+        volume_mounts=[fsx_mount, shm_mount],
+        security_context=restricted_container_context(),
+    )
+    return PodTemplate(
+        metadata=ObjectMeta(
+            labels={"app.kubernetes.io/name": spec.name, "app.kubernetes.io/component": "training"}
+        ),
+        spec=PodSpec(
+            service_account_name=spec.service_account,
+            priority_class_name=spec.priority_class,
+            # Time for a rank to finish writing its checkpoint shard on SIGTERM.
+            termination_grace_period_seconds=300,
+            affinity=affinity,
+            tolerations=tolerations,
+            security_context=non_root_pod_context(spec.run_as_user),
+            containers=[container],
+            volumes=[fsx, shm],
+        ),
+    )
+
+
+def pytorch_job(spec: JobSpec) -> dict[str, Any]:
+    """The PyTorchJob body for `spec`, ready for the API server (or `kubectl apply`)."""
+    job = PyTorchJob(
+        metadata=ObjectMeta(
+            name=spec.name,
+            namespace=spec.namespace,
+            labels={QUEUE_LABEL: spec.queue_name, "app.kubernetes.io/part-of": "llm-platform"},
+        ),
+        spec=PyTorchJobSpec(
+            elastic_policy=ElasticPolicy(
+                min_replicas=spec.nodes_min,
+                max_replicas=spec.nodes_max,
+                max_restarts=spec.max_restarts,
+            ),
+            nproc_per_node=str(spec.gpus),
+            run_policy=RunPolicy(backoff_limit=spec.max_restarts),
+            pytorch_replica_specs={
+                "Worker": ReplicaSpec(replicas=spec.nodes_max, template=pod_template(spec))
+            },
+        ),
+    )
+    return job.to_json()
+
+
+def build(**fields: Any) -> dict[str, Any]:
+    """`pytorch_job(JobSpec(**fields))` with pydantic's multi-line report cut to one line."""
+    return pytorch_job(parse_spec(JobSpec, fields))
+
+
+def parse_spec(model: type[SpecT], fields: dict[str, Any]) -> SpecT:
+    """Validate `fields`; on error raise one ValueError line naming the first problem."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{model.__name__}: {where + ': ' if where else ''}{msg}") from None
