@@ -204,6 +204,7 @@ class Cluster(pulumi.ComponentResource):
             addon_name: str,
             wait_for: list[pulumi.Resource] | None = None,
             pod_identity: list[aws.eks.AddonPodIdentityAssociationArgs] | None = None,
+            configuration: dict[str, object] | None = None,
         ) -> aws.eks.Addon:
             return aws.eks.Addon(
                 f"{name}-{addon_name}",
@@ -213,6 +214,7 @@ class Cluster(pulumi.ComponentResource):
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 pod_identity_associations=pod_identity,
+                configuration_values=json.dumps(configuration) if configuration else None,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=wait_for or []),
             )
 
@@ -226,6 +228,9 @@ class Cluster(pulumi.ComponentResource):
             ],
             # aws-node fetches its credentials from the Pod Identity agent.
             wait_for=[pod_identity_agent],
+            # The tenants' NetworkPolicies are only enforced by the VPC CNI's
+            # network policy agent; without it they are silently ignored.
+            configuration={"enableNetworkPolicy": "true"},
         )
         kube_proxy = addon("kube-proxy")
         # A node that joins before vpc-cni is active stays NotReady; one whose

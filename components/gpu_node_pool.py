@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.node_group import launch_template, managed_node_group, raid0_user_data
+from components.node_group import launch_template, managed_node_group, node_user_data
 from infra.catalog import catalog
 from infra.config import NodePoolConfig
 
@@ -113,7 +113,10 @@ class GpuNodePool(pulumi.ComponentResource):
             placement_group=placement.name if placement else None,
             capacity_block=cfg.capacity_type == "CAPACITY_BLOCK",
             capacity_reservation_id=cfg.capacity_reservation_id,
-            user_data=raid0_user_data() if cfg.local_nvme_raid0 and itype.nvme_disks else None,
+            user_data=node_user_data(
+                raid0=cfg.local_nvme_raid0 and itype.nvme_disks > 0,
+                hugepages_2mi_mib=cfg.hugepages_2mi_reserved,
+            ),
         )
 
         labels = {

@@ -15,14 +15,12 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_aws as aws
 
-# AL2023 nodes are configured by nodeadm. Managed node groups merge this part
+# AL2023 nodes are configured by nodeadm. Managed node groups merge our parts
 # with their own (cluster endpoint, CA) because the template sets no AMI id;
 # the user data must therefore be MIME multipart.
-_NODEADM_RAID0 = """MIME-Version: 1.0
-Content-Type: multipart/mixed; boundary="LLMP"
+_BOUNDARY = "LLMP"
 
---LLMP
-Content-Type: application/node.eks.aws
+_NODEADM_RAID0 = """Content-Type: application/node.eks.aws
 
 ---
 apiVersion: node.eks.aws/v1alpha1
@@ -31,18 +29,38 @@ spec:
   instance:
     localStorage:
       strategy: RAID0
+"""
 
---LLMP--
+# cloud-init runs user-data scripts before nodeadm starts the kubelet, which
+# then advertises the pages as the `hugepages-2Mi` resource training pods request.
+_HUGEPAGES = """Content-Type: text/x-shellscript; charset="us-ascii"
+
+#!/bin/bash
+set -euo pipefail
+echo "vm.nr_hugepages = {pages}" > /etc/sysctl.d/90-llm-platform-hugepages.conf
+sysctl --load /etc/sysctl.d/90-llm-platform-hugepages.conf
 """
 
 
-def raid0_user_data() -> str:
-    """nodeadm user data that assembles all instance-store NVMe disks as one RAID0 array.
+def node_user_data(*, raid0: bool, hugepages_2mi_mib: int) -> str | None:
+    """Base64 MIME user data for a managed node group, or None when there is nothing to add.
 
-    Containerd and the kubelet then live on local NVMe, so image pulls of
-    multi-gigabyte training images do not hammer the root EBS volume.
+    - `raid0`: nodeadm assembles every instance-store NVMe disk as one RAID0 array for
+      containerd and the kubelet, so multi-gigabyte image pulls do not hit the root volume.
+    - `hugepages_2mi_mib`: MiB of 2 MiB huge pages reserved at boot (libfabric/EFA and NCCL
+      use them; a pod cannot get huge pages the node did not reserve).
     """
-    return base64.b64encode(_NODEADM_RAID0.encode()).decode()
+    parts = []
+    if raid0:
+        parts.append(_NODEADM_RAID0)
+    if hugepages_2mi_mib:
+        parts.append(_HUGEPAGES.format(pages=hugepages_2mi_mib // 2))
+    if not parts:
+        return None
+    body = f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{_BOUNDARY}"\n\n'
+    body += "".join(f"--{_BOUNDARY}\n{part}\n" for part in parts)
+    body += f"--{_BOUNDARY}--\n"
+    return base64.b64encode(body.encode()).decode()
 
 
 def launch_template(

@@ -1,9 +1,10 @@
 """StorageVolumes: the Kubernetes side of storage, CSI drivers and the volumes workloads claim.
 
 Owns:
-- the workload namespaces that get a volume, with Pod Security labels, each
-  with a `ResourceQuota` and a `LimitRange` (container defaults) sized by
-  `StorageVolumesArgs.namespace_quota`;
+- the workload namespaces that get a volume and belong to no tenant, with Pod
+  Security labels, each with a `ResourceQuota` and a `LimitRange` (container
+  defaults) sized by `StorageVolumesArgs.namespace_quota`; a tenant's namespace
+  is the tenancy component's (`tenant_namespaces`), and only the volumes go in it;
 - FSx for Lustre: the `aws-fsx-csi-driver` Helm chart (pinned in the
   catalog) and, per namespace, a static PersistentVolume of the file system
   pre-bound to a `fsx-lustre` claim;
@@ -87,7 +88,10 @@ class StorageVolumesArgs:
     wait_for: list[pulumi.Resource]
     """What the driver pods need first (the node groups they run on)."""
     namespace_quota: NamespaceQuota = field(default_factory=NamespaceQuota)
-    """Quota and container defaults of every namespace; the same for all of them for now."""
+    """Quota and container defaults of the namespaces this component creates."""
+    tenant_namespaces: dict[str, pulumi.Input[str]] = field(default_factory=dict)
+    """Namespaces owned by the tenancy component (name -> its name output): volumes go into
+    them, but their namespace, quota and limits are the tenancy's. One owner per namespace."""
 
 
 def fsx_driver_values() -> dict[str, Any]:
@@ -188,13 +192,20 @@ class StorageVolumes(pulumi.ComponentResource):
         s3_pin = _s3_addon_version(args.kubernetes_version) if weights else None
 
         wanted = [*(lustre.namespaces if lustre else []), *(weights.namespaces if weights else [])]
-        namespaces = {
+        owned = {
             ns: k8s.core.v1.Namespace(f"{name}-ns-{ns}", volumes.namespace(ns), opts=child)
+            for ns in dict.fromkeys(wanted)
+            if ns not in args.tenant_namespaces
+        }
+        # Every namespace by its name output: objects in it are created after it, deleted before.
+        namespaces: dict[str, pulumi.Input[str]] = {
+            ns: args.tenant_namespaces[ns]
+            if ns in args.tenant_namespaces
+            else owned[ns].metadata.name
             for ns in dict.fromkeys(wanted)
         }
         accelerators = sorted({k.resource for k in catalog().accelerator_kinds.values()})
-        for ns, namespace in namespaces.items():
-            # In the namespace through data (its name output): created after it, deleted before.
+        for ns, namespace in owned.items():
             k8s.core.v1.ResourceQuota(
                 f"{name}-quota-{ns}",
                 volumes.resource_quota(
@@ -239,7 +250,7 @@ class StorageVolumes(pulumi.ComponentResource):
                 k8s.core.v1.PersistentVolumeClaim(
                     f"{name}-fsx-pvc-{ns}",
                     volumes.lustre_claim(
-                        namespace=namespaces[ns].metadata.name,
+                        namespace=namespaces[ns],
                         volume_name=pv.metadata.name,
                         capacity_gib=lustre.capacity_gib,
                     ),
@@ -290,14 +301,12 @@ class StorageVolumes(pulumi.ComponentResource):
                 )
                 k8s.core.v1.PersistentVolumeClaim(
                     f"{name}-s3-pvc-{ns}",
-                    volumes.s3_claim(
-                        namespace=namespaces[ns].metadata.name, volume_name=pv.metadata.name
-                    ),
+                    volumes.s3_claim(namespace=namespaces[ns], volume_name=pv.metadata.name),
                     opts=child,
                 )
             self.s3_driver_role_arn = role.arn
 
-        self.namespaces = list(namespaces)
+        self.namespaces = list(owned)
         self.lustre_claim = volumes.LUSTRE_CLAIM if lustre else None
         self.model_weights_claim = volumes.MODEL_WEIGHTS_CLAIM if weights else None
         self.register_outputs(

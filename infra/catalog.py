@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -126,6 +126,31 @@ class Chart(_Data):
     source: str
 
 
+class Manifests(_Data):
+    """A kustomization pinned to a git tag (an operator that ships no Helm chart)."""
+
+    url: str
+    ref: str
+    source: str
+
+    @property
+    def directory(self) -> str:
+        return f"{self.url}?ref={self.ref}"
+
+
+class FabricThreshold(_Data):
+    min_peak_busbw_gbps: float = Field(gt=0, description="nccl-tests busbw, GB/s (1e9 B/s)")
+    source: str
+
+
+class FabricAcceptance(_Data):
+    """The 2-node nccl-tests run a new GPU pool must pass (workloads/jobs/fabric.py)."""
+
+    image: str
+    image_source: str
+    thresholds: dict[str, FabricThreshold]
+
+
 class Catalog(_Data):
     prices: Prices
     instances: dict[str, InstanceType]
@@ -138,6 +163,16 @@ class Catalog(_Data):
     storage: Storage
     charts: dict[str, Chart]
     storage_addons: dict[str, dict[str, Addon]]
+    addon_charts: dict[str, Chart] = Field(default_factory=dict)
+    addon_manifests: dict[str, Manifests] = Field(default_factory=dict)
+    fabric_acceptance: FabricAcceptance
+
+    @model_validator(mode="after")
+    def _fabric_types_known(self) -> Catalog:
+        unknown = sorted(set(self.fabric_acceptance.thresholds) - set(self.instances))
+        if unknown:
+            raise ValueError(f"fabric_acceptance thresholds for unknown types: {unknown}")
+        return self
 
     def instance(self, name: str) -> InstanceType:
         return self.instances[name]

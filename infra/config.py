@@ -141,6 +141,8 @@ class FieldError(ValueError):
 
 
 _MISSING = object()
+TENANT_BUCKETS = ("datasets", "checkpoints")
+"""The buckets in which a tenant's `s3_prefixes` are granted."""
 SECRET_VALUE: Any = object()
 """Stands in for the value of a secret key in an error message."""
 
@@ -407,6 +409,15 @@ class NodePoolConfig(PoolSizes):
         description="Assemble the instance-store NVMe disks as RAID0 for containerd and kubelet.",
     )
     auto_repair: bool = Field(True, description="EKS node auto-repair of unhealthy GPU nodes.")
+    hugepages_2mi_mib: int | None = Field(
+        None,
+        ge=0,
+        le=65536,
+        description=(
+            "MiB of 2 MiB huge pages reserved at boot for training pods (EFA, NCCL); "
+            "default 5120 on EFA pools, 0 elsewhere."
+        ),
+    )
     checkpointing: bool = Field(
         False,
         description=(
@@ -482,6 +493,12 @@ class NodePoolConfig(PoolSizes):
                     f"{why} must sit in one subnet (one AZ); list exactly one",
                 )
         return self
+
+    @property
+    def hugepages_2mi_reserved(self) -> int:
+        if self.hugepages_2mi_mib is not None:
+            return self.hugepages_2mi_mib
+        return 5120 if self.efa else 0
 
     @property
     def uses_placement_group(self) -> bool:
@@ -788,6 +805,94 @@ class GuardrailsConfig(_Section):
 # ---------------------------------------------------------------------------
 
 
+_TENANT_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+_RESERVED_NAMESPACES = frozenset(
+    {
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        "kueue-system",
+        "kubeflow",
+        "gpu-operator",
+        "monitoring",
+    }
+)
+_S3_PREFIX = re.compile(r"^[A-Za-z0-9!_.'()-]+(/[A-Za-z0-9!_.'()-]+)*/$")
+
+
+class TenantConfig(_Section):
+    """One team's share of the cluster (`tenants.<name>`): a namespace, quotas, a queue, a role."""
+
+    gpu_quota: dict[str, int] = Field(
+        default_factory=dict,
+        description="GPUs per node pool the tenant is guaranteed (Kueue nominal quota).",
+    )
+    serving_gpus: dict[str, int] = Field(
+        default_factory=dict,
+        description=(
+            "GPUs per node pool for services outside Kueue (model servers): in the namespace "
+            "quota, and kept out of the queues' capacity."
+        ),
+    )
+    cpu: int = Field(ge=1, description="vCPUs the namespace may request in total.")
+    memory_gib: int = Field(ge=1, description="Memory (GiB) the namespace may request in total.")
+    pvcs: int = Field(8, ge=0, description="PersistentVolumeClaims the namespace may hold.")
+    admin_role_arn: str | None = Field(
+        None,
+        description="IAM role mapped to the tenant's Kubernetes group (EKS access entry).",
+    )
+    s3_prefixes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Key prefixes (ending in /) the tenant's `training` service account reads and "
+            "writes in the datasets and checkpoints buckets."
+        ),
+    )
+
+    @field_validator("gpu_quota", "serving_gpus")
+    @classmethod
+    def _quota(cls, v: dict[str, int]) -> dict[str, int]:
+        for pool, gpus in v.items():
+            if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+                raise FieldError((pool,), gpus, "a GPU count: a whole number, 0 or more")
+        return v
+
+    @field_validator("admin_role_arn")
+    @classmethod
+    def _role(cls, v: str | None) -> str | None:
+        if v is not None and not _ROLE_ARN.match(v):
+            raise ValueError("not an IAM role ARN; e.g. arn:aws:iam::123456789012:role/team")
+        return v
+
+    @field_validator("s3_prefixes")
+    @classmethod
+    def _prefixes(cls, v: list[str]) -> list[str]:
+        for i, prefix in enumerate(v):
+            if not _S3_PREFIX.match(prefix):
+                raise FieldError(
+                    (i,), prefix, "a key prefix like teams/foundation/ (no *, ending in /)"
+                )
+        return v
+
+
+class AddonsConfig(_Section):
+    """Cluster add-ons (Helm charts and operators pinned in the catalog), each on by default."""
+
+    gpu_operator: bool = Field(
+        True, description="NVIDIA GPU operator (device plugin, DCGM exporter; no driver/toolkit)."
+    )
+    efa_device_plugin: bool = Field(True, description="EFA device plugin on EFA nodes.")
+    kueue: bool = Field(True, description="Kueue: quotas, queues and preemption for jobs.")
+    training_operator: bool = Field(
+        True, description="Kubeflow training-operator (PyTorchJob with elastic torchrun)."
+    )
+    load_balancer_controller: bool = Field(
+        True, description="AWS Load Balancer Controller (Pod Identity role)."
+    )
+    metrics_server: bool = Field(True, description="metrics-server (kubectl top, HPA).")
+
+
 class PlatformConfig(_Section):
     """Everything under the `llm-platform:` namespace, plus `aws:region`."""
 
@@ -801,6 +906,29 @@ class PlatformConfig(_Section):
     )
     storage: StorageConfig | None = Field(None, description="Buckets and file systems.")
     guardrails: GuardrailsConfig = Field(default_factory=lambda: GuardrailsConfig())
+    addons: AddonsConfig = Field(default_factory=AddonsConfig)
+    tenants: dict[str, TenantConfig] = Field(
+        default_factory=dict, description="Teams by name; each name is also its namespace."
+    )
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, v: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
+        for name in v:
+            if not _TENANT_NAME.match(name):
+                raise FieldError(
+                    (name,),
+                    name,
+                    "tenant names are namespace names: lowercase letters, digits and '-', "
+                    "up to 32, starting with a letter",
+                )
+            if name in _RESERVED_NAMESPACES:
+                raise FieldError(
+                    (name,),
+                    name,
+                    f"is a system namespace; reserved: {_sorted_names(_RESERVED_NAMESPACES)}",
+                )
+        return v
 
     @field_validator("node_pools")
     @classmethod
@@ -832,7 +960,45 @@ class PlatformConfig(_Section):
                     )
         if self.storage is not None:
             self._storage_refs(self.storage)
+        self._tenant_refs()
         return self
+
+    def pool_gpus(self, pool_name: str) -> int:
+        """GPUs the pool supplies at its max size."""
+        pool = self.node_pools[pool_name]
+        return catalog().instance(pool.instance_type).gpu_count * pool.max_size
+
+    def _tenant_refs(self) -> None:
+        pools = self.node_pools
+        promised: dict[str, int] = {}
+        for name, tenant in self.tenants.items():
+            claims = [("gpu_quota", p, n) for p, n in tenant.gpu_quota.items()]
+            claims += [("serving_gpus", p, n) for p, n in tenant.serving_gpus.items()]
+            for key, pool, gpus in claims:
+                if pool not in pools:
+                    raise FieldError(
+                        ("tenants", name, key, pool),
+                        pool,
+                        f"not a pool in node_pools ({', '.join(pools) or 'none'})",
+                    )
+                promised[pool] = promised.get(pool, 0) + gpus
+                if promised[pool] > self.pool_gpus(pool):
+                    raise FieldError(
+                        ("tenants", name, key, pool),
+                        gpus,
+                        f"tenants are promised {promised[pool]} GPUs of {pool}, which supplies "
+                        f"{self.pool_gpus(pool)} at max_size; lower the quotas or raise max_size",
+                    )
+            if tenant.s3_prefixes:
+                buckets = self.storage.buckets if self.storage else {}
+                missing = [b for b in TENANT_BUCKETS if b not in buckets]
+                if missing:
+                    raise FieldError(
+                        ("tenants", name, "s3_prefixes"),
+                        tenant.s3_prefixes,
+                        f"needs storage.buckets {' and '.join(missing)}; remove the prefixes "
+                        "or add the buckets",
+                    )
 
     def _storage_refs(self, storage: StorageConfig) -> None:
         buckets = storage.buckets

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
+from components.addons import Addons, AddonsArgs
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.lustre import LustreFileSystem, LustreFileSystemArgs
@@ -24,8 +25,11 @@ from components.storage_csi import (
     StorageVolumes,
     StorageVolumesArgs,
 )
+from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
 from infra import cost
-from infra.config import PlatformConfig
+from infra.catalog import catalog
+from infra.config import TENANT_BUCKETS, PlatformConfig
+from workloads import kueue
 
 
 def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, str]:
@@ -37,6 +41,35 @@ def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, st
         "project": project,
         "managed-by": "pulumi",
     }
+
+
+def _kind(instance_type: str) -> str | None:
+    acc = catalog().instance(instance_type).accelerator
+    return acc.kind if acc else None
+
+
+def pool_capacities(cfg: PlatformConfig) -> list[kueue.PoolCapacity]:
+    """Each GPU pool at its max size, for Kueue's flavors and the cohort's capacity."""
+    out = []
+    for name, pool in cfg.node_pools.items():
+        itype = catalog().instance(pool.instance_type)
+        kind = catalog().accelerator_kind(pool.instance_type)
+        if kind is None or itype.accelerator is None:
+            continue
+        count = itype.accelerator.count
+        serving = sum(t.serving_gpus.get(name, 0) for t in cfg.tenants.values())
+        out.append(
+            kueue.PoolCapacity(
+                name=name,
+                gpu_resource=kind.resource,
+                taint_key=kind.taint_key,
+                # GPUs held by services outside Kueue are not the queues' to give.
+                gpus=count * pool.max_size - serving,
+                cpu_per_gpu=itype.vcpus / count,
+                memory_gib_per_gpu=itype.memory_gib / count,
+            )
+        )
+    return out
 
 
 def build(cfg: PlatformConfig, project: str, stack: str) -> None:
@@ -89,8 +122,30 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         )
 
     PriorityClasses("priorities", pulumi.ResourceOptions(providers=[cluster.provider]))
+    on_cluster = pulumi.ResourceOptions(providers=[aws_provider, cluster.provider])
+
+    addons = Addons(
+        "addons",
+        AddonsArgs(
+            config=cfg.addons,
+            cluster_name=cluster.name,
+            region=cfg.region,
+            vpc_id=network.vpc_id,
+            pools=pool_capacities(cfg),
+            tenants=[
+                kueue.TenantShare(
+                    name=name, gpu_quota=t.gpu_quota, cpu=t.cpu, memory_gib=t.memory_gib
+                )
+                for name, t in cfg.tenants.items()
+            ],
+            efa=any(p.efa for p in cfg.node_pools.values()),
+            system_nodes=[cluster.system_nodes],
+        ),
+        on_cluster,
+    )
 
     storage = cfg.storage
+    buckets = None
     if storage is not None:
         dr_provider = None
         if any(b.replicate for b in storage.buckets.values()):
@@ -107,6 +162,31 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             StorageArgs(config=storage, region=cfg.region, dr_provider=dr_provider),
             on_aws,
         )
+
+    tenancy = Tenancy(
+        "tenancy",
+        TenancyArgs(
+            tenants=cfg.tenants,
+            gpu_resources={
+                name: catalog().accelerator_kinds[kind].resource
+                for name, pool in cfg.node_pools.items()
+                if (kind := _kind(pool.instance_type))
+            },
+            cluster_name=cluster.name,
+            region=cfg.region,
+            vpc_cidr=cfg.network.vpc_cidr,
+            buckets=TenantBuckets(
+                arns=[buckets.buckets[b].arn for b in TENANT_BUCKETS],
+                kms_key_arn=buckets.kms_key_arn,
+            )
+            if buckets is not None and all(b in buckets.buckets for b in TENANT_BUCKETS)
+            else None,
+            kueue_ready=addons.kueue_ready,
+        ),
+        on_cluster,
+    )
+
+    if storage is not None and buckets is not None:
         lustre_volume = None
         if storage.lustre is not None:
             lustre = storage.lustre
@@ -153,8 +233,9 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                     # The drivers' controllers run on the system pool; their node
                     # DaemonSets follow GPU nodes whenever those join.
                     wait_for=[cluster.system_nodes],
+                    tenant_namespaces=dict(tenancy.namespaces),
                 ),
-                pulumi.ResourceOptions(providers=[aws_provider, cluster.provider]),
+                on_cluster,
             )
         pulumi.export("buckets", {k: b.name for k, b in buckets.buckets.items()})
 
@@ -168,4 +249,5 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         "node_pools",
         {name: pool.node_group_name for name, pool in pools.items()},
     )
+    pulumi.export("tenants", dict(tenancy.namespaces))
     pulumi.export("cost", cost.estimate(cfg))

@@ -261,3 +261,65 @@ def k8s_namespace_quota(args: StackValidationArgs, report: Report) -> None:
         linked = any(any(d.urn == ns.urn for d in q.dependencies) for q in quotas)
         if name not in named and not linked:
             report(f"namespace {name} has no ResourceQuota", ns.urn)
+
+
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+HELM_CHART_V4 = "kubernetes:helm.sh/v4:Chart"
+KUSTOMIZE_V2 = "kubernetes:kustomize/v2:Directory"
+_FLOATING = {"", "latest", "main", "master", "head", "*"}
+
+
+def _version_problem(version: Any) -> str | None:
+    if not isinstance(version, str) or not version.strip():
+        return "has no chart version (helm takes the newest)"
+    if version.strip().lower() in _FLOATING or any(c in version for c in "^~*<>| "):
+        return f"chart version {version!r} floats; pin an exact version"
+    return None
+
+
+def helm_chart_pinned(args: ResourceValidationArgs, report: Report) -> None:
+    """Helm releases and charts name an exact chart version, and remote kustomizations a
+    fixed `?ref=` tag (never a branch, `latest`, a range, or nothing)."""
+    if args.resource_type in (HELM_RELEASE, HELM_CHART_V4):
+        problem = _version_problem(get(args.props, "version"))
+        if problem:
+            report(f"{get(args.props, 'chart') or args.name} {problem}")
+    elif args.resource_type == KUSTOMIZE_V2:
+        directory = get(args.props, "directory")
+        if not isinstance(directory, str) or "://" not in directory:
+            return  # a local directory is pinned by this repository's commit
+        ref = directory.partition("?ref=")[2].split("&", 1)[0]
+        if ref.strip().lower() in _FLOATING:
+            report(f"{directory} has no fixed ?ref= (a tag or commit); it follows a branch")
+
+
+def _is_local_queue(resource_type: str) -> bool:
+    return resource_type.startswith("kubernetes:kueue.x-k8s.io/") and resource_type.endswith(
+        ":LocalQueue"
+    )
+
+
+def _is_cluster_queue(resource_type: str) -> bool:
+    return resource_type.startswith("kubernetes:kueue.x-k8s.io/") and resource_type.endswith(
+        ":ClusterQueue"
+    )
+
+
+TENANT_LABEL = "llm-platform/tenant"
+
+
+def kueue_local_queue_per_namespace(args: StackValidationArgs, report: Report) -> None:
+    """Where Kueue runs (a ClusterQueue exists), every tenant namespace (label
+    `llm-platform/tenant`) has a LocalQueue, so its jobs are queued and held to quota."""
+    if not any(_is_cluster_queue(r.resource_type) for r in args.resources):
+        return
+    queues = [r for r in args.resources if _is_local_queue(r.resource_type)]
+    queued = {known(lambda q=q: get(q.props, "metadata", "namespace"), None) for q in queues}
+    for ns in of_type(args.resources, NAMESPACE):
+        labels = known(lambda ns=ns: _labels(get(ns.props, "metadata")), {})
+        if TENANT_LABEL not in labels:
+            continue
+        name = known(lambda ns=ns: get(ns.props, "metadata", "name"), None) or ns.name
+        linked = any(any(d.urn == ns.urn for d in q.dependencies) for q in queues)
+        if name not in queued and not linked:
+            report(f"tenant namespace {name} has no Kueue LocalQueue", ns.urn)

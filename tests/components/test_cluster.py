@@ -134,3 +134,8 @@ def test_kubernetes_provider_is_built_from_cluster_outputs(plans) -> None:
     assert plan.one(CLUSTER, "cluster-eks")["urn"] in provider["dependencies"]
     # Provider inputs travel as strings on the wire.
     assert provider["inputs"]["enableServerSideApply"] == "true"
+
+
+def test_vpc_cni_enforces_network_policies(plans) -> None:
+    cni = inputs_of(plans("pretrain"), ADDON, "cluster-vpc-cni")
+    assert json.loads(cni["configurationValues"]) == {"enableNetworkPolicy": "true"}

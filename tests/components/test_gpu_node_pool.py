@@ -114,6 +114,18 @@ def test_local_nvme_is_assembled_as_raid0_by_nodeadm(plans) -> None:
     assert user_data.startswith("MIME-Version: 1.0")
 
 
+def test_efa_nodes_reserve_huge_pages_for_training_pods(plans) -> None:
+    template = inputs_of(plans("pretrain"), LT, "gpu-h100-nodes")
+    user_data = base64.b64decode(template["userData"]).decode()
+    # 5120 MiB of 2 MiB pages: what a training pod requests as hugepages-2Mi.
+    assert 'Content-Type: text/x-shellscript; charset="us-ascii"' in user_data
+    assert "vm.nr_hugepages = 2560" in user_data
+    assert user_data.rstrip().endswith("--LLMP--")
+    assert user_data.count("--LLMP\n") == 2
+    inference = inputs_of(plans("inference"), LT, "gpu-l40s-nodes")
+    assert "nr_hugepages" not in base64.b64decode(inference["userData"]).decode()
+
+
 def test_templates_encrypt_the_root_volume_and_require_imdsv2(plans) -> None:
     plan = plans("pretrain")
     for template in plan.by_type(LT):

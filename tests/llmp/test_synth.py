@@ -113,15 +113,29 @@ def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
     target = write_plan(plans("pretrain"), tmp_path)
     files = sorted((target / "manifests").glob("*.yaml"))
     assert [f.name for f in files] == [
-        "limitrange-training-llmp-limits.yaml",
-        "namespace-training.yaml",
-        "persistentvolume-fsx-lustre-training.yaml",
-        "persistentvolumeclaim-training-fsx-lustre.yaml",
+        "clusterqueue-foundation.yaml",
+        "clusterqueue-spare.yaml",
+        "limitrange-foundation-llmp-limits.yaml",
+        "localqueue-foundation-default.yaml",
+        "namespace-foundation.yaml",
+        "networkpolicy-foundation-allow-aws-apis.yaml",
+        "networkpolicy-foundation-allow-dns.yaml",
+        "networkpolicy-foundation-allow-monitoring.yaml",
+        "networkpolicy-foundation-allow-same-namespace.yaml",
+        "networkpolicy-foundation-default-deny.yaml",
+        "persistentvolume-fsx-lustre-foundation.yaml",
+        "persistentvolumeclaim-foundation-fsx-lustre.yaml",
         "priorityclass-llmp-preemptible.yaml",
         "priorityclass-llmp-serving.yaml",
         "priorityclass-llmp-training-critical.yaml",
         "priorityclass-llmp-training.yaml",
-        "resourcequota-training-llmp-quota.yaml",
+        "resourceflavor-cpu.yaml",
+        "resourceflavor-pool-h100-block.yaml",
+        "resourceflavor-pool-h100.yaml",
+        "resourcequota-foundation-llmp-quota.yaml",
+        "role-foundation-tenant-edit.yaml",
+        "rolebinding-foundation-tenant-edit.yaml",
+        "serviceaccount-foundation-training.yaml",
     ]
     doc = yaml.safe_load((target / "manifests/priorityclass-llmp-serving.yaml").read_text())
     assert doc["apiVersion"] == "scheduling.k8s.io/v1"

@@ -22,10 +22,12 @@ from tests.conftest import STACKS, raw_stack
 
 # Objects validated and custom resources skipped, per stack. Adding an object
 # changes these on purpose: update them with the manifest.
+# Custom resources are Kueue's: a flavor per GPU pool plus `cpu`, a ClusterQueue per tenant
+# plus `spare`, a LocalQueue per tenant.
 EXPECTED = {
-    "pretrain": {"checked": 9, "custom": 0},
-    "finetune": {"checked": 9, "custom": 0},
-    "inference": {"checked": 9, "custom": 0},
+    "pretrain": {"checked": 17, "custom": 6},
+    "finetune": {"checked": 43, "custom": 10},
+    "inference": {"checked": 17, "custom": 6},
 }
 
 

@@ -53,6 +53,16 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "statement AWS writes; it delegates the key to IAM policies, and without it the key "
         "becomes unmanageable."
     ),
+    (
+        "aws:iam/rolePolicy:RolePolicy",
+        "addons-lbc",
+        "UNKNOWN_CONDITION_FOR_ACTION",
+    ): (
+        "The AWS Load Balancer Controller's documented policy (upstream iam_policy.json at the "
+        "pinned v3.5.0) lets it tag only what it creates, with the condition key "
+        "`elasticloadbalancing:CreateAction` on elasticloadbalancing:AddTags; AWS added that "
+        "key after parliament's bundled IAM definitions were generated."
+    ),
 }
 
 _MOCK_ARN = re.compile(

@@ -205,10 +205,10 @@ def test_no_privileged_allows_listed_system_daemonsets(plan) -> None:
 
 def test_namespace_quota_fires_without_a_quota(plan) -> None:
     p = plan("inference")
-    namespace = res(p, "volumes-ns-serving")
+    namespace = res(p, "tenancy-serving-ns")
     extra = copy.deepcopy(namespace)
     extra["name"] = "ns-research"
-    extra["urn"] = namespace["urn"].replace("volumes-ns-serving", "ns-research")
+    extra["urn"] = namespace["urn"].replace("tenancy-serving-ns", "ns-research")
     extra["inputs"]["metadata"]["name"] = "research"
     p["resources"].append(extra)
     assert names(hits(p, "k8s-namespace-quota")) == {"ns-research"}

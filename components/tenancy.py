@@ -1,0 +1,410 @@
+"""Tenancy: one namespace per team, with its quota, its network fence, its people and its role.
+
+Owns, per entry of the `tenants` config (the tenant's name is its namespace):
+
+- the **Namespace**, with Pod Security labels (baseline enforced, restricted
+  warned and audited) and `llm-platform/tenant`;
+- a **ResourceQuota** (accelerators per resource, CPU, memory, claims) and a
+  **LimitRange** that gives every container requests and limits;
+- **NetworkPolicies**: deny everything, then allow DNS to kube-system, traffic
+  within the namespace (NCCL/gloo between workers, the rendezvous store),
+  metrics scraping from `monitoring`, the EKS Pod Identity agent, and HTTPS to
+  addresses outside the VPC (S3 through its gateway endpoint, STS). They are
+  enforced only where the VPC CNI's network policy agent is on;
+- **RBAC**: a Role to edit the tenant's workloads, bound to the Kubernetes
+  group `llmp:tenant:<name>`, which the tenant's IAM role (`admin_role_arn`)
+  gets through an EKS access entry;
+- a Kueue **LocalQueue** `default` pointing at the tenant's ClusterQueue
+  (when Kueue is on; it waits for Kueue's CRDs);
+- the **workload role** of the service account `training`, through EKS Pod
+  Identity: list, read and write only under the tenant's `s3_prefixes` of the
+  datasets and checkpoints buckets, and use the storage KMS key through S3.
+
+The component expects the AWS and Kubernetes providers through `opts.providers`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes.core.v1 import (
+    NamespaceInitArgs,
+    ResourceQuotaInitArgs,
+    ResourceQuotaSpecArgs,
+    ServiceAccountInitArgs,
+)
+from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
+from pulumi_kubernetes.networking.v1 import (
+    IPBlockArgs,
+    NetworkPolicyEgressRuleArgs,
+    NetworkPolicyIngressRuleArgs,
+    NetworkPolicyInitArgs,
+    NetworkPolicyPeerArgs,
+    NetworkPolicyPortArgs,
+    NetworkPolicySpecArgs,
+)
+from pulumi_kubernetes.rbac.v1 import (
+    PolicyRuleArgs,
+    RoleBindingInitArgs,
+    RoleInitArgs,
+    RoleRefArgs,
+    SubjectArgs,
+)
+
+from infra.catalog import catalog
+from infra.config import TenantConfig
+from workloads import kueue, volumes
+
+TENANT_LABEL = "llm-platform/tenant"
+WORKLOAD_SERVICE_ACCOUNT = "training"
+MONITORING_NAMESPACE = "monitoring"
+POD_IDENTITY_AGENT = "169.254.170.23/32"
+METADATA = "kubernetes.io/metadata.name"
+
+
+def group(tenant: str) -> str:
+    """The Kubernetes group of a tenant's people."""
+    return f"llmp:tenant:{tenant}"
+
+
+def namespace_args(tenant: str) -> NamespaceInitArgs:
+    labels = {**volumes.PART_OF, **volumes.POD_SECURITY, TENANT_LABEL: tenant}
+    return NamespaceInitArgs(metadata=ObjectMetaArgs(name=tenant, labels=labels))
+
+
+def quota_args(
+    namespace: pulumi.Input[str], tenant: TenantConfig, gpus: dict[str, int]
+) -> ResourceQuotaInitArgs:
+    """Hard caps: each accelerator resource (0 for kinds the tenant has no quota of)."""
+    hard = {f"requests.{resource}": str(n) for resource, n in sorted(gpus.items())}
+    hard |= {
+        "requests.cpu": str(tenant.cpu),
+        "requests.memory": f"{tenant.memory_gib}Gi",
+        "persistentvolumeclaims": str(tenant.pvcs),
+    }
+    return ResourceQuotaInitArgs(
+        metadata=ObjectMetaArgs(
+            name=volumes.NAMESPACE_QUOTA, namespace=namespace, labels=volumes.PART_OF
+        ),
+        spec=ResourceQuotaSpecArgs(hard=hard),
+    )
+
+
+def _policy(namespace: pulumi.Input[str], name: str, spec: NetworkPolicySpecArgs) -> Any:
+    return NetworkPolicyInitArgs(
+        metadata=ObjectMetaArgs(name=name, namespace=namespace, labels=volumes.PART_OF),
+        spec=spec,
+    )
+
+
+def network_policies(
+    namespace: pulumi.Input[str], tenant: str, vpc_cidr: str
+) -> dict[str, NetworkPolicyInitArgs]:
+    """Default deny, then the few flows a training namespace needs."""
+    every_pod = LabelSelectorArgs()
+    own = NetworkPolicyPeerArgs(
+        namespace_selector=LabelSelectorArgs(match_labels={METADATA: tenant})
+    )
+    return {
+        "default-deny": _policy(
+            namespace,
+            "default-deny",
+            NetworkPolicySpecArgs(pod_selector=every_pod, policy_types=["Ingress", "Egress"]),
+        ),
+        "allow-dns": _policy(
+            namespace,
+            "allow-dns",
+            NetworkPolicySpecArgs(
+                pod_selector=every_pod,
+                policy_types=["Egress"],
+                egress=[
+                    NetworkPolicyEgressRuleArgs(
+                        to=[
+                            NetworkPolicyPeerArgs(
+                                namespace_selector=LabelSelectorArgs(
+                                    match_labels={METADATA: "kube-system"}
+                                ),
+                                pod_selector=LabelSelectorArgs(
+                                    match_labels={"k8s-app": "kube-dns"}
+                                ),
+                            )
+                        ],
+                        ports=[
+                            NetworkPolicyPortArgs(protocol="UDP", port=53),
+                            NetworkPolicyPortArgs(protocol="TCP", port=53),
+                        ],
+                    )
+                ],
+            ),
+        ),
+        "allow-same-namespace": _policy(
+            namespace,
+            "allow-same-namespace",
+            NetworkPolicySpecArgs(
+                pod_selector=every_pod,
+                policy_types=["Ingress", "Egress"],
+                ingress=[NetworkPolicyIngressRuleArgs(from_=[own])],
+                egress=[NetworkPolicyEgressRuleArgs(to=[own])],
+            ),
+        ),
+        "allow-monitoring": _policy(
+            namespace,
+            "allow-monitoring",
+            NetworkPolicySpecArgs(
+                pod_selector=every_pod,
+                policy_types=["Ingress"],
+                ingress=[
+                    NetworkPolicyIngressRuleArgs(
+                        from_=[
+                            NetworkPolicyPeerArgs(
+                                namespace_selector=LabelSelectorArgs(
+                                    match_labels={METADATA: MONITORING_NAMESPACE}
+                                )
+                            )
+                        ]
+                    )
+                ],
+            ),
+        ),
+        "allow-aws-apis": _policy(
+            namespace,
+            "allow-aws-apis",
+            NetworkPolicySpecArgs(
+                pod_selector=every_pod,
+                policy_types=["Egress"],
+                egress=[
+                    # Credentials from the Pod Identity agent on the node.
+                    NetworkPolicyEgressRuleArgs(
+                        to=[NetworkPolicyPeerArgs(ip_block=IPBlockArgs(cidr=POD_IDENTITY_AGENT))],
+                        ports=[NetworkPolicyPortArgs(protocol="TCP", port=80)],
+                    ),
+                    # S3 and STS over HTTPS, but nothing else inside the VPC.
+                    NetworkPolicyEgressRuleArgs(
+                        to=[
+                            NetworkPolicyPeerArgs(
+                                ip_block=IPBlockArgs(cidr="0.0.0.0/0", except_=[vpc_cidr])
+                            )
+                        ],
+                        ports=[NetworkPolicyPortArgs(protocol="TCP", port=443)],
+                    ),
+                ],
+            ),
+        ),
+    }
+
+
+def role_args(namespace: pulumi.Input[str]) -> RoleInitArgs:
+    """Edit the tenant's workloads and queue them; read quotas, volumes and queues."""
+    edit = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    read = ["get", "list", "watch"]
+    return RoleInitArgs(
+        metadata=ObjectMetaArgs(name="tenant-edit", namespace=namespace, labels=volumes.PART_OF),
+        rules=[
+            PolicyRuleArgs(
+                api_groups=[""],
+                resources=["pods", "services", "configmaps", "secrets", "persistentvolumeclaims"],
+                verbs=edit,
+            ),
+            PolicyRuleArgs(
+                api_groups=[""],
+                resources=["pods/log", "events", "resourcequotas", "limitranges"],
+                verbs=read,
+            ),
+            PolicyRuleArgs(api_groups=["batch"], resources=["jobs", "cronjobs"], verbs=edit),
+            PolicyRuleArgs(api_groups=["kubeflow.org"], resources=["pytorchjobs"], verbs=edit),
+            PolicyRuleArgs(
+                api_groups=["kueue.x-k8s.io"], resources=["localqueues", "workloads"], verbs=read
+            ),
+        ],
+    )
+
+
+def role_binding_args(namespace: pulumi.Input[str], tenant: str) -> RoleBindingInitArgs:
+    return RoleBindingInitArgs(
+        metadata=ObjectMetaArgs(name="tenant-edit", namespace=namespace, labels=volumes.PART_OF),
+        role_ref=RoleRefArgs(
+            api_group="rbac.authorization.k8s.io", kind="Role", name="tenant-edit"
+        ),
+        subjects=[
+            SubjectArgs(kind="Group", name=group(tenant), api_group="rbac.authorization.k8s.io")
+        ],
+    )
+
+
+def s3_policy(
+    buckets: list[str], prefixes: list[str], kms_key_arn: str | None, region: str
+) -> dict[str, Any]:
+    """List, read and write under the tenant's prefixes of the named buckets, nothing more."""
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "ListOwnPrefixes",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": buckets,
+            "Condition": {"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
+        },
+        {
+            "Sid": "ReadWriteOwnPrefixes",
+            "Effect": "Allow",
+            "Action": [
+                "s3:GetObject",
+                "s3:PutObject",
+                "s3:DeleteObject",
+                "s3:AbortMultipartUpload",
+                "s3:ListMultipartUploadParts",
+            ],
+            "Resource": [f"{b}/{p}*" for b in buckets for p in prefixes],
+        },
+    ]
+    if kms_key_arn:
+        statements.append(
+            {
+                "Sid": "UseBucketKeyThroughS3",
+                "Effect": "Allow",
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Resource": kms_key_arn,
+                "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def _s3_policy_json(prefixes: list[str], region: str, values: list[Any]) -> str:
+    """`values`: the KMS key ARN (or None), then the bucket ARNs."""
+    return json.dumps(s3_policy(list(values[1:]), prefixes, values[0], region))
+
+
+def _pod_identity_trust() -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": "pods.eks.amazonaws.com"},
+                    "Action": ["sts:AssumeRole", "sts:TagSession"],
+                }
+            ],
+        }
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantBuckets:
+    arns: list[pulumi.Input[str]]
+    """The datasets and checkpoints buckets' ARNs."""
+    kms_key_arn: pulumi.Input[str] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenancyArgs:
+    tenants: dict[str, TenantConfig]
+    gpu_resources: dict[str, str]
+    """Pool name -> its accelerator resource (nvidia.com/gpu, aws.amazon.com/neuron)."""
+    cluster_name: pulumi.Input[str]
+    region: str
+    vpc_cidr: str
+    buckets: TenantBuckets | None = None
+    """None: no storage, so no workload S3 access."""
+    kueue_ready: list[pulumi.Resource] = field(default_factory=list)
+    """The Kueue release (CRDs); empty: Kueue is off and no LocalQueue is made."""
+
+
+class Tenancy(pulumi.ComponentResource):
+    namespaces: dict[str, pulumi.Output[str]]
+    """Tenant -> its namespace's name (an output: using it waits for the namespace)."""
+    workload_role_arns: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, args: TenancyArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmp:tenancy:Tenancy", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        accelerators = sorted({k.resource for k in catalog().accelerator_kinds.values()})
+        self.namespaces = {}
+        self.workload_role_arns = {}
+        for tenant, cfg in args.tenants.items():
+            prefix = f"{name}-{tenant}"
+            ns = k8s.core.v1.Namespace(f"{prefix}-ns", namespace_args(tenant), opts=child)
+            ns_name = ns.metadata.name
+            self.namespaces[tenant] = ns_name
+
+            gpus = dict.fromkeys(accelerators, 0)
+            for pool, n in [*cfg.gpu_quota.items(), *cfg.serving_gpus.items()]:
+                gpus[args.gpu_resources[pool]] += n
+            k8s.core.v1.ResourceQuota(f"{prefix}-quota", quota_args(ns_name, cfg, gpus), opts=child)
+            k8s.core.v1.LimitRange(
+                f"{prefix}-limits",
+                volumes.limit_range(namespace=ns_name, quota=volumes.NamespaceQuota()),
+                opts=child,
+            )
+            for policy, policy_args in network_policies(ns_name, tenant, args.vpc_cidr).items():
+                k8s.networking.v1.NetworkPolicy(f"{prefix}-{policy}", policy_args, opts=child)
+            k8s.rbac.v1.Role(f"{prefix}-role", role_args(ns_name), opts=child)
+            k8s.rbac.v1.RoleBinding(
+                f"{prefix}-role-binding", role_binding_args(ns_name, tenant), opts=child
+            )
+            if cfg.admin_role_arn:
+                aws.eks.AccessEntry(
+                    f"{prefix}-access",
+                    cluster_name=args.cluster_name,
+                    principal_arn=cfg.admin_role_arn,
+                    type="STANDARD",
+                    kubernetes_groups=[group(tenant)],
+                    opts=child,
+                )
+            if args.kueue_ready:
+                queue = kueue.local_queue(tenant).manifest()
+                k8s.apiextensions.CustomResource(
+                    f"{prefix}-local-queue",
+                    api_version=queue["apiVersion"],
+                    kind=queue["kind"],
+                    metadata={**queue["metadata"], "namespace": ns_name},
+                    spec=queue["spec"],
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=args.kueue_ready),
+                )
+
+            k8s.core.v1.ServiceAccount(
+                f"{prefix}-sa",
+                ServiceAccountInitArgs(
+                    metadata=ObjectMetaArgs(
+                        name=WORKLOAD_SERVICE_ACCOUNT, namespace=ns_name, labels=volumes.PART_OF
+                    ),
+                    automount_service_account_token=False,
+                ),
+                opts=child,
+            )
+            if args.buckets is not None and cfg.s3_prefixes:
+                role = aws.iam.Role(
+                    f"{prefix}-workload",
+                    assume_role_policy=_pod_identity_trust(),
+                    description=f"Tenant {tenant}: service account {WORKLOAD_SERVICE_ACCOUNT}",
+                    opts=child,
+                )
+                aws.iam.RolePolicy(
+                    f"{prefix}-workload-s3",
+                    role=role.name,
+                    policy=pulumi.Output.all(args.buckets.kms_key_arn, *args.buckets.arns).apply(
+                        # Bound now (a closure would see the loop's last tenant).
+                        functools.partial(_s3_policy_json, list(cfg.s3_prefixes), args.region)
+                    ),
+                    opts=child,
+                )
+                aws.eks.PodIdentityAssociation(
+                    f"{prefix}-workload",
+                    cluster_name=args.cluster_name,
+                    # Plain names: an association needs neither object to exist.
+                    namespace=tenant,
+                    service_account=WORKLOAD_SERVICE_ACCOUNT,
+                    role_arn=role.arn,
+                    opts=child,
+                )
+                self.workload_role_arns[tenant] = role.arn
+
+        self.register_outputs(
+            {"namespaces": self.namespaces, "workload_role_arns": self.workload_role_arns}
+        )
