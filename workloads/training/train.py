@@ -12,6 +12,12 @@ Stopping: SIGTERM (spot reclaim gives two minutes; Kubernetes sends it to one po
 at a time) only sets a flag. Every step all ranks exchange their flags with the
 step times, so the *whole* job agrees on the same step to checkpoint and exits 0
 together; a rank that exited alone would hang the others in the next collective.
+
+Per-rank step times (rank 0, from that same exchange): `--step-times PATH`
+(or LLMP_STEP_TIMES) appends JSON lines `{"step", "rank", "node", "seconds"}` for
+`llmp stragglers`; `--metrics-port` (or LLMP_METRICS_PORT) serves Prometheus
+gauges when prometheus_client is installed. Both are off unless asked for. The
+node is NODE_NAME (the Downward API's spec.nodeName) or the host name.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -97,6 +105,7 @@ class Checkpointer:
             engine.checkpoint_engine = ckpt.SyncCheckpointEngine()
         self.in_flight: tuple[int, float] | None = None  # (step, save start)
         self.last_saved = -1
+        self.on_published: Callable[[], None] | None = None  # rank 0, after each publish
 
     def local_done(self) -> bool:
         return self.async_engine is None or not self.async_engine.pending()
@@ -144,8 +153,84 @@ class Checkpointer:
                 bytes=c.meta["bytes"],
                 write_s=round(time.perf_counter() - t0, 4),
             )
+            if self.on_published is not None:
+                self.on_published()
         dist.barrier()
         self.in_flight = None
+
+
+class Telemetry:
+    """Rank 0 records every rank's step time: JSON lines and/or Prometheus gauges."""
+
+    def __init__(self, args: argparse.Namespace, nodes: list[str]) -> None:
+        self.job = args.job_name or Path(args.config).stem
+        self.nodes = nodes
+        self.file: Any = None
+        self.gauges: tuple[Any, Any, Any] | None = None
+        if dist.get_rank() != 0:
+            return
+        if args.step_times:
+            path = Path(args.step_times)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = path.open("a")
+        if args.metrics_port is not None:
+            try:
+                import prometheus_client as prom
+            except ImportError:
+                logging.getLogger(__name__).warning("prometheus_client missing: no metrics")
+                return
+            registry = prom.CollectorRegistry()
+            self.gauges = (
+                prom.Gauge(
+                    "llmp_train_step_seconds",
+                    "Each rank's time for the last step",
+                    ["job", "rank", "node"],
+                    registry=registry,
+                ),
+                prom.Gauge(
+                    "llmp_train_tokens_per_second",
+                    "Tokens per second of the last step (its slowest rank)",
+                    ["job"],
+                    registry=registry,
+                ),
+                prom.Gauge(
+                    "llmp_checkpoint_last_success_timestamp_seconds",
+                    "Unix time of the last published checkpoint",
+                    ["job"],
+                    registry=registry,
+                ),
+            )
+            try:
+                prom.start_http_server(args.metrics_port, addr=args.metrics_addr, registry=registry)
+            except OSError as e:  # a busy port must not stop training (the others would hang)
+                logging.getLogger(__name__).warning(
+                    "no metrics on port %s: %s", args.metrics_port, e
+                )
+                self.gauges = None
+
+    def step(self, step: int, times: list[float], tokens_per_s: float) -> None:
+        if self.file is not None:
+            self.file.write(
+                "".join(
+                    json.dumps({"step": step, "rank": r, "node": self.nodes[r], "seconds": t})
+                    + "\n"
+                    for r, t in enumerate(times)
+                )
+            )
+            self.file.flush()
+        if self.gauges is not None:
+            for r, t in enumerate(times):
+                self.gauges[0].labels(self.job, str(r), self.nodes[r]).set(t)
+            self.gauges[1].labels(self.job).set(tokens_per_s)
+
+    def checkpoint_published(self) -> None:
+        if self.gauges is not None:
+            self.gauges[2].labels(self.job).set(time.time())
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 def _resume_target(job: JobConfig, world: int) -> tuple[ckpt.Checkpoint | None, str | None, bool]:
@@ -195,6 +280,10 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
         model=model, optimizer=optimizer, model_parameters=model.parameters(), config=ds_cfg
     )
     checkpointer = Checkpointer(engine, job, world)
+    nodes: list[Any] = [None] * world
+    dist.all_gather_object(nodes, os.environ.get("NODE_NAME") or socket.gethostname())
+    telemetry = Telemetry(args, [str(n) for n in nodes])
+    checkpointer.on_published = telemetry.checkpoint_published
     data = TokenShards(job.data.path, job.model.seq_len, job.data.bin_dtype, job.data.seed)
 
     step, consumed = 0, 0
@@ -277,6 +366,7 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
             slowest_rank=int(times.argmax()),
             ckpt_stall_s=round(stall, 4),
         )
+        telemetry.step(step, [float(t) for t in times], tokens_per_step / slowest)
         stall = 0.0
         if checkpointer.in_flight is not None and bool(g[:, 3].all()):
             checkpointer.finish()
@@ -293,6 +383,7 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
         checkpointer.save(step, {"step": step, "samples_consumed": consumed})
     checkpointer.finish()
     emit("exit", reason=stop_reason, step=step)
+    telemetry.close()
     if checkpointer.async_engine is not None:
         checkpointer.async_engine.cleanup()
     dist.barrier()
@@ -313,6 +404,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=None, help="override the config's max_steps")
     p.add_argument(
         "--export-fp32", default=None, help="after resume, write consolidated fp32 weights here"
+    )
+    p.add_argument(
+        "--step-times",
+        default=os.environ.get("LLMP_STEP_TIMES"),
+        help="rank 0 appends every rank's step time here (JSON lines, for llmp stragglers)",
+    )
+    port = os.environ.get("LLMP_METRICS_PORT")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(port) if port else None,
+        help="rank 0 serves Prometheus metrics on this port (needs prometheus_client)",
+    )
+    p.add_argument("--metrics-addr", default=os.environ.get("LLMP_METRICS_ADDR", "0.0.0.0"))
+    p.add_argument(
+        "--job-name",
+        default=os.environ.get("LLMP_JOB_NAME"),
+        help="the metrics' job label; default the config file's stem",
     )
     return p.parse_args(argv)
 

@@ -1,0 +1,350 @@
+"""`llmp stragglers` on synthetic traces whose ground truth the generator knows.
+
+A trace is 16 ranks on 2 nodes x 8, 200 steps: a per-step base time (lognormal,
+the step's own work) times per-rank lognormal noise. Injecting a slow rank or
+node multiplies its times; the injected loss is sum_s (max of the injected step
+- max of the same step without the injection), which the what-if must recover.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import random
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from typer.testing import CliRunner
+
+from llmp import stragglers as st
+from llmp.cli import app
+
+RANKS, PER_NODE, STEPS = 16, 8, 200
+
+
+def node_of(rank: int) -> str:
+    return f"node-{rank // PER_NODE}"
+
+
+def generate(
+    seed: int, slow: dict[int, float] | None = None, sigma: float = 0.03
+) -> tuple[list[dict[str, Any]], float]:
+    """(JSON-line rows, injected loss in seconds). slow: rank -> multiplier."""
+    rng = random.Random(seed)
+    slow = slow or {}
+    rows: list[dict[str, Any]] = []
+    injected = 0.0
+    for step in range(1, STEPS + 1):
+        base = 1.0 * rng.lognormvariate(0, 0.05)
+        clean = [base * rng.lognormvariate(0, sigma) for _ in range(RANKS)]
+        times = [t * slow.get(r, 1.0) for r, t in enumerate(clean)]
+        injected += max(times) - max(clean)
+        rows += [
+            {"step": step, "rank": r, "node": node_of(r), "seconds": t} for r, t in enumerate(times)
+        ]
+    return rows, injected
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["step", "rank", "node", "seconds"])
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def run_json(*args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(app, ["stragglers", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def test_slow_rank_is_first_and_its_loss_matches_the_injection(tmp_path: Path) -> None:
+    rows, injected = generate(1, {5: 1.30})
+    report = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
+    top = report["by_rank"][0]
+    assert top["name"] == "5" and top["node"] == "node-0"
+    assert top["lost_s"] == pytest.approx(injected, rel=0.05)
+    assert [r["name"] for r in report["by_rank"] if r["flagged"]] == ["5"]
+    assert report["by_node"][0]["name"] == "node-0"
+    # one rank explains (nearly) all of the job's slowdown; the runner-up very little
+    assert top["share"] > 0.8
+    assert report["by_rank"][1]["share"] < 0.1
+
+
+SLOW_NODE = {r: 1.20 for r in range(PER_NODE, 2 * PER_NODE)}
+
+
+def test_slow_node_is_first_and_its_loss_matches_the_injection(tmp_path: Path) -> None:
+    # sigma 0.02: the median what-if also drops the node's own jitter from the max, an
+    # overstatement of about sum_s base * sigma * (E max of 16 - E max of 8 normals)
+    # = 200 * 0.34 * sigma s: 3 % here, 5 % at sigma 0.03 (see the next test).
+    rows, injected = generate(2, SLOW_NODE, sigma=0.02)
+    report = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
+    top = report["by_node"][0]
+    assert top["name"] == "node-1" and top["ranks"] == list(range(8, 16))
+    assert top["lost_s"] == pytest.approx(injected, rel=0.05)
+    assert [n["name"] for n in report["by_node"] if n["flagged"]] == ["node-1"]
+    assert report["by_node"][1]["lost_s"] < 0.05 * injected
+    # no single rank of the node explains it: its seven peers are as slow
+    assert report["by_rank"][0]["lost_s"] < 0.2 * injected
+
+
+@pytest.mark.parametrize("sigma", [0.03, 0.05])
+def test_slow_node_loss_is_overstated_by_the_nodes_own_jitter(tmp_path: Path, sigma: float) -> None:
+    rows, injected = generate(2, SLOW_NODE, sigma=sigma)
+    top = st.analyse(st.read_file(write_jsonl(tmp_path / "t.jsonl", rows))).by_node[0]
+    assert top.name == "node-1"
+    bias = STEPS * sigma * (1.766 - 1.424)  # expected max of 16 and of 8 standard normals
+    assert top.lost_s - injected == pytest.approx(bias, rel=0.3)
+
+
+def test_no_straggler_flags_nothing(tmp_path: Path) -> None:
+    rows, injected = generate(3)
+    assert injected == 0
+    report = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
+    assert not [s for s in report["by_rank"] + report["by_node"] if s["flagged"]]
+    # the max of 16 noisy ranks: some slowdown, spread over ranks, none dominant
+    assert report["slowdown_fraction"] < 0.1
+    assert report["by_rank"][0]["share"] < 0.3
+    assert report["by_node"][0]["share"] < 0.8
+
+
+def test_csv_gives_the_same_report_as_json_lines(tmp_path: Path) -> None:
+    rows, _ = generate(4, {5: 1.3})
+    a = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
+    b = run_json(str(write_csv(tmp_path / "t.csv", rows)))
+    a.pop("source"), b.pop("source")
+    assert a == b
+
+
+def test_what_if_by_hand() -> None:
+    trace = st.Trace()
+    for r, t in enumerate([1.0, 1.0, 1.0, 2.0]):
+        trace.add(1, r, t, "a" if r < 2 else "b")
+    report = st.analyse(trace)
+    assert report.actual_s == 2.0 and report.at_median_s == 1.0
+    top = report.by_rank[0]
+    assert (top.name, top.lost_s, top.share) == ("3", 1.0, 1.0)
+    assert report.by_node[0].name == "b" and report.by_node[0].lost_s == 1.0
+
+
+def test_human_report_renders(tmp_path: Path) -> None:
+    rows, _ = generate(5, {5: 1.3})
+    result = CliRunner().invoke(app, ["stragglers", str(write_jsonl(tmp_path / "t.jsonl", rows))])
+    assert result.exit_code == 0, result.output
+    assert "ranks by time lost" in result.stdout and "SLOW" in result.stdout
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+
+class FakePrometheus(BaseHTTPRequestHandler):
+    """query_range answering one sample per step (timestamp = step) for each rank."""
+
+    rows: list[dict[str, Any]] = []
+    queries: list[dict[str, list[str]]] = []
+    repeat = 1  # each step appears at this many consecutive evaluation times
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        q = parse_qs(url.query)
+        type(self).queries.append(q)
+        if url.path != "/api/v1/query_range":
+            self.send_error(404)
+            return
+        series: dict[int, dict[str, Any]] = {}
+        for row in self.rows:
+            s = series.setdefault(
+                row["rank"],
+                {
+                    "metric": {
+                        "__name__": st.METRIC,
+                        "job": "train-a",
+                        "rank": str(row["rank"]),
+                        "node": row["node"],
+                    },
+                    "values": [],
+                },
+            )
+            for k in range(self.repeat):
+                s["values"].append([row["step"] * self.repeat + k, str(row["seconds"])])
+        wanted = 'job="train-a"' in q["query"][0]
+        body = {
+            "status": "success",
+            "data": {"resultType": "matrix", "result": list(series.values()) if wanted else []},
+        }
+        payload = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def fake_prometheus(
+    rows: list[dict[str, Any]], repeat: int = 1, queries: list[dict[str, list[str]]] | None = None
+) -> Iterator[str]:
+    attrs = {"rows": rows, "queries": [] if queries is None else queries, "repeat": repeat}
+    handler = type("Handler", (FakePrometheus,), attrs)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("repeat", [1, 3])
+def test_prometheus_gives_the_same_answer_as_the_file(tmp_path: Path, repeat: int) -> None:
+    rows, _ = generate(6, {r: 1.2 for r in range(8, 16)})
+    from_file = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
+    with fake_prometheus(rows, repeat) as url:
+        from_prom = run_json("--prometheus", url, "--job", "train-a", "--range", "1h")
+    from_file.pop("source"), from_prom.pop("source")
+    assert from_prom == from_file
+
+
+def test_prometheus_query_and_window() -> None:
+    rows, _ = generate(7)
+    queries: list[dict[str, list[str]]] = []
+    with fake_prometheus(rows, queries=queries) as url:
+        st.query_prometheus(url, "train-a", "2h", "30s", end=10_000.0)
+    (q,) = queries
+    assert q["query"] == ['llmp_train_step_seconds{job="train-a"}']
+    assert q["start"] == ["2800.000"] and q["end"] == ["10000.000"] and q["step"] == ["30"]
+
+
+def test_prometheus_without_the_job_is_bad_input() -> None:
+    rows, _ = generate(8)
+    with fake_prometheus(rows) as url:
+        result = CliRunner().invoke(
+            app, ["stragglers", "--prometheus", url, "--job", "nope", "--json"]
+        )
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0 and "no llmp_train_step_seconds" in result.stderr
+
+
+def test_prometheus_unreachable_fails() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
+    port = server.server_address[1]
+    server.server_close()  # nothing listens there now
+    result = CliRunner().invoke(
+        app, ["stragglers", "--prometheus", f"http://127.0.0.1:{port}", "--job", "a"]
+    )
+    assert result.exit_code == 1 and "Prometheus" in result.stderr
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        (None, "missing.jsonl", "no such file"),
+        ('{"step": 1, "rank": 0, "node": "a", "seconds": 1.0}\n{"step": 1, "ra', "t.jsonl", ":2:"),
+        ('{"step": 1, "rank": 0, "node": "a"}\n', "t.jsonl", "missing 'seconds'"),
+        ('{"step": 1, "rank": "x", "seconds": 1}\n', "t.jsonl", "'rank' is not a int"),
+        ('{"step": 1, "rank": 0, "seconds": -1}\n', "t.jsonl", "finite number"),
+        ("[1, 2]\n", "t.jsonl", "not a JSON object"),
+        ("", "t.jsonl", "no step times"),
+        ("step,rank,node\n1,0,a\n", "t.csv", "lacks seconds"),
+        ("step,rank,seconds\n1,0,fast\n", "t.csv", "'seconds' is not a float"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    tmp_path: Path, content: str | None, name: str, message: str
+) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    result = CliRunner().invoke(app, ["stragglers", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["x.jsonl", "--prometheus", "http://127.0.0.1:9"],
+        ["--prometheus", "http://127.0.0.1:9"],
+        ["--prometheus", "http://127.0.0.1:9", "--job", "a", "--range", "forever"],
+        ["x.jsonl", "--persist", "0"],
+    ],
+)
+def test_bad_arguments_exit_2(args: list[str]) -> None:
+    result = CliRunner().invoke(app, ["stragglers", *args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- from training
+
+
+def test_training_writes_what_stragglers_reads(tmp_path: Path) -> None:
+    """2 real CPU ranks: rank 0 appends every rank's step time and serves the gauges."""
+    import socket
+    import urllib.request
+
+    pytest.importorskip("torch")
+    pytest.importorskip("deepspeed")
+    prom = pytest.importorskip("prometheus_client")
+    del prom
+    from tests.workloads.training.harness import Run, job_config, kill_all
+    from workloads.training.data import write_synthetic_shards
+
+    data = tmp_path / "tokens"
+    write_synthetic_shards(data, n_shards=2, tokens_per_shard=20_000, vocab=256)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = job_config(
+        tmp_path, data, max_steps=8, step_sleep_s=0.3, checkpoint={"interval_steps": 2}
+    )
+    times = tmp_path / "times" / "steps.jsonl"
+    extra = ["--step-times", str(times), "--metrics-port", str(port)]
+    extra += ["--metrics-addr", "127.0.0.1", "--job-name", "t1"]
+    procs: list[Any] = []
+    try:
+        run = Run(tmp_path / "run", cfg, 2, extra, procs.append)
+        run.wait_for(lambda ev: sum(e["event"] == "checkpoint_published" for e in ev) >= 1, 180)
+        run.wait_for(lambda ev: sum(e["event"] == "step" for e in ev) >= 4, 60)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert run.wait(120) == [0, 0], run.stderr_tail()
+    finally:
+        kill_all(procs)
+    host = socket.gethostname()
+    for rank in (0, 1):
+        assert f'llmp_train_step_seconds{{job="t1",node="{host}",rank="{rank}"}}' in metrics
+    assert 'llmp_train_tokens_per_second{job="t1"}' in metrics
+    assert 'llmp_checkpoint_last_success_timestamp_seconds{job="t1"}' in metrics
+    rows = [json.loads(line) for line in times.read_text().splitlines()]
+    assert [(r["step"], r["rank"]) for r in rows] == [(s, r) for s in range(1, 9) for r in (0, 1)]
+    steps = {e["step"]: e for e in run.of("step")}
+    for s in range(1, 9):
+        slowest = max(r["seconds"] for r in rows if r["step"] == s)
+        assert slowest == pytest.approx(steps[s]["step_time_max_s"], abs=1e-4)
+    report = run_json(str(times))
+    assert (report["steps"], report["ranks"], report["nodes"]) == (8, 2, 1)
