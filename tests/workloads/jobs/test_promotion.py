@@ -1,0 +1,258 @@
+"""Model promotion end to end on the CPU: train 2 ranks (ZeRO-3) briefly with the training
+harness, promote the newest complete checkpoint into a moto S3 server on 127.0.0.1,
+download the revision and check the weights reproduce the DeepSpeed checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import torch
+from moto.server import ThreadedMotoServer
+
+from tests.workloads.training.harness import Run, job_config, kill_all
+from workloads.jobs import promotion
+from workloads.training import checkpointing as ckpt
+from workloads.training.data import TokenShards, write_synthetic_shards
+from workloads.training.model import GPT, ModelConfig
+
+BUCKET = "models"
+REGION = "us-east-1"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """2 ranks, ZeRO-3, 4 steps, a checkpoint every 2: step-2 and step-4 complete."""
+    tmp = tmp_path_factory.mktemp("trained")
+    data = tmp / "tokens"
+    write_synthetic_shards(data, n_shards=1, tokens_per_shard=20_000, vocab=256)
+    procs: list[subprocess.Popen[bytes]] = []
+    cfg = job_config(tmp, data, max_steps=4, checkpoint={"interval_steps": 2, "keep_last": 2})
+    try:
+        run = Run(tmp, cfg, 2, [], procs.append)
+        assert run.wait(180) == [0, 0], run.stderr_tail()
+        yield run
+    finally:
+        kill_all(procs)
+
+
+@pytest.fixture(scope="module")
+def heldout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("heldout")
+    write_synthetic_shards(path, n_shards=1, tokens_per_shard=4_000, vocab=256, seed=99)
+    return path
+
+
+@pytest.fixture(scope="module")
+def moto_server() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        assert host == "127.0.0.1"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def endpoint(moto_server: str) -> str:
+    """The moto server emptied, with the models bucket."""
+    request = urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")
+    urllib.request.urlopen(request, timeout=10).close()
+    boto3.client("s3", endpoint_url=moto_server).create_bucket(Bucket=BUCKET)
+    return moto_server
+
+
+class Recording:
+    """A boto3 S3 client that records the keys it writes, in order; optionally fails one."""
+
+    def __init__(self, client: Any, fail_on: str | None = None) -> None:
+        self.client, self.fail_on = client, fail_on
+        self.writes: list[str] = []
+
+    def _write(self, key: str) -> None:
+        if self.fail_on is not None and key.endswith(self.fail_on):
+            raise RuntimeError(f"injected failure writing {key}")
+        self.writes.append(key)
+
+    def upload_file(self, path: str, bucket: str, key: str) -> None:
+        self._write(key)
+        self.client.upload_file(path, bucket, key)
+
+    def put_object(self, **kw: Any) -> Any:
+        self._write(kw["Key"])
+        return self.client.put_object(**kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def keys(endpoint: str) -> list[str]:
+    listing = boto3.client("s3", endpoint_url=endpoint).list_objects_v2(Bucket=BUCKET)
+    return sorted(o["Key"] for o in listing.get("Contents", []))
+
+
+def checkpoints(trained: Run, tmp_path: Path) -> Path:
+    """A copy of the trained run's checkpoints plus a newer unsealed and a newer partial one."""
+    root = tmp_path / "ckpt"
+    shutil.copytree(trained.workdir / "ckpt", root)
+    unsealed = root / "step-6"
+    shutil.copytree(root / "step-2", unsealed)
+    (unsealed / ckpt.COMPLETE).unlink()
+    shutil.copytree(root / "step-2", root / "tmp-step-8")
+    (root / "latest").write_text("step-6")  # the pointer is not trusted
+    return root
+
+
+def argv(trained: Run, root: Path, heldout: Path, endpoint: str, *extra: str) -> list[str]:
+    return [
+        "--checkpoints",
+        str(root),
+        "--heldout",
+        str(heldout),
+        "--bucket",
+        BUCKET,
+        "--prefix",
+        "revisions/",
+        "--endpoint-url",
+        endpoint,
+        "--job-config",
+        str(trained.workdir / "job.json"),
+        *extra,
+    ]
+
+
+def logits(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
+    captured: list[torch.Tensor] = []
+    handle = model.head.register_forward_hook(lambda m, i, o: captured.append(o.detach()))
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        handle.remove()
+    return captured[0]
+
+
+def test_promotes_newest_complete_checkpoint_and_reproduces_its_logits(
+    trained: Run, heldout: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deepspeed.utils.zero_to_fp32 import load_state_dict_from_zero_checkpoint
+
+    root = checkpoints(trained, tmp_path)
+    s3 = Recording(boto3.client("s3", endpoint_url=endpoint))
+    code = promotion.main(argv(trained, root, heldout, endpoint, "--max-perplexity", "1e6"), s3)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out.strip().splitlines()[-1])
+    assert result["step"] == 4  # not the unsealed step-6, not tmp-step-8, not `latest`
+    assert re.fullmatch(r"\d{8}T\d{6}Z-step-4", result["revision"])
+    prefix = f"revisions/{result['revision']}/"
+    assert result["uri"] == f"s3://{BUCKET}/{prefix}"
+    names = ["COMPLETE", "config.json", "manifest.json", "model.safetensors"]
+    assert keys(endpoint) == [prefix + n for n in names]
+    # Weights and config first, the manifest after them, COMPLETE last.
+    assert [k.removeprefix(prefix) for k in s3.writes][-2:] == ["manifest.json", "COMPLETE"]
+
+    client = boto3.client("s3", endpoint_url=endpoint)
+    down = tmp_path / "download"
+    down.mkdir()
+    for name in names:
+        client.download_file(BUCKET, prefix + name, str(down / name))
+    manifest = json.loads((down / "manifest.json").read_text())
+    for name in ("config.json", "model.safetensors"):
+        assert manifest["files"][name]["sha256"] == promotion.sha256_of(down / name)
+        assert manifest["files"][name]["bytes"] == (down / name).stat().st_size
+    assert manifest["step"] == 4 and manifest["source_checkpoint"] == "step-4"
+    config = json.loads((down / "config.json").read_text())
+    job = json.loads((trained.workdir / "job.json").read_text())
+    assert config["model"] == job["model"] and config["dtype"] == "float32"
+
+    promoted = promotion.load_promoted(down)
+    reference = GPT(ModelConfig.model_validate(job["model"]))
+    reference = load_state_dict_from_zero_checkpoint(reference, str(root), tag="step-4").eval()
+    shards = TokenShards(heldout, 32)
+    batch = shards.batch(0, 8)
+    got, want = logits(promoted, batch), logits(reference, batch)
+    assert got.shape == (8, 32, 256)
+    assert torch.allclose(got, want, rtol=0, atol=1e-6), float((got - want).abs().max())
+    # The promoted weights are trained, not the initialisation, and the reported
+    # perplexity is what the downloaded model gives.
+    ppl = promotion.perplexity(promoted, shards, 1024)
+    assert math.isclose(ppl, manifest["heldout_perplexity"], rel_tol=1e-6)
+    assert ppl < 256  # better than uniform over the vocabulary
+
+
+def test_failing_gate_publishes_nothing(
+    trained: Run, heldout: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = checkpoints(trained, tmp_path)
+    code = promotion.main(argv(trained, root, heldout, endpoint, "--max-perplexity", "1.5"))
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == ""
+    assert len(captured.err.strip().splitlines()) == 1
+    assert captured.err.startswith("promotion: not promoted: held-out perplexity")
+    assert keys(endpoint) == []
+
+
+def test_failed_upload_leaves_no_revision(
+    trained: Run, heldout: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = checkpoints(trained, tmp_path)
+    s3 = Recording(boto3.client("s3", endpoint_url=endpoint), fail_on="manifest.json")
+    with pytest.raises(RuntimeError, match="injected"):
+        promotion.main(argv(trained, root, heldout, endpoint), s3)
+    assert keys(endpoint) == []  # the uploaded weights and config were removed again
+
+
+def test_bad_input_exits_2_with_one_line(
+    trained: Run, heldout: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "none"
+    empty.mkdir()
+    assert promotion.main(argv(trained, empty, heldout, endpoint)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("promotion: no complete checkpoint") and err.count("\n") == 1
+
+    root = checkpoints(trained, tmp_path)
+    args = argv(trained, root, heldout, endpoint)
+    args[args.index(BUCKET)] = "no-such-bucket"
+    assert promotion.main(args) == 2
+    assert capsys.readouterr().err == "promotion: no bucket no-such-bucket\n"
+    assert keys(endpoint) == []
+
+
+@pytest.mark.parametrize(
+    ("ppl", "limit", "fails"),
+    [
+        (float("nan"), None, True),
+        (float("inf"), 1e9, True),
+        (10.0, 9.99, True),
+        (10.0, 10.0, False),
+        (10.0, None, False),
+    ],
+)
+def test_gate(ppl: float, limit: float | None, fails: bool) -> None:
+    assert (promotion.gate(ppl, limit) is not None) is fails
