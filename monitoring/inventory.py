@@ -1,0 +1,103 @@
+"""The metrics the platform's exporters publish, by exporter: what rules and dashboards may use.
+
+- **dcgm**: NVIDIA DCGM exporter of the GPU operator (Service `nvidia-dcgm-exporter`, port
+  `gpu-metrics`); labels `gpu`, `UUID`, `Hostname`, `modelName` and, with the Kubernetes
+  mapping the operator turns on, `namespace`, `pod`, `container` (scraped with honorLabels).
+  The XID, ECC and NVLink counters must be in the exporter's metrics CSV.
+- **node**: the chart's prometheus-node-exporter. EFA: its `infiniband` collector (on by
+  default) reads `/sys/class/infiniband/<efa device>/ports/1/counters`; the ENA allowance
+  counters come from the `ethtool` collector, which we turn on. The EFA device plugin
+  publishes no metrics.
+- **kubelet** / **kube-state-metrics**: the chart's own scrapes.
+- **vllm**: vLLM's `/metrics` (port `metrics`), including the API server's
+  prometheus-fastapi-instrumentator `http_requests_total{status="2xx|4xx|5xx"}`.
+- **training**: the `llmp_*` exporter of training jobs (port `metrics`).
+- **recording**: series our own recording rules produce.
+"""
+
+from __future__ import annotations
+
+INVENTORY: dict[str, frozenset[str]] = {
+    "dcgm": frozenset(
+        {
+            "DCGM_FI_DEV_GPU_UTIL",
+            "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_MEMORY_TEMP",
+            "DCGM_FI_DEV_POWER_USAGE",
+            "DCGM_FI_DEV_SM_CLOCK",
+            "DCGM_FI_DEV_FB_USED",
+            "DCGM_FI_DEV_FB_FREE",
+            "DCGM_FI_DEV_XID_ERRORS",
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+            "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "DCGM_FI_PROF_SM_ACTIVE",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "DCGM_FI_PROF_DRAM_ACTIVE",
+        }
+    ),
+    "node": frozenset(
+        {
+            "node_infiniband_port_data_received_bytes_total",
+            "node_infiniband_port_data_transmitted_bytes_total",
+            "node_infiniband_port_errors_received_total",
+            "node_ethtool_bw_in_allowance_exceeded",
+            "node_ethtool_bw_out_allowance_exceeded",
+            "node_ethtool_pps_allowance_exceeded",
+            "node_cpu_seconds_total",
+            "node_memory_MemAvailable_bytes",
+            "node_memory_MemTotal_bytes",
+            "node_filesystem_avail_bytes",
+            "node_filesystem_size_bytes",
+            "node_network_receive_bytes_total",
+            "node_network_transmit_bytes_total",
+        }
+    ),
+    "kubelet": frozenset(
+        {
+            "kubelet_volume_stats_used_bytes",
+            "kubelet_volume_stats_capacity_bytes",
+            "container_cpu_usage_seconds_total",
+            "container_memory_working_set_bytes",
+        }
+    ),
+    "kube-state-metrics": frozenset(
+        {"kube_pod_labels", "kube_pod_status_phase", "kube_pod_container_status_restarts_total"}
+    ),
+    "vllm": frozenset(
+        {
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+            "vllm:gpu_cache_usage_perc",
+            "vllm:e2e_request_latency_seconds_bucket",
+            "vllm:time_to_first_token_seconds_bucket",
+            "vllm:time_per_output_token_seconds_bucket",
+            "vllm:request_success_total",
+            "vllm:prompt_tokens_total",
+            "vllm:generation_tokens_total",
+            "http_requests_total",
+        }
+    ),
+    "training": frozenset(
+        {
+            "llmp_train_step_seconds",
+            "llmp_train_tokens_per_second",
+            "llmp_checkpoint_last_success_timestamp_seconds",
+        }
+    ),
+    "recording": frozenset(
+        {
+            "llmp:vllm_error_ratio:rate5m",
+            "llmp:vllm_error_ratio:rate30m",
+            "llmp:vllm_error_ratio:rate1h",
+            "llmp:vllm_error_ratio:rate6h",
+        }
+    ),
+}
+
+ALL_METRICS: frozenset[str] = frozenset().union(*INVENTORY.values())
