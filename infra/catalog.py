@@ -151,6 +151,16 @@ class FabricAcceptance(_Data):
     thresholds: dict[str, FabricThreshold]
 
 
+class ServingPins(_Data):
+    """Images and the autoscaler chart of online serving (components/serving.py)."""
+
+    vllm_image: str
+    vllm_source: str
+    gateway_image: str
+    gateway_source: str
+    keda: Chart
+
+
 class Catalog(_Data):
     prices: Prices
     instances: dict[str, InstanceType]
@@ -166,6 +176,7 @@ class Catalog(_Data):
     addon_charts: dict[str, Chart] = Field(default_factory=dict)
     addon_manifests: dict[str, Manifests] = Field(default_factory=dict)
     fabric_acceptance: FabricAcceptance
+    serving: ServingPins | None = None
 
     @model_validator(mode="after")
     def _fabric_types_known(self) -> Catalog:

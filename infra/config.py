@@ -893,6 +893,240 @@ class AddonsConfig(_Section):
     metrics_server: bool = Field(True, description="metrics-server (kubectl top, HPA).")
 
 
+_LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
+_DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d|w|y)$")
+
+
+class AlertThresholds(_Section):
+    """Alert thresholds of the PrometheusRules (monitoring/rules.py)."""
+
+    gpu_idle_util_percent: float = Field(
+        10, gt=0, le=100, description="GPU utilisation (%) under which a training GPU is idle."
+    )
+    gpu_idle_seconds: int = Field(60, ge=30, description="How long a training GPU may stay idle.")
+    gpu_temp_warning_c: float = Field(80, gt=0, description="GPU temperature warning (5 min).")
+    gpu_temp_critical_c: float = Field(85, gt=0, description="GPU temperature critical (1 min).")
+    nvlink_errors: float = Field(10, ge=0, description="NVLink replay/recovery/CRC errors per 5m.")
+    fsx_used_ratio: float = Field(0.8, gt=0, lt=1, description="FSx volume fullness that alerts.")
+    checkpoint_interval_seconds: int = Field(
+        1800, ge=60, description="Expected checkpoint interval; alert at twice this age."
+    )
+    throughput_drop_ratio: float = Field(
+        0.2, gt=0, lt=1, description="Tokens/s this far below the job's 1h median alerts."
+    )
+    straggler_ratio: float = Field(
+        1.2, gt=1, description="A rank's step time over this multiple of the job median."
+    )
+    inference_p99_seconds: float = Field(
+        10, gt=0, description="Inference SLO: p99 end-to-end request latency (seconds)."
+    )
+    inference_availability: float = Field(
+        0.999, gt=0, lt=1, description="Inference SLO: share of successful requests."
+    )
+
+
+class MonitoringConfig(_Section):
+    """Metrics (kube-prometheus-stack), logs (Fluent Bit to CloudWatch), traces (OTel)."""
+
+    enabled: bool = Field(True, description="Prometheus, Grafana, alert rules and monitors.")
+    retention: str = Field("15d", description="Prometheus TSDB retention (a Prometheus duration).")
+    storage_gib: int = Field(100, ge=10, le=16384, description="Prometheus gp3 volume size.")
+    grafana: bool = Field(True, description="Grafana with the platform dashboards.")
+    logs: bool = Field(True, description="Fluent Bit shipping container logs to CloudWatch.")
+    log_retention_days: int = Field(30, description="Retention of the container log group.")
+    traces: bool = Field(True, description="OpenTelemetry collector for traces.")
+    traces_exporter: Literal["xray", "otlp"] = Field("xray", description="Where traces go.")
+    otlp_endpoint: str | None = Field(None, description="OTLP endpoint when exporter is otlp.")
+    alerts: AlertThresholds = Field(default_factory=AlertThresholds)
+
+    @field_validator("retention")
+    @classmethod
+    def _retention(cls, v: str) -> str:
+        if not _DURATION.match(v):
+            raise FieldError((), v, "a Prometheus duration such as 15d or 12h")
+        return v
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _log_retention(cls, v: int) -> int:
+        if v not in _LOG_RETENTION_DAYS:
+            raise FieldError((), v, f"a CloudWatch retention: {_LOG_RETENTION_DAYS}")
+        return v
+
+    @model_validator(mode="after")
+    def _exporter(self) -> MonitoringConfig:
+        if self.traces and self.traces_exporter == "otlp" and not self.otlp_endpoint:
+            raise FieldError(("otlp_endpoint",), None, "required when traces_exporter is otlp")
+        if self.alerts.gpu_temp_warning_c >= self.alerts.gpu_temp_critical_c:
+            raise FieldError(
+                ("alerts", "gpu_temp_warning_c"),
+                self.alerts.gpu_temp_warning_c,
+                "must be below gpu_temp_critical_c",
+            )
+        return self
+
+
+_MODEL_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
+_CLIENT_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+_REVISION = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+_CERT_ARN = re.compile(r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]{36}$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+_HOUR = re.compile(r"^([01]?\d|2[0-3]) \* \* [0-7*,-]+$")
+
+
+class ServingModelConfig(_Section):
+    """One served model (`serving.models[]`): a vLLM Deployment, Service, PDB and ScaledObject."""
+
+    name: str = Field(description="Model name: the Deployment's name and the API path `/<name>/`.")
+    revision: str = Field(
+        description="Path of the revision under the mounted models prefix (read-only).",
+    )
+    node_pool: str = Field(description="GPU pool the replicas run on (one of node_pools).")
+    gpus_per_replica: int = Field(
+        1, ge=1, le=16, description="GPUs per replica = vLLM tensor parallel size."
+    )
+    min_replicas: int = Field(1, ge=0, description="Replicas kept inside serving hours.")
+    max_replicas: int = Field(2, ge=1, description="Most replicas under load.")
+    max_model_len: int = Field(8192, ge=128, le=1048576, description="vLLM --max-model-len.")
+    quantization: Literal["none", "awq", "gptq", "fp8"] = Field(
+        "none", description="vLLM --quantization; none serves the weights as stored."
+    )
+    target_waiting_requests: int = Field(
+        4, ge=1, description="Queued requests per replica at which KEDA adds a replica."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _MODEL_NAME.match(v):
+            raise ValueError("lowercase letters, digits and '-', up to 40, starting with a letter")
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str) -> str:
+        if not _REVISION.match(v) or any(part in (".", "..") for part in v.split("/")):
+            raise ValueError("a relative path like llama-3-8b/2026-10-01 (no .., no leading /)")
+        return v
+
+    @model_validator(mode="after")
+    def _replicas(self) -> ServingModelConfig:
+        if self.min_replicas > self.max_replicas:
+            raise FieldError(
+                ("min_replicas",),
+                self.min_replicas,
+                f"must not exceed max_replicas ({self.max_replicas})",
+            )
+        return self
+
+
+class ServingScheduleConfig(_Section):
+    """Serving hours: KEDA's cron trigger keeps min_replicas inside, zero outside."""
+
+    timezone: str = Field("UTC", description="IANA time zone of the hours, e.g. Europe/Paris.")
+    start: str = Field("0 7 * * 1-5", description="Cron (minute hour * * weekdays) of opening.")
+    end: str = Field("0 20 * * 1-5", description="Cron of closing.")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        minute, _, rest = v.partition(" ")
+        if not minute.isdigit() or int(minute) > 59 or not _HOUR.match(rest):
+            raise ValueError("a daily cron 'M H * * DAYS', e.g. 0 7 * * 1-5")
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(v)
+        except Exception:
+            raise ValueError("not an IANA time zone; e.g. UTC or Europe/Paris") from None
+        return v
+
+
+class ServingApiConfig(_Section):
+    """Who may call the API: client names (keys are secret config) and rate limits."""
+
+    clients: list[str] = Field(
+        min_length=1,
+        description=(
+            "API clients; each key is the secret config `llm-platform-serving:<client>` "
+            "(`pulumi config set --secret`); a client without one is refused."
+        ),
+    )
+    rate_limit_per_key: int = Field(
+        2000, ge=10, description="WAF: requests per 5 minutes per API key before blocking."
+    )
+    rate_limit_per_ip: int = Field(
+        6000, ge=10, description="WAF: requests per 5 minutes per source IP before blocking."
+    )
+
+    @field_validator("clients")
+    @classmethod
+    def _clients(cls, v: list[str]) -> list[str]:
+        for i, client in enumerate(v):
+            if not _CLIENT_NAME.match(client):
+                raise FieldError((i,), client, "lowercase letters, digits and '-', up to 32")
+        if len(set(v)) != len(v):
+            raise ValueError("lists a client twice; list each once")
+        return v
+
+
+class ServingConfig(_Section):
+    """Online model serving (vLLM) behind an authenticating gateway, an ALB and a WAF."""
+
+    models: list[ServingModelConfig] = Field(min_length=1, description="Served models.")
+    hostname: str = Field(description="DNS name of the API (the ALB's rule host).")
+    certificate_arn: str = Field(description="ACM certificate ARN of `hostname` (HTTPS only).")
+    scheme: Literal["internet-facing", "internal"] = Field(
+        "internal", description="ALB scheme: internal (VPC only) or internet-facing."
+    )
+    prometheus_url: str = Field(
+        "http://kube-prometheus-stack-prometheus.monitoring:9090",
+        description="Prometheus that KEDA queries for vLLM's queue metrics.",
+    )
+    schedule: ServingScheduleConfig | None = Field(
+        None, description="Serving hours; none: always at least min_replicas."
+    )
+    api: ServingApiConfig
+
+    @field_validator("hostname")
+    @classmethod
+    def _hostname(cls, v: str) -> str:
+        if not _HOSTNAME.match(v):
+            raise ValueError("a lowercase DNS name, e.g. llm.example.com")
+        return v
+
+    @field_validator("certificate_arn")
+    @classmethod
+    def _cert(cls, v: str) -> str:
+        if not _CERT_ARN.match(v):
+            raise ValueError(
+                "not an ACM certificate ARN; e.g. arn:aws:acm:us-east-1:123456789012:"
+                "certificate/0123abcd-0123-4567-89ab-0123456789ab"
+            )
+        return v
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.match(r"^https?://[A-Za-z0-9.-]+(:\d+)?(/\S*)?$", v):
+            raise ValueError("an http(s) URL, e.g. http://prometheus.monitoring:9090")
+        return v
+
+    @field_validator("models")
+    @classmethod
+    def _unique(cls, v: list[ServingModelConfig]) -> list[ServingModelConfig]:
+        names = [m.name for m in v]
+        for i, name in enumerate(names):
+            if names.index(name) != i:
+                raise FieldError((i, "name"), name, "another model has this name")
+        return v
+
+
 class PlatformConfig(_Section):
     """Everything under the `llm-platform:` namespace, plus `aws:region`."""
 
@@ -907,8 +1141,12 @@ class PlatformConfig(_Section):
     storage: StorageConfig | None = Field(None, description="Buckets and file systems.")
     guardrails: GuardrailsConfig = Field(default_factory=lambda: GuardrailsConfig())
     addons: AddonsConfig = Field(default_factory=AddonsConfig)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     tenants: dict[str, TenantConfig] = Field(
         default_factory=dict, description="Teams by name; each name is also its namespace."
+    )
+    serving: ServingConfig | None = Field(
+        None, description="Model serving (inference stack); none: no model servers."
     )
 
     @field_validator("tenants")
@@ -961,12 +1199,57 @@ class PlatformConfig(_Section):
         if self.storage is not None:
             self._storage_refs(self.storage)
         self._tenant_refs()
+        if self.serving is not None:
+            self._serving_refs(self.serving)
         return self
 
     def pool_gpus(self, pool_name: str) -> int:
         """GPUs the pool supplies at its max size."""
         pool = self.node_pools[pool_name]
         return catalog().instance(pool.instance_type).gpu_count * pool.max_size
+
+    def _serving_refs(self, serving: ServingConfig) -> None:
+        for i, model in enumerate(serving.models):
+            here: tuple[str | int, ...] = ("serving", "models", i)
+            pool = self.node_pools.get(model.node_pool)
+            if pool is None:
+                raise FieldError(
+                    (*here, "node_pool"),
+                    model.node_pool,
+                    f"not a pool in node_pools ({', '.join(self.node_pools) or 'none'})",
+                )
+            gpus = catalog().instance(pool.instance_type).gpu_count
+            if model.gpus_per_replica > gpus:
+                raise FieldError(
+                    (*here, "gpus_per_replica"),
+                    model.gpus_per_replica,
+                    f"a replica stays on one node; {pool.instance_type} of pool "
+                    f"{model.node_pool} has {gpus} GPUs",
+                )
+            if gpus % model.gpus_per_replica:
+                raise FieldError(
+                    (*here, "gpus_per_replica"),
+                    model.gpus_per_replica,
+                    f"must divide the {gpus} GPUs of {pool.instance_type} (tensor parallel size)",
+                )
+        weights = self.storage.model_weights if self.storage else None
+        if weights is None or "serving" not in weights.namespaces:
+            raise FieldError(
+                ("serving",),
+                "models",
+                "serves weights from the model-weights volume: set storage.model_weights "
+                "with namespaces including serving",
+            )
+        if "serving" not in self.tenants:
+            raise FieldError(
+                ("serving",), "models", "runs in the `serving` tenant: declare tenants.serving"
+            )
+        if not self.addons.load_balancer_controller:
+            raise FieldError(
+                ("addons", "load_balancer_controller"),
+                False,
+                "serving's Ingress needs the AWS Load Balancer Controller; set it to true",
+            )
 
     def _tenant_refs(self) -> None:
         pools = self.node_pools

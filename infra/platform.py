@@ -18,6 +18,7 @@ from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.lustre import LustreFileSystem, LustreFileSystemArgs
 from components.network import Network, NetworkArgs
 from components.priority_classes import PriorityClasses
+from components.serving import Serving, ServingArgs
 from components.storage import Storage, StorageArgs
 from components.storage_csi import (
     LustreVolume,
@@ -238,6 +239,21 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 on_cluster,
             )
         pulumi.export("buckets", {k: b.name for k, b in buckets.buckets.items()})
+
+    if cfg.serving is not None:
+        # Only where the config asks for model servers (the inference stack).
+        serving = Serving(
+            "serving",
+            ServingArgs(
+                config=cfg.serving,
+                namespace=tenancy.namespaces["serving"],
+                vpc_cidr=cfg.network.vpc_cidr,
+                pools={name: pool.instance_type for name, pool in cfg.node_pools.items()},
+                system_nodes=[cluster.system_nodes],
+            ),
+            on_cluster,
+        )
+        pulumi.export("serving", {"models": serving.models, "hostname": cfg.serving.hostname})
 
     pulumi.export("region", cfg.region)
     pulumi.export("cluster_name", cluster.name)

@@ -393,6 +393,95 @@ def _print_findings(findings: list[Any], stack: str) -> None:
     )
 
 
+@app.command()
+def stragglers(
+    source: Annotated[
+        Path | None, typer.Argument(help="Step times: JSON lines (train.py --step-times) or CSV.")
+    ] = None,
+    prometheus: Annotated[
+        str | None, typer.Option("--prometheus", help="Read llmp_train_step_seconds from here.")
+    ] = None,
+    job: Annotated[str | None, typer.Option("--job", help="The job label (--prometheus).")] = None,
+    range_: Annotated[str, typer.Option("--range", help="How far back (--prometheus).")] = "1h",
+    resolution: Annotated[
+        str, typer.Option("--resolution", help="query_range step (--prometheus).")
+    ] = "15s",
+    threshold: Annotated[
+        float, typer.Option("--threshold", help="Slow means above median x (1 + this).")
+    ] = 0.05,
+    persist: Annotated[
+        float, typer.Option("--persist", help="Flag when slow in at least this share of steps.")
+    ] = 0.5,
+    top: Annotated[int, typer.Option("--top", help="Rows per table.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Which ranks and nodes slow a synchronous job down, and by how much (exit 0)."""
+    from llmp import stragglers as st
+
+    try:
+        st.check_options(threshold, persist, top)
+        trace = st.load(source, prometheus, job, range_, resolution)
+        report = st.analyse(trace, threshold, persist)
+    except st.BadInput as e:
+        raise _fail(f"stragglers: {e}", EXIT_BAD_INPUT) from None
+    except st.SourceUnavailable as e:
+        raise _fail(f"stragglers: {e}", EXIT_FAILED) from None
+    if as_json:
+        print(st.to_json(report))
+        return
+    for part in st.render(report, top):
+        out.print(part)
+
+
+@app.command()
+def loadtest(
+    url: Annotated[str, typer.Argument(help="OpenAI-compatible base URL, e.g. http://host:8000")],
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight.")] = 1,
+    requests: Annotated[
+        int | None, typer.Option("--requests", help="Stop after N requests (default 100).")
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option("--duration", help="Stop sending after S seconds.")
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", envvar="LLMP_API_KEY", help="Bearer token.")
+    ] = None,
+    model: Annotated[str, typer.Option("--model", help="The `model` field.")] = "default",
+    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens")] = 128,
+    max_tokens: Annotated[int, typer.Option("--max-tokens")] = 128,
+    chat: Annotated[bool, typer.Option("--chat", help="Use /v1/chat/completions.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Per request, seconds.")] = 60.0,
+    slo_ttft_p99: Annotated[
+        float | None, typer.Option("--slo-ttft-p99", metavar="MS", help="Fail above this.")
+    ] = None,
+    slo_error_rate: Annotated[
+        float | None, typer.Option("--slo-error-rate", metavar="FRACTION", help="Fail above.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Stream requests at an OpenAI-compatible endpoint; report TTFT, inter-token latency,
+    tokens/s and errors. Exit 1 when an SLO is missed (or every request failed), 2 on
+    bad input or an unreachable endpoint."""
+    import asyncio
+
+    from llmp import loadtest as lt
+
+    opts = lt.Options(
+        url, chat, concurrency, requests, duration, api_key, model, prompt_tokens, max_tokens,
+        timeout, slo_ttft_p99, slo_error_rate,
+    )  # fmt: skip
+    try:
+        report = asyncio.run(lt.run(opts))
+    except lt.BadInput as e:
+        raise _fail(f"loadtest: {e}", EXIT_BAD_INPUT) from None
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        out.print(lt.render(report))
+    if report.slo_missed:
+        raise _fail(f"loadtest: SLO missed: {'; '.join(report.slo_missed)}", EXIT_FAILED)
+
+
 def main() -> None:
     app()
 

@@ -31,7 +31,7 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_in_stack
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from infra.config import NAMESPACE, REGION_KEY, load_config
 
@@ -279,6 +279,9 @@ def run_program(stack: str, region: str, program_dir: Path = PROGRAM_DIR) -> Pla
     The program reads its config the way it does under the engine (the
     runtime's config map, or PULUMI_CONFIG in the environment).
     """
+    # asyncio.run() elsewhere in the process (a load test, say) leaves the main
+    # thread without an event loop; the Pulumi runtime expects one.
+    _ensure_event_loop()
     plan = Plan(project=PROJECT, stack=stack)
     mocks = _PlanMocks(region, plan)
     monitor = _RecordingMonitor(mocks, plan)

@@ -10,6 +10,7 @@ template).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -323,3 +324,37 @@ def kueue_local_queue_per_namespace(args: StackValidationArgs, report: Report) -
         linked = any(any(d.urn == ns.urn for d in q.dependencies) for q in queues)
         if name not in queued and not linked:
             report(f"tenant namespace {name} has no Kueue LocalQueue", ns.urn)
+
+
+INGRESS = "kubernetes:networking.k8s.io/v1:Ingress"
+_ALB = "alb.ingress.kubernetes.io/"
+
+
+def k8s_alb_ingress_https(args: ResourceValidationArgs, report: Report) -> None:
+    """Ingresses on the AWS Load Balancer Controller listen on HTTPS only, with an ACM
+    certificate, and an internet-facing one has a WAF web ACL (`wafv2-acl-arn`)."""
+    if args.resource_type != INGRESS:
+        return
+    notes = get(args.props, "metadata", "annotations")
+    notes = {k: notes[k] for k in notes} if is_map(notes) else {}
+    alb = get(args.props, "spec", "ingressClassName") == "alb" or any(
+        k.startswith(_ALB) for k in notes
+    )
+    if not alb:
+        return
+    name = get(args.props, "metadata", "name") or args.name
+    raw = notes.get(f"{_ALB}listen-ports")
+    try:
+        ports = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        ports = None
+    if not isinstance(ports, list) or not ports:
+        report(f"ingress {name}: no listen-ports (the ALB defaults to HTTP:80); list HTTPS:443")
+    else:
+        plain_http = [p for p in ports if isinstance(p, dict) and "HTTP" in p]
+        if plain_http and f"{_ALB}ssl-redirect" not in notes:
+            report(f"ingress {name} listens on HTTP without ssl-redirect; serve HTTPS only")
+    if not notes.get(f"{_ALB}certificate-arn"):
+        report(f"ingress {name} has no certificate-arn: its HTTPS listener needs one")
+    if notes.get(f"{_ALB}scheme") == "internet-facing" and not notes.get(f"{_ALB}wafv2-acl-arn"):
+        report(f"ingress {name} is internet-facing without a WAF (wafv2-acl-arn)")

@@ -116,6 +116,7 @@ RULES: list[Rule] = [
     ),
     _r("k8s-namespace-quota", M, STACK, kubernetes.k8s_namespace_quota),
     _r("helm-chart-pinned", M, RES, kubernetes.helm_chart_pinned),
+    _r("k8s-alb-ingress-https", M, RES, kubernetes.k8s_alb_ingress_https),
     _r("kueue-local-queue-per-namespace", M, STACK, kubernetes.kueue_local_queue_per_namespace),
     # Tags
     _r(

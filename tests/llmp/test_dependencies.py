@@ -103,6 +103,11 @@ ORDERING_EDGES = {
         "aws:s3/bucketVersioning:BucketVersioning",
         "-versioning",
     ): "S3 refuses a replication rule until both buckets are versioned",
+    (
+        "kubernetes:keda.sh/v1alpha1:ScaledObject",
+        "kubernetes:helm.sh/v3:Release",
+        "-keda",
+    ): "KEDA's CRDs come with its chart",
 }
 
 

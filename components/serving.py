@@ -1,0 +1,228 @@
+"""Serving: online LLM inference with vLLM, behind an authenticating gateway, an ALB and a WAF.
+
+Owns (only when the `serving` config section is set, in the `serving` tenant
+namespace that the tenancy component creates):
+
+- **KEDA** (Helm chart pinned in the catalog, `keda` namespace): this
+  component is its one owner, since only serving scales on it. Why KEDA: see
+  `workloads.serving.keda`;
+- per model: a vLLM **Deployment** (weights from the read-only
+  `model-weights` claim, GPUs = tensor-parallel size, probes on `/health`,
+  graceful drain, surge rollouts, zone and node spread, priority
+  `llmp-serving`), a **Service** (`http`, `health`, and `metrics` labelled
+  for scraping), a **PodDisruptionBudget** and a KEDA **ScaledObject**
+  (queue depth from Prometheus, serving hours by cron);
+- the gateway **Secret**: Envoy's configuration with the clients' API keys,
+  from secret stack config `llm-platform-serving:<client>`, secret in every
+  plan;
+- the **Ingress** (AWS Load Balancer Controller): HTTPS on 443 only with the
+  ACM certificate of the config, internal or internet-facing, a path
+  `/<model>/` per model, and the WAF attached;
+- a **WAFv2 WebACL**: AWS's known-bad-inputs rules, a rate limit per API key
+  (the `authorization` header) and one per source IP;
+- a **NetworkPolicy** that lets the ALB (from the VPC) reach the gateway's
+  ports, on top of the tenant's default deny.
+
+Why the gateway: see `workloads.serving.gateway`. The component expects the
+AWS and Kubernetes providers through `opts.providers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from infra.catalog import catalog
+from infra.config import ServingConfig
+from workloads.serving import gateway, keda, vllm
+from workloads.volumes import PART_OF
+
+KEDA = "keda"
+KEY_CONFIG_NAMESPACE = "llm-platform-serving"
+"""Secret config namespace of the API keys: `llm-platform-serving:<client>`."""
+
+
+def api_keys(clients: list[str]) -> dict[str, pulumi.Output[str] | None]:
+    """Each client's key from secret stack config; None where it is not set (refused)."""
+    config = pulumi.Config(KEY_CONFIG_NAMESPACE)
+    keys: dict[str, pulumi.Output[str] | None] = {}
+    for client in clients:
+        key = config.get_secret(client)
+        if key is None:
+            pulumi.log.warn(
+                f"serving: client {client} has no key ({KEY_CONFIG_NAMESPACE}:{client}); "
+                "its requests are refused"
+            )
+        keys[client] = key
+    return keys
+
+
+def _visibility(name: str) -> dict[str, Any]:
+    return {
+        "cloudwatch_metrics_enabled": True,
+        "metric_name": name,
+        "sampled_requests_enabled": True,
+    }
+
+
+def web_acl_rules(cfg: ServingConfig) -> list[aws.wafv2.WebAclRuleArgs]:
+    w = aws.wafv2
+    return [
+        w.WebAclRuleArgs(
+            name="known-bad-inputs",
+            priority=0,
+            override_action=w.WebAclRuleOverrideActionArgs(
+                none=w.WebAclRuleOverrideActionNoneArgs()
+            ),
+            statement=w.WebAclRuleStatementArgs(
+                managed_rule_group_statement=w.WebAclRuleStatementManagedRuleGroupStatementArgs(
+                    name="AWSManagedRulesKnownBadInputsRuleSet", vendor_name="AWS"
+                )
+            ),
+            visibility_config=w.WebAclRuleVisibilityConfigArgs(**_visibility("known-bad-inputs")),
+        ),
+        w.WebAclRuleArgs(
+            name="rate-per-key",
+            priority=1,
+            action=w.WebAclRuleActionArgs(block=w.WebAclRuleActionBlockArgs()),
+            statement=w.WebAclRuleStatementArgs(
+                rate_based_statement=w.WebAclRuleStatementRateBasedStatementArgs(
+                    aggregate_key_type="CUSTOM_KEYS",
+                    limit=cfg.api.rate_limit_per_key,
+                    evaluation_window_sec=300,
+                    custom_keys=[
+                        w.WebAclRuleStatementRateBasedStatementCustomKeyArgs(
+                            header=w.WebAclRuleStatementRateBasedStatementCustomKeyHeaderArgs(
+                                name=gateway.KEY_HEADER,
+                                text_transformations=[
+                                    w.WebAclRuleStatementRateBasedStatementCustomKeyHeaderTextTransformationArgs(
+                                        priority=0, type="NONE"
+                                    )
+                                ],
+                            )
+                        )
+                    ],
+                )
+            ),
+            visibility_config=w.WebAclRuleVisibilityConfigArgs(**_visibility("rate-per-key")),
+        ),
+        w.WebAclRuleArgs(
+            name="rate-per-ip",
+            priority=2,
+            action=w.WebAclRuleActionArgs(block=w.WebAclRuleActionBlockArgs()),
+            statement=w.WebAclRuleStatementArgs(
+                rate_based_statement=w.WebAclRuleStatementRateBasedStatementArgs(
+                    aggregate_key_type="IP",
+                    limit=cfg.api.rate_limit_per_ip,
+                    evaluation_window_sec=300,
+                )
+            ),
+            visibility_config=w.WebAclRuleVisibilityConfigArgs(**_visibility("rate-per-ip")),
+        ),
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingArgs:
+    config: ServingConfig
+    namespace: pulumi.Input[str]
+    """The `serving` tenant namespace (from tenancy: the objects wait for it)."""
+    vpc_cidr: str
+    pools: dict[str, str]
+    """Instance type per node pool."""
+    system_nodes: list[pulumi.Resource] = field(default_factory=list)
+    """What KEDA's operator Deployment needs first (the system node group)."""
+
+
+class Serving(pulumi.ComponentResource):
+    web_acl_arn: pulumi.Output[str]
+    models: list[str]
+
+    def __init__(self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmp:serving:Serving", name, None, opts)
+        cfg = args.config
+        ns = args.namespace
+        child = pulumi.ResourceOptions(parent=self)
+        pins = catalog().serving
+        if pins is None:
+            raise ValueError("catalog.yaml has no serving section (vLLM, gateway, KEDA pins)")
+
+        keda_release = k8s.helm.v3.Release(
+            f"{name}-{KEDA}",
+            k8s.helm.v3.ReleaseArgs(
+                name=KEDA,
+                chart=KEDA,
+                version=pins.keda.version,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=pins.keda.repository),
+                namespace=KEDA,
+                create_namespace=True,
+                values={"operator": {"replicaCount": 2}},
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes),
+        )
+
+        k8s.core.v1.Secret(
+            f"{name}-gateway",
+            gateway.gateway_secret_args(
+                ns, [m.name for m in cfg.models], api_keys(cfg.api.clients), PART_OF
+            ),
+            opts=child,
+        )
+
+        after_keda = pulumi.ResourceOptions(parent=self, depends_on=[keda_release])
+        for model in cfg.models:
+            itype = args.pools[model.node_pool]
+            kind = catalog().accelerator_kind(itype)
+            if kind is None:
+                raise ValueError(f"pool {model.node_pool} has no accelerator")
+            k8s.apps.v1.Deployment(
+                f"{name}-{model.name}",
+                vllm.deployment_args(ns, model, itype, kind.resource, kind.taint_key),
+                opts=child,
+            )
+            k8s.core.v1.Service(
+                f"{name}-{model.name}", vllm.service_args(ns, model.name), opts=child
+            )
+            k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-{model.name}", vllm.pdb_args(ns, model.name), opts=child
+            )
+            manifest = keda.scaled_object(
+                model, cfg.prometheus_url, cfg.schedule, vllm.labels(model.name)
+            ).manifest()
+            k8s.apiextensions.CustomResource(
+                f"{name}-{model.name}",
+                api_version=manifest["apiVersion"],
+                kind=manifest["kind"],
+                metadata={**manifest["metadata"], "namespace": ns},
+                spec=manifest["spec"],
+                opts=after_keda,
+            )
+
+        web_acl = aws.wafv2.WebAcl(
+            f"{name}-waf",
+            scope="REGIONAL",
+            description="LLM serving API: known bad inputs, rate limits per key and per IP",
+            default_action=aws.wafv2.WebAclDefaultActionArgs(
+                allow=aws.wafv2.WebAclDefaultActionAllowArgs()
+            ),
+            rules=web_acl_rules(cfg),
+            visibility_config=aws.wafv2.WebAclVisibilityConfigArgs(**_visibility(f"{name}-waf")),
+            opts=child,
+        )
+        k8s.networking.v1.Ingress(
+            f"{name}-api",
+            gateway.ingress_args(ns, cfg, web_acl.arn, PART_OF),
+            opts=child,
+        )
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-allow-alb",
+            gateway.alb_network_policy_args(ns, args.vpc_cidr, {"app.kubernetes.io/name": "vllm"}),
+            opts=child,
+        )
+        self.web_acl_arn = web_acl.arn
+        self.models = [m.name for m in cfg.models]
+        self.register_outputs({"web_acl_arn": self.web_acl_arn, "models": self.models})

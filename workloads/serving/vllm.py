@@ -1,0 +1,374 @@
+"""vLLM model servers: per model a Deployment, a Service and a PodDisruptionBudget.
+
+Each pod runs vLLM's OpenAI server on the weights of the read-only
+`model-weights` claim (Mountpoint for S3: nothing is copied into the image),
+with as many GPUs as its tensor-parallel size, and the gateway sidecar
+(`workloads.serving.gateway`) in front of it.
+
+- Probes on vLLM's `/health`: a startup probe that allows `STARTUP_BUDGET_S`
+  for reading the weights from S3 and warming up, then readiness and
+  liveness.
+- Graceful drain: the pod leaves the Service endpoints at termination, a
+  preStop sleep covers the ALB's deregistration, then vLLM finishes its
+  in-flight requests within `terminationGracePeriodSeconds`.
+- Rollouts surge one pod and take none away (maxSurge 1, maxUnavailable 0):
+  the old replica serves until the new one is ready.
+- `replicas` is left out: KEDA owns it (`workloads.serving.keda`), and a
+  value here would be reset at every `pulumi up`.
+- Spread over zones and nodes (best effort: a model with few replicas on a
+  pool in fewer zones still schedules), priority `llmp-serving`, the GPU
+  taint tolerated and the pool required by node affinity.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pulumi
+from pulumi_kubernetes.apps.v1 import (
+    DeploymentInitArgs,
+    DeploymentSpecArgs,
+    DeploymentStrategyArgs,
+    RollingUpdateDeploymentArgs,
+)
+from pulumi_kubernetes.core.v1 import (
+    AffinityArgs,
+    CapabilitiesArgs,
+    ContainerArgs,
+    ContainerPortArgs,
+    EmptyDirVolumeSourceArgs,
+    EnvVarArgs,
+    HTTPGetActionArgs,
+    KeyToPathArgs,
+    LifecycleArgs,
+    LifecycleHandlerArgs,
+    NodeAffinityArgs,
+    NodeSelectorArgs,
+    NodeSelectorRequirementArgs,
+    NodeSelectorTermArgs,
+    PersistentVolumeClaimVolumeSourceArgs,
+    PodSecurityContextArgs,
+    PodSpecArgs,
+    PodTemplateSpecArgs,
+    ProbeArgs,
+    ResourceRequirementsArgs,
+    SeccompProfileArgs,
+    SecretVolumeSourceArgs,
+    SecurityContextArgs,
+    ServiceInitArgs,
+    ServicePortArgs,
+    ServiceSpecArgs,
+    SleepActionArgs,
+    TCPSocketActionArgs,
+    TolerationArgs,
+    TopologySpreadConstraintArgs,
+    VolumeArgs,
+    VolumeMountArgs,
+)
+from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
+from pulumi_kubernetes.policy.v1 import PodDisruptionBudgetInitArgs, PodDisruptionBudgetSpecArgs
+
+from infra.catalog import InstanceType, catalog
+from infra.config import ServingModelConfig
+from workloads.serving import gateway
+from workloads.volumes import MODEL_WEIGHTS_CLAIM, PART_OF
+
+PRIORITY_CLASS = "llmp-serving"
+POOL_LABEL = "llm-platform/pool"
+ZONE_KEY = "topology.kubernetes.io/zone"
+HOST_KEY = "kubernetes.io/hostname"
+WEIGHTS_PATH = "/models"
+STARTUP_BUDGET_S = 1800
+"""Loading a 70B model from S3 through Mountpoint and compiling takes minutes."""
+PRE_STOP_SLEEP_S = 30
+"""Longer than the ALB's deregistration and the endpoint propagation."""
+GRACE_S = 180
+"""preStop plus time for in-flight generations to finish."""
+SCRAPE_LABEL = "llm-platform/scrape"
+CACHE_PATH = "/var/cache/vllm"
+RUN_AS = 10101
+"""A high UID of no image user: the weights are readable by all (Mountpoint allow-other)."""
+SHM_GIB = 16
+"""Shared memory for NCCL between tensor-parallel workers."""
+
+
+def labels(model: str) -> dict[str, str]:
+    """Pod and object labels; `component: serving` marks them for the policy pack."""
+    return {
+        **PART_OF,
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": model,
+        "app.kubernetes.io/component": "serving",
+    }
+
+
+def selector(model: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": model}
+
+
+def vllm_args(model: ServingModelConfig) -> list[str]:
+    args = [
+        "--model",
+        f"{WEIGHTS_PATH}/{model.revision}",
+        "--served-model-name",
+        model.name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(gateway.VLLM_PORT),
+        "--tensor-parallel-size",
+        str(model.gpus_per_replica),
+        "--max-model-len",
+        str(model.max_model_len),
+        "--disable-log-requests",
+    ]
+    if model.quantization != "none":
+        args += ["--quantization", model.quantization]
+    return args
+
+
+def replica_resources(model: ServingModelConfig, itype: InstanceType) -> tuple[int, int]:
+    """(vCPUs, GiB) of a replica: its share of the node by GPUs, less 10% for the node."""
+    share = model.gpus_per_replica / itype.gpu_count
+    cpu = max(1, math.floor(itype.vcpus * share * 0.9) - 1)
+    memory = max(4, math.floor(itype.memory_gib * share * 0.9) - 2)
+    return cpu, memory
+
+
+def _http(path: str, port: int | str) -> HTTPGetActionArgs:
+    return HTTPGetActionArgs(path=path, port=port)
+
+
+def _hardened() -> SecurityContextArgs:
+    """No root, no privilege, no capability, a read-only root file system."""
+    return SecurityContextArgs(
+        allow_privilege_escalation=False,
+        capabilities=CapabilitiesArgs(drop=["ALL"]),
+        seccomp_profile=SeccompProfileArgs(type="RuntimeDefault"),
+        read_only_root_filesystem=True,
+        run_as_non_root=True,
+        run_as_user=RUN_AS,
+        run_as_group=RUN_AS,
+    )
+
+
+def vllm_container(
+    model: ServingModelConfig, instance_type: str, gpu_resource: str
+) -> ContainerArgs:
+    cpu, memory = replica_resources(model, catalog().instance(instance_type))
+    gpus = str(model.gpus_per_replica)
+    pins = catalog().serving
+    assert pins is not None, "catalog.yaml has no serving section"
+    return ContainerArgs(
+        name="vllm",
+        image=pins.vllm_image,
+        image_pull_policy="Always",
+        args=vllm_args(model),
+        env=[
+            EnvVarArgs(name="HF_HUB_OFFLINE", value="1"),
+            EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),
+            # A read-only root file system: every cache goes to the `cache` emptyDir.
+            EnvVarArgs(name="HOME", value=CACHE_PATH),
+            EnvVarArgs(name="XDG_CACHE_HOME", value=CACHE_PATH),
+            EnvVarArgs(name="VLLM_CACHE_ROOT", value=f"{CACHE_PATH}/vllm"),
+            EnvVarArgs(name="TRITON_CACHE_DIR", value=f"{CACHE_PATH}/triton"),
+            EnvVarArgs(name="TMPDIR", value="/tmp"),
+            EnvVarArgs(name="USER", value="vllm"),  # no passwd entry for RUN_AS
+        ],
+        ports=[ContainerPortArgs(name="metrics", container_port=gateway.VLLM_PORT)],
+        resources=ResourceRequirementsArgs(
+            requests={"cpu": str(cpu), "memory": f"{memory}Gi", gpu_resource: gpus},
+            limits={"cpu": str(cpu), "memory": f"{memory}Gi", gpu_resource: gpus},
+        ),
+        startup_probe=ProbeArgs(
+            http_get=_http("/health", gateway.VLLM_PORT),
+            period_seconds=10,
+            timeout_seconds=5,
+            failure_threshold=STARTUP_BUDGET_S // 10,
+        ),
+        readiness_probe=ProbeArgs(
+            http_get=_http("/health", gateway.VLLM_PORT),
+            period_seconds=5,
+            timeout_seconds=3,
+            failure_threshold=3,
+        ),
+        liveness_probe=ProbeArgs(
+            http_get=_http("/health", gateway.VLLM_PORT),
+            period_seconds=15,
+            timeout_seconds=10,
+            failure_threshold=4,
+        ),
+        lifecycle=LifecycleArgs(
+            pre_stop=LifecycleHandlerArgs(sleep=SleepActionArgs(seconds=PRE_STOP_SLEEP_S))
+        ),
+        volume_mounts=[
+            VolumeMountArgs(name="weights", mount_path=WEIGHTS_PATH, read_only=True),
+            VolumeMountArgs(name="shm", mount_path="/dev/shm"),
+            VolumeMountArgs(name="cache", mount_path=CACHE_PATH),
+            VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        ],
+        security_context=_hardened(),
+    )
+
+
+def gateway_container(model: str) -> ContainerArgs:
+    pins = catalog().serving
+    assert pins is not None, "catalog.yaml has no serving section"
+    return ContainerArgs(
+        name="gateway",
+        image=pins.gateway_image,
+        image_pull_policy="Always",
+        args=["-c", "/etc/envoy/envoy.yaml", "--log-level", "warn", "--disable-hot-restart"],
+        ports=[
+            ContainerPortArgs(name="http", container_port=gateway.API_PORT),
+            ContainerPortArgs(name="health", container_port=gateway.HEALTH_PORT),
+        ],
+        resources=ResourceRequirementsArgs(
+            requests={"cpu": "500m", "memory": "256Mi"},
+            limits={"cpu": "2", "memory": "512Mi"},
+        ),
+        readiness_probe=ProbeArgs(
+            tcp_socket=TCPSocketActionArgs(port=gateway.API_PORT), period_seconds=5
+        ),
+        liveness_probe=ProbeArgs(
+            tcp_socket=TCPSocketActionArgs(port=gateway.API_PORT), period_seconds=15
+        ),
+        lifecycle=LifecycleArgs(
+            # Keep proxying while vLLM drains; Envoy stops after vLLM's preStop.
+            pre_stop=LifecycleHandlerArgs(sleep=SleepActionArgs(seconds=PRE_STOP_SLEEP_S))
+        ),
+        volume_mounts=[VolumeMountArgs(name="gateway", mount_path="/etc/envoy", read_only=True)],
+        security_context=_hardened(),
+    )
+
+
+def deployment_args(
+    namespace: pulumi.Input[str],
+    model: ServingModelConfig,
+    instance_type: str,
+    gpu_resource: str,
+    taint_key: str,
+) -> DeploymentInitArgs:
+    pod_labels = labels(model.name)
+    spread = [
+        TopologySpreadConstraintArgs(
+            max_skew=1,
+            topology_key=key,
+            when_unsatisfiable="ScheduleAnyway",
+            label_selector=LabelSelectorArgs(match_labels=selector(model.name)),
+        )
+        for key in (ZONE_KEY, HOST_KEY)
+    ]
+    pod = PodSpecArgs(
+        priority_class_name=PRIORITY_CLASS,
+        security_context=PodSecurityContextArgs(
+            run_as_non_root=True,
+            run_as_user=RUN_AS,
+            run_as_group=RUN_AS,
+            fs_group=RUN_AS,
+            seccomp_profile=SeccompProfileArgs(type="RuntimeDefault"),
+        ),
+        automount_service_account_token=False,
+        termination_grace_period_seconds=GRACE_S,
+        containers=[
+            vllm_container(model, instance_type, gpu_resource),
+            gateway_container(model.name),
+        ],
+        tolerations=[TolerationArgs(key=taint_key, operator="Exists", effect="NoSchedule")],
+        affinity=AffinityArgs(
+            node_affinity=NodeAffinityArgs(
+                required_during_scheduling_ignored_during_execution=NodeSelectorArgs(
+                    node_selector_terms=[
+                        NodeSelectorTermArgs(
+                            match_expressions=[
+                                NodeSelectorRequirementArgs(
+                                    key=POOL_LABEL, operator="In", values=[model.node_pool]
+                                )
+                            ]
+                        )
+                    ]
+                )
+            )
+        ),
+        topology_spread_constraints=spread,
+        volumes=[
+            VolumeArgs(
+                name="weights",
+                persistent_volume_claim=PersistentVolumeClaimVolumeSourceArgs(
+                    claim_name=MODEL_WEIGHTS_CLAIM, read_only=True
+                ),
+            ),
+            VolumeArgs(
+                name="shm",
+                empty_dir=EmptyDirVolumeSourceArgs(medium="Memory", size_limit=f"{SHM_GIB}Gi"),
+            ),
+            VolumeArgs(name="cache", empty_dir=EmptyDirVolumeSourceArgs(size_limit="50Gi")),
+            VolumeArgs(name="tmp", empty_dir=EmptyDirVolumeSourceArgs(size_limit="10Gi")),
+            VolumeArgs(
+                name="gateway",
+                secret=SecretVolumeSourceArgs(
+                    secret_name=gateway.GATEWAY_SECRET,
+                    items=[KeyToPathArgs(key=f"{model.name}.yaml", path="envoy.yaml")],
+                ),
+            ),
+        ],
+    )
+    return DeploymentInitArgs(
+        metadata=ObjectMetaArgs(
+            name=model.name,
+            namespace=namespace,
+            labels=pod_labels,
+            # Rollouts are gated by readiness in the cluster; a model loading for many
+            # minutes, or scaled to zero outside serving hours, must not hold `pulumi up`.
+            annotations={"pulumi.com/skipAwait": "true"},
+        ),
+        spec=DeploymentSpecArgs(
+            selector=LabelSelectorArgs(match_labels=selector(model.name)),
+            strategy=DeploymentStrategyArgs(
+                type="RollingUpdate",
+                rolling_update=RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
+            ),
+            revision_history_limit=5,
+            progress_deadline_seconds=STARTUP_BUDGET_S + 600,
+            template=PodTemplateSpecArgs(
+                metadata=ObjectMetaArgs(labels=pod_labels),
+                spec=pod,
+            ),
+        ),
+    )
+
+
+def service_args(namespace: pulumi.Input[str], model: str) -> ServiceInitArgs:
+    return ServiceInitArgs(
+        metadata=ObjectMetaArgs(
+            name=model,
+            namespace=namespace,
+            labels={**labels(model), SCRAPE_LABEL: "true"},
+            annotations={
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(gateway.VLLM_PORT),
+                "prometheus.io/path": "/metrics",
+            },
+        ),
+        spec=ServiceSpecArgs(
+            type="ClusterIP",
+            selector=selector(model),
+            ports=[
+                ServicePortArgs(name="http", port=gateway.API_PORT, target_port="http"),
+                ServicePortArgs(name="health", port=gateway.HEALTH_PORT, target_port="health"),
+                ServicePortArgs(name="metrics", port=gateway.VLLM_PORT, target_port="metrics"),
+            ],
+        ),
+    )
+
+
+def pdb_args(namespace: pulumi.Input[str], model: str) -> PodDisruptionBudgetInitArgs:
+    """One replica at a time: a drain never empties a model with two or more replicas,
+    and never blocks forever on a model with one (minAvailable 1 would)."""
+    return PodDisruptionBudgetInitArgs(
+        metadata=ObjectMetaArgs(name=model, namespace=namespace, labels=labels(model)),
+        spec=PodDisruptionBudgetSpecArgs(
+            max_unavailable=1,
+            selector=LabelSelectorArgs(match_labels=selector(model)),
+        ),
+    )
