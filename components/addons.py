@@ -50,6 +50,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import yaml
 
+from components.iam import pod_identity_trust
 from infra.catalog import catalog
 from infra.config import AddonsConfig
 from workloads import kueue
@@ -151,21 +152,6 @@ def lbc_policy() -> dict[str, Any]:
     return document
 
 
-def _pod_identity_trust() -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": "pods.eks.amazonaws.com"},
-                    "Action": ["sts:AssumeRole", "sts:TagSession"],
-                }
-            ],
-        }
-    )
-
-
 @dataclass(frozen=True, kw_only=True)
 class AddonsArgs:
     config: AddonsConfig
@@ -262,7 +248,7 @@ class Addons(pulumi.ComponentResource):
         if cfg.load_balancer_controller:
             role = aws.iam.Role(
                 f"{name}-lbc",
-                assume_role_policy=_pod_identity_trust(),
+                assume_role_policy=pod_identity_trust(),
                 description="AWS Load Balancer Controller through EKS Pod Identity",
                 opts=pulumi.ResourceOptions(parent=self),
             )

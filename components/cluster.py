@@ -25,24 +25,13 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.iam import pod_identity_trust, service_trust
 from components.node_group import launch_template, managed_node_group
 from infra.catalog import catalog
 from infra.config import ClusterConfig, SystemPoolConfig
 
 _MANAGED = "arn:aws:iam::aws:policy"
 _CLUSTER_ADMIN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
-
-
-def _trust(service: str, *, tag_session: bool = False) -> str:
-    actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
-            ],
-        }
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +86,7 @@ class Cluster(pulumi.ComponentResource):
 
         role = aws.iam.Role(
             f"{name}-control-plane",
-            assume_role_policy=_trust("eks.amazonaws.com", tag_session=True),
+            assume_role_policy=service_trust("eks.amazonaws.com", tag_session=True),
             description="EKS control plane",
             opts=child,
         )
@@ -167,7 +156,7 @@ class Cluster(pulumi.ComponentResource):
 
         node_role = aws.iam.Role(
             f"{name}-node",
-            assume_role_policy=_trust("ec2.amazonaws.com"),
+            assume_role_policy=service_trust("ec2.amazonaws.com"),
             description="EKS worker nodes",
             opts=child,
         )
@@ -189,7 +178,7 @@ class Cluster(pulumi.ComponentResource):
         # carries no ENI-management rights that every pod could borrow.
         cni_role = aws.iam.Role(
             f"{name}-vpc-cni",
-            assume_role_policy=_trust("pods.eks.amazonaws.com", tag_session=True),
+            assume_role_policy=pod_identity_trust(),
             description="vpc-cni (aws-node) through EKS Pod Identity",
             opts=child,
         )

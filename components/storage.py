@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from components.iam import service_trust
 from infra.config import BucketConfig, ReplicationConfig, StorageConfig
 
 
@@ -246,18 +247,7 @@ class Storage(pulumi.ComponentResource):
         )
         role = aws.iam.Role(
             f"{name}-replication",
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "s3.amazonaws.com"},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            ),
+            assume_role_policy=service_trust("s3.amazonaws.com"),
             description="S3 cross-region replication of precious buckets",
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -43,6 +43,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.iam import pod_identity_trust
 from infra.catalog import catalog
 from workloads import volumes
 from workloads.volumes import NamespaceQuota
@@ -148,21 +149,6 @@ def s3_read_policy(bucket_arn: str, prefix: str, region: str) -> dict[str, Any]:
     }
 
 
-def _pod_identity_trust() -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": "pods.eks.amazonaws.com"},
-                    "Action": ["sts:AssumeRole", "sts:TagSession"],
-                }
-            ],
-        }
-    )
-
-
 def _s3_addon_version(kubernetes_version: str) -> str:
     pins = catalog().storage_addons.get(kubernetes_version, {})
     if S3_ADDON not in pins:
@@ -261,7 +247,7 @@ class StorageVolumes(pulumi.ComponentResource):
         if weights is not None:
             role = aws.iam.Role(
                 f"{name}-s3-csi",
-                assume_role_policy=_pod_identity_trust(),
+                assume_role_policy=pod_identity_trust(),
                 description="Mountpoint for S3 CSI driver (read-only model weights), Pod Identity",
                 opts=child,
             )

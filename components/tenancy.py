@@ -57,6 +57,7 @@ from pulumi_kubernetes.rbac.v1 import (
     SubjectArgs,
 )
 
+from components.iam import pod_identity_trust
 from infra.catalog import catalog
 from infra.config import TenantConfig
 from workloads import kueue, volumes
@@ -280,21 +281,6 @@ def _s3_policy_json(prefixes: list[str], region: str, values: list[Any]) -> str:
     return json.dumps(s3_policy(list(values[1:]), prefixes, values[0], region))
 
 
-def _pod_identity_trust() -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": "pods.eks.amazonaws.com"},
-                    "Action": ["sts:AssumeRole", "sts:TagSession"],
-                }
-            ],
-        }
-    )
-
-
 @dataclass(frozen=True, kw_only=True)
 class TenantBuckets:
     arns: list[pulumi.Input[str]]
@@ -381,7 +367,7 @@ class Tenancy(pulumi.ComponentResource):
             if args.buckets is not None and cfg.s3_prefixes:
                 role = aws.iam.Role(
                     f"{prefix}-workload",
-                    assume_role_policy=_pod_identity_trust(),
+                    assume_role_policy=pod_identity_trust(),
                     description=f"Tenant {tenant}: service account {WORKLOAD_SERVICE_ACCOUNT}",
                     opts=child,
                 )

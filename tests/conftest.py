@@ -7,7 +7,7 @@ real program in infra/, run under Pulumi's mock runtime.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -66,6 +66,21 @@ def synth() -> Callable[..., Plan]:
         return synthesize(stack, raw)
 
     return run
+
+
+@pytest.fixture(scope="module")
+def moto_server() -> Iterator[str]:
+    """A moto server on 127.0.0.1 (an ephemeral port), stopped when the module ends."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        assert host == "127.0.0.1"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
 
 
 def inputs_of(plan: Plan, type_: str, name: str) -> dict[str, Any]:

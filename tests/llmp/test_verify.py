@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from moto.server import ThreadedMotoServer
 from typer.testing import CliRunner
 
 from llmp import verify
@@ -34,18 +32,6 @@ SUBNET = "subnet-0123456789abcdef0"
 # ---------------------------------------------------------------------------
 # A moto server, and an account built from the plan
 # ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def moto_server() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        assert host == "127.0.0.1"
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)

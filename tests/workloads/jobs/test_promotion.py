@@ -17,7 +17,6 @@ from typing import Any
 import boto3
 import pytest
 import torch
-from moto.server import ThreadedMotoServer
 
 from tests.workloads.training.harness import Run, job_config, kill_all
 from workloads.jobs import promotion
@@ -50,18 +49,6 @@ def heldout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("heldout")
     write_synthetic_shards(path, n_shards=1, tokens_per_shard=4_000, vocab=256, seed=99)
     return path
-
-
-@pytest.fixture(scope="module")
-def moto_server() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        assert host == "127.0.0.1"
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)
