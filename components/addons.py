@@ -6,7 +6,10 @@ Owns (each behind a flag of the `addons` config section):
   container toolkit disabled: the EKS NVIDIA AMI (AL2023_x86_64_NVIDIA)
   already ships both. It runs the device plugin, GPU feature discovery and the
   DCGM exporter on the GPU nodes (tolerating the GPU taint). The exporter's
-  ServiceMonitor stays off until a Prometheus operator provides the CRD.
+  ServiceMonitor stays off until a Prometheus operator provides the CRD. The
+  exporter publishes the fields of `DCGM_METRICS` (a ConfigMap the chart creates
+  from `dcgmExporter.config`): its default list lacks the XID, ECC and NVLink
+  error counters the alerts and dashboards read.
 - **EFA device plugin** (eks-charts `aws-efa-k8s-device-plugin`), only when a
   pool has EFA: on nodes labelled `llm-platform/efa: "true"`, tolerating the
   accelerator taints.
@@ -75,6 +78,61 @@ KUEUE_FRAMEWORKS = [
 expects MPI operator v2 CRDs that the training-operator v1 does not install."""
 
 
+DCGM_METRICS_CONFIG = "llmp-dcgm-metrics"
+"""The ConfigMap (key `dcgm-metrics.csv`) the GPU operator chart creates for the exporter."""
+DCGM_METRICS: list[tuple[str, str, str]] = [
+    # utilisation, clocks, temperature, power
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    # frame buffer
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    # errors
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total volatile single-bit ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total volatile double-bit ECC errors."),
+    (
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total NVLink replay errors.",
+    ),
+    (
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total NVLink recovery errors.",
+    ),
+    (
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total NVLink flow-control CRC errors.",
+    ),
+    (
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total NVLink data CRC errors.",
+    ),
+    # bandwidth
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total NVLink bandwidth counters."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "PCIe bytes transmitted per second."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "PCIe bytes received per second."),
+    # profiling (DCP)
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gauge", "Ratio of cycles an SM has a warp assigned."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the memory interface is active."),
+]
+"""What the DCGM exporter publishes: (DCGM field, Prometheus type, help), its CSV format."""
+
+
+def dcgm_metrics_csv() -> str:
+    lines = ["# DCGM field, Prometheus metric type, help message"]
+    lines += [f"{name}, {kind}, {text}" for name, kind, text in DCGM_METRICS]
+    return "\n".join(lines) + "\n"
+
+
 def accelerator_tolerations() -> list[dict[str, str]]:
     """Tolerate every accelerator taint of the catalog (NoSchedule)."""
     keys = sorted({k.taint_key for k in catalog().accelerator_kinds.values()})
@@ -89,7 +147,13 @@ def gpu_operator_values() -> dict[str, Any]:
         "driver": {"enabled": False},
         "toolkit": {"enabled": False},
         "devicePlugin": {"enabled": True},
-        "dcgmExporter": {"enabled": True, "serviceMonitor": {"enabled": False}},
+        "dcgmExporter": {
+            "enabled": True,
+            "serviceMonitor": {"enabled": False},
+            # chart v26.7.0: with create and data, it renders the ConfigMap (key
+            # dcgm-metrics.csv) and points the ClusterPolicy's dcgmExporter.config at it
+            "config": {"name": DCGM_METRICS_CONFIG, "create": True, "data": dcgm_metrics_csv()},
+        },
         "daemonsets": {"tolerations": tolerations},
         "node-feature-discovery": {"worker": {"tolerations": tolerations}},
     }

@@ -161,6 +161,22 @@ class ServingPins(_Data):
     keda: Chart
 
 
+class CrdManifest(_Data):
+    """A pinned YAML file of CRDs (applied server-side before the chart that needs them)."""
+
+    url: str
+    source: str
+
+
+class MonitoringPins(_Data):
+    """Charts, CRDs and the EBS CSI add-on of components/monitoring.py."""
+
+    ebs_csi_driver: dict[str, Addon]
+    charts: dict[str, Chart]
+    prometheus_operator_crds: CrdManifest
+    otel_collector_image: str
+
+
 class Catalog(_Data):
     prices: Prices
     instances: dict[str, InstanceType]
@@ -177,6 +193,7 @@ class Catalog(_Data):
     addon_manifests: dict[str, Manifests] = Field(default_factory=dict)
     fabric_acceptance: FabricAcceptance
     serving: ServingPins | None = None
+    monitoring: MonitoringPins | None = None
 
     @model_validator(mode="after")
     def _fabric_types_known(self) -> Catalog:

@@ -16,6 +16,7 @@ from components.addons import Addons, AddonsArgs
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.lustre import LustreFileSystem, LustreFileSystemArgs
+from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs
 from components.priority_classes import PriorityClasses
 from components.serving import Serving, ServingArgs
@@ -239,6 +240,24 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 on_cluster,
             )
         pulumi.export("buckets", {k: b.name for k, b in buckets.buckets.items()})
+
+    if cfg.monitoring.enabled:
+        monitoring = Monitoring(
+            "monitoring",
+            MonitoringArgs(
+                config=cfg.monitoring,
+                stack=stack,
+                cluster_name=cluster.name,
+                kubernetes_version=cfg.cluster.version,
+                region=cfg.region,
+                system_nodes=[cluster.system_nodes],
+            ),
+            on_cluster,
+        )
+        pulumi.export(
+            "monitoring",
+            {"namespace": monitoring.namespace, "log_group": monitoring.log_group_name},
+        )
 
     if cfg.serving is not None:
         # Only where the config asks for model servers (the inference stack).

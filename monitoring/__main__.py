@@ -1,6 +1,6 @@
-"""`python -m monitoring`: rewrite the committed rule files from the generator."""
+"""`python -m monitoring`: rewrite the committed rule files and dashboards from the generators."""
 
-from monitoring import rules
+from monitoring import dashboards, rules
 
-for path in rules.write():
+for path in [*rules.write(), *dashboards.write()]:
     print(path)

@@ -3,12 +3,15 @@
 - **dcgm**: NVIDIA DCGM exporter of the GPU operator (Service `nvidia-dcgm-exporter`, port
   `gpu-metrics`); labels `gpu`, `UUID`, `Hostname`, `modelName` and, with the Kubernetes
   mapping the operator turns on, `namespace`, `pod`, `container` (scraped with honorLabels).
-  The XID, ECC and NVLink counters must be in the exporter's metrics CSV.
+  The XID, ECC and NVLink counters must be in the exporter's metrics CSV
+  (`components.addons.DCGM_METRICS`, which lists exactly these).
 - **node**: the chart's prometheus-node-exporter. EFA: its `infiniband` collector (on by
   default) reads `/sys/class/infiniband/<efa device>/ports/1/counters`; the ENA allowance
   counters come from the `ethtool` collector, which we turn on. The EFA device plugin
   publishes no metrics.
-- **kubelet** / **kube-state-metrics**: the chart's own scrapes.
+- **kubelet** / **kube-state-metrics**: the chart's own scrapes. `kube_pod_labels` and
+  `kube_node_labels` carry only allow-listed labels (`llm-platform/job-kind` on pods,
+  `llm-platform/pool` on nodes).
 - **vllm**: vLLM's `/metrics` (port `metrics`), including the API server's
   prometheus-fastapi-instrumentator `http_requests_total{status="2xx|4xx|5xx"}`.
 - **training**: the `llmp_*` exporter of training jobs (port `metrics`).
@@ -35,6 +38,8 @@ INVENTORY: dict[str, frozenset[str]] = {
             "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
             "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
             "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+            "DCGM_FI_PROF_PCIE_TX_BYTES",
+            "DCGM_FI_PROF_PCIE_RX_BYTES",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
             "DCGM_FI_PROF_SM_ACTIVE",
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
@@ -67,7 +72,12 @@ INVENTORY: dict[str, frozenset[str]] = {
         }
     ),
     "kube-state-metrics": frozenset(
-        {"kube_pod_labels", "kube_pod_status_phase", "kube_pod_container_status_restarts_total"}
+        {
+            "kube_pod_labels",
+            "kube_pod_status_phase",
+            "kube_pod_container_status_restarts_total",
+            "kube_node_labels",
+        }
     ),
     "vllm": frozenset(
         {

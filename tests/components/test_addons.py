@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from components.addons import (
+    DCGM_METRICS_CONFIG,
     KUEUE_FRAMEWORKS,
     LBC_POLICY_FILE,
     efa_plugin_values,
@@ -16,6 +17,7 @@ from components.addons import (
     kueue_manager_config,
 )
 from infra.catalog import catalog
+from monitoring.inventory import INVENTORY
 from tests.conftest import STACKS, raw_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -59,6 +61,34 @@ def test_gpu_operator_uses_the_ami_driver_and_toolkit(plans) -> None:
     gpu_taint = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     assert gpu_taint in values["daemonsets"]["tolerations"]
     assert values == json.loads(json.dumps(gpu_operator_values()))
+
+
+def test_dcgm_exporter_publishes_the_inventory_from_a_chart_made_config_map(plans) -> None:
+    values = _releases(plans("pretrain"))["gpu-operator"]["inputs"]["values"]
+    config = values["dcgmExporter"]["config"]
+    assert config["name"] == DCGM_METRICS_CONFIG
+    assert config["create"] is True
+    rows = [
+        [cell.strip() for cell in line.split(",", 2)]
+        for line in config["data"].splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert all(len(row) == 3 and row[1] in ("gauge", "counter") for row in rows), rows
+    fields = [row[0] for row in rows]
+    assert len(fields) == len(set(fields))
+    # every DCGM metric that rules and dashboards may read, and nothing they do not know
+    assert set(fields) == INVENTORY["dcgm"]
+    for needed in (
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    ):
+        assert needed in fields
 
 
 def test_efa_plugin_runs_on_efa_nodes_through_the_gpu_taints(plans) -> None:

@@ -29,9 +29,14 @@ def _in(plan, type_: str, namespace: str) -> list[dict]:
     return [r for r in plan.by_type(type_) if r["inputs"]["metadata"].get("namespace") == namespace]
 
 
+def _tenant_like(plan) -> list[dict]:
+    """Namespaces other than monitoring's own (components/monitoring.py)."""
+    return [r for r in plan.by_type(NS) if not r["name"].startswith("monitoring-")]
+
+
 def test_every_finetune_tenant_gets_its_objects(plans) -> None:
     plan = plans("finetune")
-    namespaces = {r["inputs"]["metadata"]["name"]: r for r in plan.by_type(NS)}
+    namespaces = {r["inputs"]["metadata"]["name"]: r for r in _tenant_like(plan)}
     assert set(namespaces) == {"chat", "code", "eval"}
     for tenant, ns in namespaces.items():
         labels = ns["inputs"]["metadata"]["labels"]
@@ -123,12 +128,15 @@ def test_a_tenant_without_prefixes_gets_no_workload_role(plans) -> None:
 
 def test_tenant_namespaces_have_one_owner_and_hold_the_volumes(plans) -> None:
     plan = plans("pretrain")
-    assert [r["name"] for r in plan.by_type(NS)] == ["tenancy-foundation-ns"]
+    assert [r["name"] for r in _tenant_like(plan)] == ["tenancy-foundation-ns"]
     claim = plan.one("kubernetes:core/v1:PersistentVolumeClaim", "volumes-fsx-pvc-foundation")
     ns = plan.one(NS, "tenancy-foundation-ns")
     assert claim["inputs"]["metadata"]["namespace"] == "foundation"
     assert ns["urn"] in claim["dependencies"]
-    assert len(plan.by_type(QUOTA)) == 1  # the tenancy's, not a second one from StorageVolumes
+    quotas = [
+        r for r in plan.by_type(QUOTA) if r["inputs"]["metadata"]["namespace"] == "foundation"
+    ]
+    assert len(quotas) == 1  # the tenancy's, not a second one from StorageVolumes
 
 
 def test_a_volume_namespace_that_is_no_tenant_stays_with_storage(synth) -> None:
@@ -151,7 +159,7 @@ def test_no_tenants_no_tenancy_objects(synth) -> None:
     del raw["llm-platform:tenants"]
     raw["llm-platform:storage"]["lustre"]["mount_namespaces"] = ["training"]
     plan = synth(raw)
-    assert [r["name"] for r in plan.by_type(NS)] == ["volumes-ns-training"]
+    assert [r["name"] for r in _tenant_like(plan)] == ["volumes-ns-training"]
     assert plan.by_type(LOCAL_QUEUE) == []
 
 

@@ -108,6 +108,61 @@ ORDERING_EDGES = {
         "kubernetes:helm.sh/v3:Release",
         "-keda",
     ): "KEDA's CRDs come with its chart",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "kubernetes:yaml/v2:ConfigFile",
+        "-crds",
+    ): "kube-prometheus-stack installs with crds.enabled false: the operator's CRDs come first",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "kubernetes:core/v1:Namespace",
+        "-namespace",
+    ): "the monitoring charts install into the namespace with its Pod Security labels",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "kubernetes:storage.k8s.io/v1:StorageClass",
+        "-gp3",
+    ): "Prometheus' volume claim names the gp3 class",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "aws:eks/addon:Addon",
+        "-aws-ebs-csi-driver",
+    ): "Prometheus' gp3 volume is provisioned by the EBS CSI driver",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "aws:cloudwatch/logGroup:LogGroup",
+        "-logs",
+    ): "Fluent Bit may not create log groups: it writes into the one Pulumi made (by name)",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        "-fluent-bit",
+    ): "Pod Identity credentials reach only pods created after their association",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        "-otel",
+    ): "Pod Identity credentials reach only pods created after their association",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "kubernetes:core/v1:Secret",
+        "-grafana-admin",
+    ): "Grafana reads its admin password from the Secret the chart names",
+    (
+        "kubernetes:monitoring.coreos.com/v1:ServiceMonitor",
+        "kubernetes:yaml/v2:ConfigFile",
+        "-crds",
+    ): "the Prometheus operator's CRDs are applied before any monitor",
+    (
+        "kubernetes:monitoring.coreos.com/v1:PodMonitor",
+        "kubernetes:yaml/v2:ConfigFile",
+        "-crds",
+    ): "the Prometheus operator's CRDs are applied before any monitor",
+    (
+        "kubernetes:monitoring.coreos.com/v1:PrometheusRule",
+        "kubernetes:yaml/v2:ConfigFile",
+        "-crds",
+    ): "the Prometheus operator's CRDs are applied before any rule",
 }
 
 

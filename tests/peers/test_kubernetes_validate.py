@@ -17,6 +17,7 @@ import pytest
 from kubernetes_validate import utils as kv_utils
 from kubernetes_validate.utils import SchemaNotFoundError
 
+from components.monitoring import dashboard_files
 from infra.config import load_config
 from llmp.synth import SECRET
 from tests.conftest import STACKS, raw_stack
@@ -32,6 +33,19 @@ EXPECTED = {
     "finetune": {"checked": 43, "custom": 10},
     "inference": {"checked": 26, "custom": 8},
 }
+# Monitoring (every stack, components/monitoring.py) adds its Namespace, ResourceQuota,
+# LimitRange and the gp3 StorageClass, a Grafana dashboard ConfigMap per
+# monitoring/dashboards/*.json (read at synth time), and as custom resources three
+# monitors and the four PrometheusRules of monitoring/rules.py.
+MONITORING = {"checked": 4, "custom": 7}
+
+
+def expected(stack: str) -> dict[str, int]:
+    dashboards = len(dashboard_files())
+    return {
+        "checked": EXPECTED[stack]["checked"] + MONITORING["checked"] + dashboards,
+        "custom": EXPECTED[stack]["custom"] + MONITORING["custom"],
+    }
 
 
 def _unredacted(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +86,7 @@ def test_core_manifests_validate_strictly(plans, stack: str) -> None:
     version = load_config(raw_stack(stack)).cluster.version
     checked, custom, errors = _validate(plans(stack).manifests(), version)
     assert errors == []
-    assert {"checked": checked, "custom": custom} == EXPECTED[stack]
+    assert {"checked": checked, "custom": custom} == expected(stack)
 
 
 def test_strict_mode_refuses_unknown_fields_and_custom_resources_are_skipped() -> None:

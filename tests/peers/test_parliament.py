@@ -83,6 +83,9 @@ def realistic_arns(document: str, plan: Plan) -> str:
         "bucketv2": lambda region, account, name: f"arn:aws:s3:::{bucket_names.get(name, name)}",
         "key": lambda region, account, name: f"arn:aws:kms:{region}:{account}:key/{name}",
         "role": lambda region, account, name: f"arn:aws:iam::{account}:role/{name}",
+        "loggroup": lambda region, account, name: (
+            f"arn:aws:logs:{region}:{account}:log-group:{name}"
+        ),
     }
     out, pos = [], 0
     for match in _MOCK_ARN.finditer(document):

@@ -12,6 +12,10 @@ Kueue admits the job: it carries `kueue.x-k8s.io/queue-name` and is created
 suspended (`runPolicy.suspend`) so that nothing is scheduled before Kueue has
 found quota; Kueue un-suspends it.
 
+Metrics: rank 0 of `workloads/training/train.py` serves `llmp_*` gauges on the container
+port named `metrics` (METRICS_PORT); the pod carries `llm-platform/job-kind: training`, which
+the GPU-idle alert and the dashboards use to find training pods.
+
 Everything the instance type decides (accelerator resource and taint, GPU
 count, EFA interfaces, memory) comes from the catalog, and a spec that asks
 for more than the instance has is refused before submission.
@@ -39,8 +43,11 @@ from workloads.jobs.pod import (
     HUGEPAGES,
     HUGEPAGES_SIZE,
     Container,
+    ContainerPort,
     EnvVar,
+    EnvVarSource,
     K8s,
+    ObjectFieldSelector,
     ObjectMeta,
     PodSpec,
     PodTemplate,
@@ -64,6 +71,11 @@ RDZV_PORT = 29400
 """torchrun's c10d rendezvous port, which the operator opens on worker 0."""
 CONTAINER_NAME = "pytorch"
 """The training operator finds the training container by this name."""
+METRICS_PORT = 9300
+"""Where rank 0 serves the `llmp_*` metrics (container port `metrics`)."""
+JOB_KIND_LABEL = "llm-platform/job-kind"
+STEP_TIMES_FILE = "step-times.jsonl"
+"""Per-rank step times (JSON lines for `llmp stragglers`), in the checkpoint dir."""
 
 _PRIORITY_NAMES = tuple(p.name for p in PRIORITIES)
 SpecT = TypeVar("SpecT", bound=BaseModel)
@@ -218,6 +230,15 @@ def training_env(spec: JobSpec) -> list[EnvVar]:
         ),
         EnvVar(name="PYTORCH_CUDA_ALLOC_CONF", value="expandable_segments:True"),
         EnvVar(name="CHECKPOINT_DIR", value=spec.checkpoint_dir),
+        # train.py's metrics and step times (read through its --metrics-port etc. defaults)
+        EnvVar(name="LLMP_METRICS_PORT", value=str(METRICS_PORT)),
+        EnvVar(name="LLMP_METRICS_ADDR", value="0.0.0.0"),
+        EnvVar(name="LLMP_STEP_TIMES", value=f"{spec.checkpoint_dir}/{STEP_TIMES_FILE}"),
+        EnvVar(name="LLMP_JOB_NAME", value=spec.name),
+        EnvVar(
+            name="NODE_NAME",
+            value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="spec.nodeName")),
+        ),
     ]
     if kind is not None and kind.kind == "nvidia":
         env = nccl_env() + env
@@ -254,13 +275,18 @@ def pod_template(spec: JobSpec) -> PodTemplate:
         image=spec.image,
         command=["torchrun", *spec.command],
         env=training_env(spec),
+        ports=[ContainerPort(name="metrics", container_port=METRICS_PORT)],
         resources=_resources(spec),
         volume_mounts=[fsx_mount, shm_mount],
         security_context=restricted_container_context(),
     )
     return PodTemplate(
         metadata=ObjectMeta(
-            labels={"app.kubernetes.io/name": spec.name, "app.kubernetes.io/component": "training"}
+            labels={
+                "app.kubernetes.io/name": spec.name,
+                "app.kubernetes.io/component": "training",
+                JOB_KIND_LABEL: "training",
+            }
         ),
         spec=PodSpec(
             service_account_name=spec.service_account,

@@ -29,6 +29,16 @@ KINDS = (
 )
 
 
+PRIVILEGED_NAMESPACES = {
+    "monitoring": (
+        "node-exporter needs hostNetwork, hostPID and a hostPath of / (node metrics, ENA "
+        "ethtool counters) and Fluent Bit a hostPath of /var/log: baseline refuses both "
+        "(components/monitoring.py)"
+    ),
+}
+"""The only namespaces that may enforce `privileged`, each with why."""
+
+
 def _labels(conf: dict[str, Any]) -> dict[str, Any]:
     return (conf.get("metadata") or {}).get("labels") or {}
 
@@ -60,7 +70,15 @@ class NamespaceEnforcesPodSecurity(BaseK8Check):
         )
 
     def scan_spec_conf(self, conf: dict[str, Any]) -> CheckResult:
-        enforced = _labels(conf).get("pod-security.kubernetes.io/enforce")
+        labels = _labels(conf)
+        enforced = labels.get("pod-security.kubernetes.io/enforce")
+        name = (conf.get("metadata") or {}).get("name")
+        if name in PRIVILEGED_NAMESPACES and enforced == "privileged":
+            # Still warned and audited at baseline, so other pods' privileges show up.
+            return _result(
+                labels.get("pod-security.kubernetes.io/warn") == "baseline"
+                and labels.get("pod-security.kubernetes.io/audit") == "baseline"
+            )
         return _result(enforced in {"baseline", "restricted"})
 
 

@@ -39,7 +39,7 @@ def container(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def env(body: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container(body)["env"]}
+    return {e["name"]: e["value"] for e in container(body)["env"] if "value" in e}
 
 
 def test_elastic_policy_replicas_and_kueue() -> None:
@@ -178,3 +178,18 @@ def test_digest_pinned_image_is_accepted() -> None:
 def test_spec_defaults_come_from_the_catalog() -> None:
     spec = JobSpec.model_validate({**BASE, "instance_type": "p4d.24xlarge"})
     assert (spec.gpus, spec.efa) == (8, 4)
+
+
+def test_rank_zero_metrics_port_job_name_node_and_step_times() -> None:
+    body = job()
+    c = container(body)
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9300, "protocol": "TCP"}]
+    e = env(body)
+    assert e["LLMP_METRICS_PORT"] == "9300"
+    assert e["LLMP_METRICS_ADDR"] == "0.0.0.0"
+    assert e["LLMP_JOB_NAME"] == "llama-8b"
+    assert e["LLMP_STEP_TIMES"] == "/fsx/checkpoints/llama-8b/step-times.jsonl"
+    (node,) = [v for v in c["env"] if v["name"] == "NODE_NAME"]
+    assert node == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    labels = body["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+    assert labels["llm-platform/job-kind"] == "training"

@@ -1,0 +1,597 @@
+"""Monitoring: metrics (kube-prometheus-stack), logs (Fluent Bit to CloudWatch), traces (OTel).
+
+Owns, for every stack whose `monitoring.enabled` is on:
+
+- **EBS CSI driver** as an EKS managed add-on (pinned per Kubernetes version in the catalog)
+  with a Pod Identity role holding the AWS managed `AmazonEBSCSIDriverPolicy`, and a `gp3`
+  encrypted StorageClass (WaitForFirstConsumer), so Prometheus' volume binds in the zone of
+  its pod.
+- **Namespace `monitoring`** (the name tenant NetworkPolicies admit scrapes from) with a
+  ResourceQuota (no GPUs) and a LimitRange (chart pods without requests still count against
+  the quota). Pod Security `enforce: privileged`, `warn`/`audit: baseline`: node-exporter
+  needs hostNetwork, hostPID and a hostPath of `/`, Fluent Bit a hostPath of `/var/log`,
+  which baseline refuses; the baseline warnings keep anything else that needs privileges
+  visible.
+- **Prometheus operator CRDs** applied server-side from the operator's release asset
+  (`kubernetes.yaml.v2.ConfigFile`), separate from the chart (`crds.enabled: false`): helm
+  never upgrades CRDs, and the monitors and rules below need them before the chart is ready.
+- **kube-prometheus-stack** pinned: Prometheus with `retention` and a gp3 claim of
+  `storage_gib`, selecting every ServiceMonitor/PodMonitor/PrometheusRule (not only the
+  release's); Grafana (when `grafana`) with the dashboards sidecar and one ConfigMap per
+  `monitoring/dashboards/*.json` (read at synth time); kube-state-metrics exposing the pod
+  label `llm-platform/job-kind`; node-exporter with `--collector.ethtool` (ENA allowance
+  counters) on every node, GPU nodes included.
+- **Monitors** (typed in monitoring/models.py): the DCGM exporter's Service in
+  `gpu-operator` (honorLabels: its metrics carry the GPU pod's namespace and pod), training
+  pods (`llm-platform/job-kind: training`, port `metrics`) and vLLM Services
+  (`llm-platform/scrape: "true"`, port `metrics`) in any namespace.
+- **Alert and recording rules** of monitoring/rules.py with the stack's thresholds.
+- **Logs** (when `logs`): aws-for-fluent-bit to a Pulumi-made log group
+  `/llm-platform/<stack>/containers` with `log_retention_days`; its Pod Identity role may only
+  write streams of that group.
+- **Traces** (when `traces`): an OpenTelemetry collector Deployment receiving OTLP and
+  exporting to AWS X-Ray (Pod Identity role; X-Ray takes no resource ARNs) or to
+  `otlp_endpoint`.
+
+Grafana's admin password is the secret config `llm-platform-monitoring:grafanaAdminPassword`;
+without it the login form and basic auth are off (anonymous access stays off), so nobody can
+sign in with the chart's well-known default password.
+
+Ordering: the CRDs first; the chart after them, the namespace, the StorageClass, the EBS
+add-on and the system pool (helm waits for the operator's Deployment); the charts whose pods
+take AWS credentials after their Pod Identity association.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes.core.v1 import (
+    LimitRangeItemArgs,
+    LimitRangeSpecArgs,
+    NamespaceInitArgs,
+    ResourceQuotaSpecArgs,
+)
+from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
+
+from components.iam import pod_identity_trust
+from infra.catalog import Chart, MonitoringPins, catalog
+from infra.config import MonitoringConfig
+from monitoring import rules
+from monitoring.models import (
+    Endpoint,
+    LabelSelector,
+    Metadata,
+    Monitor,
+    MonitorSpec,
+    NamespaceSelector,
+)
+from workloads.volumes import PART_OF
+
+NAMESPACE = "monitoring"
+EBS_ADDON = "aws-ebs-csi-driver"
+EBS_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+EBS_POLICY_ARN = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
+STORAGE_CLASS = "gp3"
+KPS = "kube-prometheus-stack"
+FLUENT_BIT = "aws-for-fluent-bit"
+OTEL = "opentelemetry-collector"
+FLUENT_BIT_SERVICE_ACCOUNT = "aws-for-fluent-bit"
+OTEL_SERVICE_ACCOUNT = "opentelemetry-collector"
+DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "monitoring" / "dashboards"
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}
+SECRET_CONFIG_NAMESPACE = "llm-platform-monitoring"
+GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+JOB_KIND_LABEL = "llm-platform/job-kind"
+SCRAPE_LABEL = "llm-platform/scrape"
+
+POD_SECURITY = {
+    # node-exporter (hostNetwork, hostPID, hostPath /) and Fluent Bit (hostPath /var/log)
+    # need what baseline refuses; warn and audit at baseline keep other pods honest.
+    "pod-security.kubernetes.io/enforce": "privileged",
+    "pod-security.kubernetes.io/warn": "baseline",
+    "pod-security.kubernetes.io/audit": "baseline",
+}
+QUOTA = {
+    "requests.nvidia.com/gpu": "0",
+    "requests.cpu": "16",
+    "requests.memory": "64Gi",
+    "persistentvolumeclaims": "10",
+}
+"""Monitoring takes no GPU; CPU and memory leave room for Prometheus on a large cluster."""
+
+NODE_EXPORTER_ARGS = [
+    # The chart's defaults (replaced, not merged, when extraArgs is set) ...
+    "--collector.filesystem.mount-points-exclude="
+    "^/(dev|proc|sys|var/lib/docker/.+|var/lib/kubelet/.+)($|/)",
+    "--collector.filesystem.fs-types-exclude="
+    "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|"
+    "iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|"
+    "sysfs|tracefs)$",
+    # ... and the ENA driver's allowance counters (bw_in/out, pps, conntrack exceeded).
+    "--collector.ethtool",
+]
+
+
+def pins() -> MonitoringPins:
+    pinned = catalog().monitoring
+    if pinned is None:
+        raise ValueError("catalog.yaml has no `monitoring` section: pin its charts first")
+    return pinned
+
+
+def ebs_addon_version(kubernetes_version: str) -> str:
+    versions = pins().ebs_csi_driver
+    if kubernetes_version not in versions:
+        pinned = ", ".join(sorted(versions)) or "none"
+        raise ValueError(
+            f"catalog.yaml pins no {EBS_ADDON} for Kubernetes {kubernetes_version} under "
+            f"monitoring.ebs_csi_driver (pinned for: {pinned})"
+        )
+    return versions[kubernetes_version].version
+
+
+def log_group_name(stack: str) -> str:
+    return f"/llm-platform/{stack}/containers"
+
+
+def dashboard_files(directory: Path = DASHBOARDS_DIR) -> list[Path]:
+    """The dashboards Grafana gets, one ConfigMap each (none is fine)."""
+    return sorted(directory.glob("*.json")) if directory.is_dir() else []
+
+
+def accelerator_tolerations() -> list[dict[str, str]]:
+    keys = sorted({k.taint_key for k in catalog().accelerator_kinds.values()})
+    return [{"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in keys]
+
+
+def storage_class_args() -> k8s.storage.v1.StorageClassInitArgs:
+    return k8s.storage.v1.StorageClassInitArgs(
+        metadata=ObjectMetaArgs(name=STORAGE_CLASS, labels=PART_OF),
+        provisioner="ebs.csi.aws.com",
+        parameters={"type": "gp3", "encrypted": "true", "fsType": "ext4"},
+        reclaim_policy="Delete",
+        volume_binding_mode="WaitForFirstConsumer",
+        allow_volume_expansion=True,
+    )
+
+
+def grafana_values(enabled: bool, admin_secret: str | None) -> dict[str, Any]:
+    if not enabled:
+        return {"enabled": False}
+    values: dict[str, Any] = {
+        "enabled": True,
+        "sidecar": {
+            "dashboards": {
+                "enabled": True,
+                "label": "grafana_dashboard",
+                "labelValue": "1",
+                "searchNamespace": NAMESPACE,
+            }
+        },
+    }
+    if admin_secret:
+        values["admin"] = {
+            "existingSecret": admin_secret,
+            "userKey": "admin-user",
+            "passwordKey": "admin-password",
+        }
+    else:
+        # No password configured: nobody signs in with the chart's default one.
+        values["grafana.ini"] = {
+            "auth": {"disable_login_form": True},
+            "auth.basic": {"enabled": False},
+            "auth.anonymous": {"enabled": False},
+        }
+    return values
+
+
+def kube_prometheus_stack_values(
+    cfg: MonitoringConfig, admin_secret: str | None = None
+) -> dict[str, Any]:
+    claim = {
+        "spec": {
+            "storageClassName": STORAGE_CLASS,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": f"{cfg.storage_gib}Gi"}},
+        }
+    }
+    return {
+        "crds": {"enabled": False},
+        "prometheus": {
+            "prometheusSpec": {
+                "retention": cfg.retention,
+                "storageSpec": {"volumeClaimTemplate": claim},
+                # Select every monitor and rule, not only those labelled with the release.
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "ruleSelectorNilUsesHelmValues": False,
+            }
+        },
+        "grafana": grafana_values(cfg.grafana, admin_secret),
+        "kube-state-metrics": {
+            # Pod job-kind for the GPU-idle alert; node pool for the per-pool panels.
+            "metricLabelsAllowlist": [f"pods=[{JOB_KIND_LABEL}]", "nodes=[llm-platform/pool]"]
+        },
+        "prometheus-node-exporter": {
+            "extraArgs": list(NODE_EXPORTER_ARGS),
+            "tolerations": accelerator_tolerations(),
+        },
+    }
+
+
+def fluent_bit_values(region: str, log_group: str) -> dict[str, Any]:
+    return {
+        "serviceAccount": {"create": True, "name": FLUENT_BIT_SERVICE_ACCOUNT},
+        "cloudWatchLogs": {
+            "enabled": True,
+            "region": region,
+            "logGroupName": log_group,
+            # The group is Pulumi's (retention); the role may not create groups.
+            "autoCreateGroup": False,
+        },
+        "cloudWatch": {"enabled": False},
+        "firehose": {"enabled": False},
+        "kinesis": {"enabled": False},
+        "elasticsearch": {"enabled": False},
+        "tolerations": accelerator_tolerations(),
+    }
+
+
+def otel_collector_config(cfg: MonitoringConfig, region: str) -> dict[str, Any]:
+    if cfg.traces_exporter == "xray":
+        exporter: dict[str, Any] = {"awsxray": {"region": region}}
+    else:
+        exporter = {"otlp": {"endpoint": cfg.otlp_endpoint}}
+    return {
+        "receivers": {
+            "otlp": {
+                "protocols": {
+                    "grpc": {"endpoint": "${env:MY_POD_IP}:4317"},
+                    "http": {"endpoint": "${env:MY_POD_IP}:4318"},
+                }
+            }
+        },
+        "processors": {"batch": {}, "memory_limiter": {"check_interval": "5s"}},
+        "exporters": exporter,
+        "service": {
+            "pipelines": {
+                "traces": {
+                    "receivers": ["otlp"],
+                    "processors": ["memory_limiter", "batch"],
+                    "exporters": list(exporter),
+                },
+            }
+        },
+    }
+
+
+def otel_values(cfg: MonitoringConfig, region: str) -> dict[str, Any]:
+    return {
+        "mode": "deployment",
+        "replicaCount": 2,
+        "image": {"repository": pins().otel_collector_image},
+        "serviceAccount": {"create": True, "name": OTEL_SERVICE_ACCOUNT},
+        "config": otel_collector_config(cfg, region),
+    }
+
+
+def log_policy(log_group_arn: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "WriteContainerLogs",
+                    "Effect": "Allow",
+                    "Action": [
+                        "logs:CreateLogStream",
+                        "logs:PutLogEvents",
+                        "logs:DescribeLogStreams",
+                    ],
+                    "Resource": [log_group_arn, f"{log_group_arn}:log-stream:*"],
+                }
+            ],
+        }
+    )
+
+
+def xray_policy() -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "PutTraces",
+                    "Effect": "Allow",
+                    "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
+                    # X-Ray's write actions take no resource ARN.
+                    "Resource": "*",
+                }
+            ],
+        }
+    )
+
+
+def monitors(namespace: str) -> list[Monitor]:
+    """DCGM exporter, training pods and vLLM servers (monitoring/models.py)."""
+    labels = dict(PART_OF)
+    return [
+        Monitor(
+            kind="ServiceMonitor",
+            metadata=Metadata(name="dcgm-exporter", namespace=namespace, labels=labels),
+            spec=MonitorSpec(
+                selector=LabelSelector(match_labels={"app": "nvidia-dcgm-exporter"}),
+                namespace_selector=NamespaceSelector(match_names=["gpu-operator"]),
+                endpoints=[Endpoint(port="gpu-metrics", honor_labels=True)],
+            ),
+        ),
+        Monitor(
+            kind="PodMonitor",
+            metadata=Metadata(name="training", namespace=namespace, labels=labels),
+            spec=MonitorSpec(
+                selector=LabelSelector(match_labels={JOB_KIND_LABEL: "training"}),
+                namespace_selector=NamespaceSelector(any=True),
+                # train.py labels its series with the training job's name as `job`;
+                # without honorLabels Prometheus renames it `exported_job` and the
+                # training alerts and dashboard stop matching.
+                pod_metrics_endpoints=[Endpoint(port="metrics", honor_labels=True)],
+            ),
+        ),
+        Monitor(
+            kind="ServiceMonitor",
+            metadata=Metadata(name="vllm", namespace=namespace, labels=labels),
+            spec=MonitorSpec(
+                selector=LabelSelector(match_labels={SCRAPE_LABEL: "true"}),
+                namespace_selector=NamespaceSelector(any=True),
+                endpoints=[Endpoint(port="metrics")],
+            ),
+        ),
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonitoringArgs:
+    config: MonitoringConfig
+    stack: str
+    cluster_name: pulumi.Input[str]
+    kubernetes_version: str
+    region: str
+    system_nodes: list[pulumi.Resource] = field(default_factory=list)
+    """What a controller Deployment needs first (the system node group)."""
+
+
+class Monitoring(pulumi.ComponentResource):
+    namespace: pulumi.Output[str]
+    releases: dict[str, k8s.helm.v3.Release]
+    log_group_name: pulumi.Output[str] | None
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmp:monitoring:Monitoring", name, None, opts)
+        cfg = args.config
+        pinned = pins()
+        # Check the pins before anything is registered.
+        ebs_version = ebs_addon_version(args.kubernetes_version)
+        child = pulumi.ResourceOptions(parent=self)
+        self.releases = {}
+
+        def release(
+            key: str,
+            values: pulumi.Input[dict[str, Any]],
+            depends_on: list[pulumi.Resource],
+        ) -> k8s.helm.v3.Release:
+            chart: Chart = pinned.charts[key]
+            created = k8s.helm.v3.Release(
+                f"{name}-{key}",
+                k8s.helm.v3.ReleaseArgs(
+                    name=key,
+                    chart=key,
+                    version=chart.version,
+                    repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository),
+                    namespace=NAMESPACE,
+                    create_namespace=False,
+                    values=values,
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            )
+            self.releases[key] = created
+            return created
+
+        # EBS CSI driver: the add-on, its role, and the gp3 class.
+        ebs_role = aws.iam.Role(
+            f"{name}-ebs-csi",
+            assume_role_policy=pod_identity_trust(),
+            description="EBS CSI driver controller through EKS Pod Identity",
+            opts=child,
+        )
+        aws.iam.RolePolicyAttachment(
+            f"{name}-ebs-csi", role=ebs_role.name, policy_arn=EBS_POLICY_ARN, opts=child
+        )
+        ebs_addon = aws.eks.Addon(
+            f"{name}-{EBS_ADDON}",
+            cluster_name=args.cluster_name,
+            addon_name=EBS_ADDON,
+            addon_version=ebs_version,
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            pod_identity_associations=[
+                aws.eks.AddonPodIdentityAssociationArgs(
+                    role_arn=ebs_role.arn, service_account=EBS_SERVICE_ACCOUNT
+                )
+            ],
+            # The controller is a Deployment: the add-on is ACTIVE only once it runs.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes),
+        )
+        storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-{STORAGE_CLASS}", storage_class_args(), opts=child
+        )
+
+        ns = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            NamespaceInitArgs(
+                metadata=ObjectMetaArgs(name=NAMESPACE, labels={**PART_OF, **POD_SECURITY})
+            ),
+            opts=child,
+        )
+        self.namespace = ns.metadata.apply(lambda m: m.name or NAMESPACE)
+        namespace = self.namespace
+        k8s.core.v1.ResourceQuota(
+            f"{name}-quota",
+            metadata=ObjectMetaArgs(name="llmp-quota", namespace=namespace, labels=PART_OF),
+            spec=ResourceQuotaSpecArgs(hard=dict(QUOTA)),
+            opts=child,
+        )
+        k8s.core.v1.LimitRange(
+            f"{name}-limits",
+            metadata=ObjectMetaArgs(name="llmp-defaults", namespace=namespace, labels=PART_OF),
+            spec=LimitRangeSpecArgs(
+                limits=[
+                    LimitRangeItemArgs(
+                        type="Container",
+                        default={"cpu": "500m", "memory": "512Mi"},
+                        default_request={"cpu": "100m", "memory": "128Mi"},
+                    )
+                ]
+            ),
+            opts=child,
+        )
+
+        crds = k8s.yaml.v2.ConfigFile(
+            f"{name}-crds", file=pinned.prometheus_operator_crds.url, opts=child
+        )
+        after_crds = [crds]
+
+        admin_secret = None
+        password = pulumi.Config(SECRET_CONFIG_NAMESPACE).get_secret(GRAFANA_PASSWORD_KEY)
+        if cfg.grafana and password is not None:
+            secret = k8s.core.v1.Secret(
+                f"{name}-grafana-admin",
+                metadata=ObjectMetaArgs(
+                    name=GRAFANA_ADMIN_SECRET, namespace=namespace, labels=PART_OF
+                ),
+                string_data={"admin-user": "admin", "admin-password": password},
+                opts=child,
+            )
+            admin_secret = GRAFANA_ADMIN_SECRET
+            secrets: list[pulumi.Resource] = [secret]
+        else:
+            secrets = []
+            if cfg.grafana:
+                pulumi.log.warn(
+                    f"monitoring: no {SECRET_CONFIG_NAMESPACE}:{GRAFANA_PASSWORD_KEY}; "
+                    "Grafana's login form is off until one is set"
+                )
+        if cfg.grafana:
+            for path in dashboard_files():
+                k8s.core.v1.ConfigMap(
+                    f"{name}-dashboard-{path.stem}",
+                    metadata=ObjectMetaArgs(
+                        name=f"grafana-dashboard-{path.stem}",
+                        namespace=namespace,
+                        labels={**PART_OF, **DASHBOARD_LABEL},
+                    ),
+                    data={path.name: path.read_text()},
+                    opts=child,
+                )
+
+        values = kube_prometheus_stack_values(cfg, admin_secret)
+        release(
+            KPS,
+            values,
+            [ns, *after_crds, storage_class, ebs_addon, *secrets, *args.system_nodes],
+        )
+
+        cr_opts = pulumi.ResourceOptions(parent=self, depends_on=after_crds)
+        objects: list[Any] = [*monitors(NAMESPACE), *rules.prometheus_rules(cfg.alerts, NAMESPACE)]
+        for obj in objects:
+            manifest = obj.dump()
+            metadata = manifest["metadata"]
+            k8s.apiextensions.CustomResource(
+                f"{name}-{manifest['kind'].lower()}-{metadata['name']}",
+                api_version=manifest["apiVersion"],
+                kind=manifest["kind"],
+                metadata=ObjectMetaArgs(
+                    name=metadata["name"], namespace=namespace, labels=metadata.get("labels")
+                ),
+                spec=manifest["spec"],
+                opts=cr_opts,
+            )
+
+        self.log_group_name = None
+        if cfg.logs:
+            group = aws.cloudwatch.LogGroup(
+                f"{name}-logs",
+                name=log_group_name(args.stack),
+                retention_in_days=cfg.log_retention_days,
+                opts=child,
+            )
+            association = self._pod_identity(
+                name,
+                "fluent-bit",
+                "Fluent Bit writing container logs to CloudWatch Logs",
+                group.arn.apply(log_policy),
+                args.cluster_name,
+                FLUENT_BIT_SERVICE_ACCOUNT,
+            )
+            release(
+                FLUENT_BIT,
+                fluent_bit_values(args.region, log_group_name(args.stack)),
+                [ns, group, association],
+            )
+            self.log_group_name = group.name
+
+        if cfg.traces:
+            deps: list[pulumi.Resource] = [ns, *args.system_nodes]
+            if cfg.traces_exporter == "xray":
+                deps.append(
+                    self._pod_identity(
+                        name,
+                        "otel",
+                        "OpenTelemetry collector exporting traces to AWS X-Ray",
+                        xray_policy(),
+                        args.cluster_name,
+                        OTEL_SERVICE_ACCOUNT,
+                    )
+                )
+            release(OTEL, otel_values(cfg, args.region), deps)
+
+        self.register_outputs(
+            {
+                "namespace": self.namespace,
+                "releases": sorted(self.releases),
+                "log_group_name": self.log_group_name,
+            }
+        )
+
+    def _pod_identity(
+        self,
+        name: str,
+        role: str,
+        description: str,
+        policy: pulumi.Input[str],
+        cluster_name: pulumi.Input[str],
+        service_account: str,
+    ) -> aws.eks.PodIdentityAssociation:
+        child = pulumi.ResourceOptions(parent=self)
+        created = aws.iam.Role(
+            f"{name}-{role}",
+            assume_role_policy=pod_identity_trust(),
+            description=description,
+            opts=child,
+        )
+        aws.iam.RolePolicy(f"{name}-{role}", role=created.name, policy=policy, opts=child)
+        return aws.eks.PodIdentityAssociation(
+            f"{name}-{role}",
+            cluster_name=cluster_name,
+            namespace=NAMESPACE,
+            service_account=service_account,
+            role_arn=created.arn,
+            opts=child,
+        )

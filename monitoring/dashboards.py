@@ -1,0 +1,564 @@
+"""Grafana dashboards as code: plain dicts (schemaVersion 39), committed as
+`monitoring/dashboards/<uid>.json` by `python -m monitoring`.
+
+Three dashboards, each with a Prometheus data source variable (`datasource`) that every panel
+and query uses:
+
+- **llmp-cluster-gpus**: GPU utilisation, temperature, power, memory and SM clock per node
+  (DCGM's `Hostname`), the XID/ECC/NVLink error counters, NVLink/PCIe bandwidth, EFA traffic
+  and errors (node exporter `infiniband`), the ENA allowance counters (node exporter
+  `ethtool`) and the node count per pool (kube-state-metrics `kube_node_labels`, with the
+  `llm-platform/pool` label allow-listed).
+- **llmp-training-job**: templated on `job` (the `job` label of the `llmp_*` metrics, the
+  PyTorchJob's name): tokens/s, step time per rank with the job's median, the straggler ratio
+  (slowest rank over median), the age of the last checkpoint, and the GPU utilisation of the
+  job's pods (the operator names them `<job>-worker-<i>`).
+- **llmp-inference-slo**: templated on vLLM's `model_name`: request rate, p50/p99 end-to-end
+  latency and time to first token, queue depth, KV cache use, and the 5xx error ratio with its
+  burn rate against the availability SLO (the recording rules of `monitoring.rules`).
+
+Only metrics of `monitoring.inventory` are read; tests check that and parse every expression
+with promtool.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from infra.config import AlertThresholds
+
+DASHBOARDS_DIR = Path(__file__).with_name("dashboards")
+SCHEMA_VERSION = 39
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+RATE = "$__rate_interval"
+TAGS = ["llm-platform"]
+
+Panel = dict[str, Any]
+
+
+def _target(expr: str, legend: str, ref: str) -> dict[str, Any]:
+    return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref}
+
+
+def _targets(queries: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [_target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)]
+
+
+def timeseries(
+    title: str,
+    queries: list[tuple[str, str]],
+    unit: str = "short",
+    description: str = "",
+    stack: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Panel:
+    defaults: dict[str, Any] = {
+        "unit": unit,
+        "custom": {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 10 if stack else 0,
+            "showPoints": "never",
+            "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+        },
+    }
+    if minimum is not None:
+        defaults["min"] = minimum
+    if maximum is not None:
+        defaults["max"] = maximum
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "targets": _targets(queries),
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "table", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+    }
+
+
+def stat(
+    title: str,
+    queries: list[tuple[str, str]],
+    unit: str = "short",
+    description: str = "",
+    thresholds: list[tuple[float | None, str]] | None = None,
+) -> Panel:
+    steps = [{"color": color, "value": value} for value, color in (thresholds or [(None, "green")])]
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "targets": _targets(queries),
+        "fieldConfig": {
+            "defaults": {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}},
+            "overrides": [],
+        },
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "textMode": "auto",
+        },
+    }
+
+
+def _layout(rows: list[tuple[str, list[Panel]]], width: int = 8, height: int = 8) -> list[Panel]:
+    """Rows of panels, `24 // width` panels a line; ids and gridPos in order."""
+    panels: list[Panel] = []
+    y = 0
+    for title, row_panels in rows:
+        panels.append(
+            {
+                "type": "row",
+                "title": title,
+                "collapsed": False,
+                "panels": [],
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+            }
+        )
+        y += 1
+        per_line = 24 // width
+        for i, panel in enumerate(row_panels):
+            x = (i % per_line) * width
+            if i and i % per_line == 0:
+                y += height
+            panel["gridPos"] = {"h": height, "w": width, "x": x, "y": y}
+            panels.append(panel)
+        y += height
+    for i, panel in enumerate(panels, start=1):
+        panel["id"] = i
+    return panels
+
+
+def _datasource_variable() -> dict[str, Any]:
+    return {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+        "regex": "",
+        "hide": 0,
+        "refresh": 1,
+        "current": {},
+        "options": [],
+    }
+
+
+def _query_variable(
+    name: str, label: str, metric: str, label_name: str, multi: bool = False
+) -> dict[str, Any]:
+    query = f"label_values({metric}, {label_name})"
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"{name}-variable"},
+        "definition": query,
+        "refresh": 2,
+        "sort": 1,
+        "multi": multi,
+        "includeAll": multi,
+        "hide": 0,
+        "regex": "",
+        "current": {},
+        "options": [],
+    }
+
+
+def _dashboard(
+    uid: str,
+    title: str,
+    description: str,
+    rows: list[tuple[str, list[Panel]]],
+    variables: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": TAGS,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "editable": True,
+        "graphTooltip": 1,
+        "timezone": "utc",
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "annotations": {"list": []},
+        "links": [],
+        "templating": {"list": [_datasource_variable(), *(variables or [])]},
+        "panels": _layout(rows),
+    }
+
+
+# --- the dashboards ---------------------------------------------------------------------
+
+
+def cluster_gpus() -> dict[str, Any]:
+    by_node = "by (Hostname)"
+    nvlink_errors = [
+        ("REPLAY", "replay"),
+        ("RECOVERY", "recovery"),
+        ("CRC_FLIT", "CRC flit"),
+        ("CRC_DATA", "CRC data"),
+    ]
+    gpus = [
+        timeseries(
+            "GPU utilisation per node (mean of its GPUs)",
+            [(f"avg {by_node} (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}")],
+            unit="percent",
+            minimum=0,
+            maximum=100,
+        ),
+        timeseries(
+            "GPU temperature per node (hottest GPU)",
+            [(f"max {by_node} (DCGM_FI_DEV_GPU_TEMP)", "{{Hostname}}")],
+            unit="celsius",
+        ),
+        timeseries(
+            "GPU power per node",
+            [(f"sum {by_node} (DCGM_FI_DEV_POWER_USAGE)", "{{Hostname}}")],
+            unit="watt",
+        ),
+        timeseries(
+            "GPU memory used per node",
+            [
+                (
+                    f"sum {by_node} (DCGM_FI_DEV_FB_USED) / "
+                    f"(sum {by_node} (DCGM_FI_DEV_FB_USED) + sum {by_node} (DCGM_FI_DEV_FB_FREE))",
+                    "{{Hostname}}",
+                )
+            ],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+        ),
+        timeseries(
+            "GPU memory free per node",
+            [(f"sum {by_node} (DCGM_FI_DEV_FB_FREE)", "{{Hostname}}")],
+            unit="mbytes",
+        ),
+        timeseries(
+            "SM clock per node (slowest GPU)",
+            [(f"min {by_node} (DCGM_FI_DEV_SM_CLOCK)", "{{Hostname}}")],
+            unit="rotmhz",
+            description="A drop at full load means thermal or power throttling.",
+        ),
+    ]
+    errors = [
+        stat(
+            "GPUs with an XID error",
+            [("count(DCGM_FI_DEV_XID_ERRORS > 0) or vector(0)", "GPUs")],
+            thresholds=[(None, "green"), (1, "red")],
+            description="DCGM_FI_DEV_XID_ERRORS is the last XID code a GPU reported.",
+        ),
+        timeseries(
+            "Last XID code per GPU",
+            [("DCGM_FI_DEV_XID_ERRORS > 0", "{{Hostname}} GPU {{gpu}}")],
+        ),
+        timeseries(
+            "ECC errors per node",
+            [
+                (
+                    f"sum {by_node} (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{RATE}]))",
+                    "{{Hostname}} double-bit",
+                ),
+                (
+                    f"sum {by_node} (increase(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL[{RATE}]))",
+                    "{{Hostname}} single-bit",
+                ),
+            ],
+            description="Any double-bit error: drain the node.",
+        ),
+        *(
+            timeseries(
+                f"NVLink {text} errors per GPU",
+                [
+                    (
+                        f"sum by (Hostname, gpu) "
+                        f"(increase(DCGM_FI_DEV_NVLINK_{field}_ERROR_COUNT_TOTAL[{RATE}])) > 0",
+                        "{{Hostname}} GPU {{gpu}}",
+                    )
+                ],
+            )
+            for field, text in nvlink_errors
+        ),
+    ]
+    fabric = [
+        timeseries(
+            "NVLink bandwidth per node",
+            [(f"sum {by_node} (rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL[{RATE}]))", "{{Hostname}}")],
+            description="Rate of DCGM's NVLink bandwidth counter, all links of all GPUs.",
+        ),
+        timeseries(
+            "PCIe bandwidth per node",
+            [
+                (f"sum {by_node} (DCGM_FI_PROF_PCIE_TX_BYTES)", "{{Hostname}} tx"),
+                (f"sum {by_node} (DCGM_FI_PROF_PCIE_RX_BYTES)", "{{Hostname}} rx"),
+            ],
+            unit="Bps",
+        ),
+        timeseries(
+            "EFA traffic per node",
+            [
+                (
+                    "sum by (instance) "
+                    f"(rate(node_infiniband_port_data_received_bytes_total[{RATE}]))",
+                    "{{instance}} rx",
+                ),
+                (
+                    "sum by (instance) "
+                    f"(rate(node_infiniband_port_data_transmitted_bytes_total[{RATE}]))",
+                    "{{instance}} tx",
+                ),
+            ],
+            unit="Bps",
+        ),
+        timeseries(
+            "EFA receive errors per device",
+            [
+                (
+                    "sum by (instance, device) "
+                    f"(increase(node_infiniband_port_errors_received_total[{RATE}])) > 0",
+                    "{{instance}} {{device}}",
+                )
+            ],
+        ),
+        timeseries(
+            "ENA allowance exceeded (packets queued or dropped)",
+            [
+                (
+                    "sum by (instance, device) "
+                    f"(increase(node_ethtool_{name}_allowance_exceeded[{RATE}])) > 0",
+                    f"{{{{instance}}}} {{{{device}}}} {text}",
+                )
+                for name, text in (("bw_in", "bw in"), ("bw_out", "bw out"), ("pps", "pps"))
+            ],
+            description="ENA shaping by the instance's allowances (node exporter ethtool).",
+        ),
+    ]
+    nodes = [
+        timeseries(
+            "Nodes per pool",
+            [
+                (
+                    "count by (label_llm_platform_pool) (kube_node_labels)",
+                    "{{label_llm_platform_pool}}",
+                )
+            ],
+            stack=True,
+            description="Needs kube-state-metrics to allow-list the llm-platform/pool node label.",
+        ),
+        stat(
+            "GPU nodes reporting",
+            [("count(count by (Hostname) (DCGM_FI_DEV_GPU_UTIL))", "nodes")],
+        ),
+        stat(
+            "GPUs reporting",
+            [("count(DCGM_FI_DEV_GPU_UTIL)", "GPUs")],
+        ),
+    ]
+    return _dashboard(
+        "llmp-cluster-gpus",
+        "LLM platform / Cluster GPUs and fabric",
+        "GPU health and load per node, NVLink, PCIe, EFA and ENA, and nodes per pool.",
+        [("GPUs", gpus), ("GPU errors", errors), ("Fabric", fabric), ("Nodes", nodes)],
+    )
+
+
+def training_job() -> dict[str, Any]:
+    job = 'job="$job"'
+    step = f"llmp_train_step_seconds{{{job}}}"
+    median = f"quantile by (job) (0.5, {step})"
+    pods = 'pod=~"$job-worker-.*"'
+    throughput = [
+        timeseries(
+            "Tokens per second",
+            [(f"llmp_train_tokens_per_second{{{job}}}", "{{job}}")],
+            description="Of the last step, at its slowest rank.",
+        ),
+        stat(
+            "Last checkpoint age",
+            [(f"time() - llmp_checkpoint_last_success_timestamp_seconds{{{job}}}", "age")],
+            unit="s",
+            thresholds=[(None, "green"), (3600, "orange"), (7200, "red")],
+        ),
+        stat(
+            "Straggler ratio (slowest rank / median)",
+            [(f"max by (job) ({step}) / {median}", "ratio")],
+            unit="none",
+            thresholds=[(None, "green"), (AlertThresholds().straggler_ratio, "red")],
+        ),
+    ]
+    steps = [
+        timeseries(
+            "Step time per rank and the median",
+            [(step, "rank {{rank}} ({{node}})"), (median, "median")],
+            unit="s",
+        ),
+        timeseries(
+            "Straggler ratio per rank",
+            [(f"{step} / on (job) group_left() {median}", "rank {{rank}} ({{node}})")],
+            unit="none",
+        ),
+        timeseries(
+            "Checkpoint age",
+            [(f"time() - llmp_checkpoint_last_success_timestamp_seconds{{{job}}}", "age")],
+            unit="s",
+        ),
+    ]
+    gpus = [
+        timeseries(
+            "GPU utilisation of the job's pods",
+            [(f"avg by (pod) (DCGM_FI_DEV_GPU_UTIL{{{pods}}})", "{{pod}}")],
+            unit="percent",
+            minimum=0,
+            maximum=100,
+        ),
+        timeseries(
+            "Least busy GPU per pod",
+            [(f"min by (pod) (DCGM_FI_DEV_GPU_UTIL{{{pods}}})", "{{pod}}")],
+            unit="percent",
+            minimum=0,
+            maximum=100,
+        ),
+        timeseries(
+            "GPU memory used per pod",
+            [(f"sum by (pod) (DCGM_FI_DEV_FB_USED{{{pods}}})", "{{pod}}")],
+            unit="mbytes",
+        ),
+    ]
+    return _dashboard(
+        "llmp-training-job",
+        "LLM platform / Training job",
+        "One training job: throughput, step times per rank, stragglers, checkpoints, GPUs.",
+        [("Throughput and checkpoints", throughput), ("Steps", steps), ("GPUs", gpus)],
+        [_query_variable("job", "Job", "llmp_train_tokens_per_second", "job")],
+    )
+
+
+def inference_slo() -> dict[str, Any]:
+    t = AlertThresholds()
+    budget = 1 - t.inference_availability
+    model = 'model_name=~"$model"'
+
+    def quantile(q: float, metric: str) -> str:
+        return (
+            f"histogram_quantile({q}, sum by (model_name, le) (rate({metric}{{{model}}}[{RATE}])))"
+        )
+
+    e2e = "vllm:e2e_request_latency_seconds_bucket"
+    ttft = "vllm:time_to_first_token_seconds_bucket"
+    traffic = [
+        timeseries(
+            "Requests per second per model",
+            [
+                (
+                    f"sum by (model_name) (rate(vllm:request_success_total{{{model}}}[{RATE}]))",
+                    "{{model_name}}",
+                )
+            ],
+            unit="reqps",
+        ),
+        timeseries(
+            "Queue depth (waiting requests)",
+            [(f"sum by (model_name) (vllm:num_requests_waiting{{{model}}})", "{{model_name}}")],
+        ),
+        timeseries(
+            "Running requests",
+            [(f"sum by (model_name) (vllm:num_requests_running{{{model}}})", "{{model_name}}")],
+        ),
+    ]
+    latency = [
+        timeseries(
+            "End-to-end latency p50 / p99",
+            [
+                (quantile(0.5, e2e), "{{model_name}} p50"),
+                (quantile(0.99, e2e), "{{model_name}} p99"),
+            ],
+            unit="s",
+            description=f"The p99 SLO is {t.inference_p99_seconds:g} s.",
+        ),
+        timeseries(
+            "Time to first token p50 / p99",
+            [
+                (quantile(0.5, ttft), "{{model_name}} p50"),
+                (quantile(0.99, ttft), "{{model_name}} p99"),
+            ],
+            unit="s",
+        ),
+        timeseries(
+            "KV cache use",
+            [(f"max by (model_name) (vllm:gpu_cache_usage_perc{{{model}}})", "{{model_name}}")],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            description="Near 1, requests queue or get preempted.",
+        ),
+    ]
+    errors = [
+        timeseries(
+            "Error ratio (5xx share)",
+            [
+                (f"llmp:vllm_error_ratio:rate{w}", f"{{{{namespace}}}} {w}")
+                for w in ("5m", "1h", "6h")
+            ],
+            unit="percentunit",
+        ),
+        timeseries(
+            "Error budget burn rate",
+            [
+                (f"llmp:vllm_error_ratio:rate{w} / {budget:g}", f"{{{{namespace}}}} {w}")
+                for w in ("5m", "30m", "1h", "6h")
+            ],
+            unit="none",
+            description="1 spends the budget in exactly the SLO window; the fast-burn alert "
+            "fires at 14.4 (1h and 5m), the slow one at 6 (6h and 30m).",
+        ),
+        stat(
+            "Availability (last 1h)",
+            [("1 - max(llmp:vllm_error_ratio:rate1h)", "availability")],
+            unit="percentunit",
+            thresholds=[(None, "red"), (t.inference_availability, "green")],
+        ),
+    ]
+    return _dashboard(
+        "llmp-inference-slo",
+        "LLM platform / Inference SLO",
+        "vLLM per model: traffic, latency, time to first token, queue, KV cache, error budget.",
+        [("Traffic", traffic), ("Latency", latency), ("Errors and error budget", errors)],
+        [_query_variable("model", "Model", "vllm:num_requests_running", "model_name", True)],
+    )
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    """uid -> dashboard."""
+    return {d["uid"]: d for d in (cluster_gpus(), training_job(), inference_slo())}
+
+
+def file_text(dashboard: dict[str, Any]) -> str:
+    return json.dumps(dashboard, indent=2) + "\n"
+
+
+def expressions(dashboard: dict[str, Any]) -> list[str]:
+    """Every PromQL expression of the dashboard's panels."""
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def write(directory: Path = DASHBOARDS_DIR) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for uid, dashboard in dashboards().items():
+        path = directory / f"{uid}.json"
+        path.write_text(file_text(dashboard))
+        out.append(path)
+    return out
