@@ -11,6 +11,17 @@ Owns, per bucket in `storage.buckets`:
   second AWS provider), a least-privilege replication role, and the
   replication rule with delete-marker and Replication Time Control options.
 
+Adoption (`storage.adoption`, written by `llmp dr plan`): a recovery stack
+takes over the source stack's replicas instead of creating empty buckets. The
+adopted buckets and the key that encrypts their objects are imported (Pulumi's
+`import` option: the program's inputs name exactly what exists, the bucket
+name and the key id), `protect`ed and `retain_on_delete`, and so are the
+buckets' settings resources: no `pulumi up` replacement and no `pulumi
+destroy` of the recovery stack can delete the only copy or strip its
+versioning. The adopted key becomes the stack's storage key, so the file
+system, its data repository associations and the tenants' roles use the key
+the replicated objects are encrypted with.
+
 Storage stands beside the cluster: nothing here waits for EKS, and EKS waits
 for nothing here, so both are created in parallel after a disaster.
 """
@@ -66,18 +77,25 @@ class Storage(pulumi.ComponentResource):
     replicas: dict[str, BucketRef]
     kms_key_arn: pulumi.Output[str]
     kms_key_id: pulumi.Output[str]
+    replica_kms_key_arn: pulumi.Output[str] | None
+    """The key of the replicas in the DR region (what a recovery stack adopts with them)."""
 
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:storage:Storage", name, None, opts)
         cfg = args.config
         child = pulumi.ResourceOptions(parent=self)
 
+        adoption = cfg.adoption
         key = aws.kms.Key(
             f"{name}-s3",
             description=f"S3 encryption for {cfg.bucket_name_prefix}-*",
             enable_key_rotation=True,
             deletion_window_in_days=30,
-            opts=child,
+            tags=ADOPTED_TAGS if adoption else None,
+            # The adopted buckets' objects are encrypted with this key: losing it loses them.
+            opts=pulumi.ResourceOptions.merge(child, _adopt(adoption.kms_key_id))
+            if adoption
+            else child,
         )
         aws.kms.Alias(
             f"{name}-s3",
@@ -100,13 +118,13 @@ class Storage(pulumi.ComponentResource):
                 key_arn=None if bucket_key == "logs" else key.arn,
                 logs=None if bucket_key == "logs" else self.buckets["logs"].name,
                 log_prefix=f"s3/{bucket_key}/",
-                log_sources=f"arn:aws:s3:::{cfg.bucket_name_prefix}-*"
-                if bucket_key == "logs"
-                else None,
+                log_sources=_log_sources(cfg) if bucket_key == "logs" else None,
+                adopted=cfg.adopted(bucket_key),
                 opts=child,
             )
 
         self.replicas = {}
+        self.replica_kms_key_arn = None
         replicated = [k for k in order if cfg.buckets[k].replicate]
         if replicated:
             assert args.dr_provider is not None and cfg.replication.region is not None
@@ -119,6 +137,7 @@ class Storage(pulumi.ComponentResource):
                 "buckets": {k: b.name for k, b in self.buckets.items()},
                 "replicas": {k: b.name for k, b in self.replicas.items()},
                 "kms_key_arn": self.kms_key_arn,
+                "replica_kms_key_arn": self.replica_kms_key_arn,
             }
         )
 
@@ -133,24 +152,32 @@ class Storage(pulumi.ComponentResource):
         key_arn: pulumi.Input[str] | None,
         logs: pulumi.Input[str] | None,
         log_prefix: str,
-        log_sources: str | None = None,
+        log_sources: str | list[str] | None = None,
         role_tag: str | None = None,
+        adopted: bool = False,
         opts: pulumi.ResourceOptions,
     ) -> BucketRef:
         """A private, encrypted, TLS-only, versioned-if-asked bucket with `spec`'s lifecycle.
 
         `key_arn` None: SSE-S3 (AES256) instead of SSE-KMS, for the access-log target.
+        `adopted`: the bucket exists (a replica taken over after a disaster) and is
+        imported by its name; its settings are retained too, so a destroy of this
+        stack leaves it versioned, encrypted and private.
         """
         precious, versioned = spec.precious, spec.versioned
+        tags = {"Name": physical, "llm-platform/bucket-role": role_tag or "primary"}
         bucket = aws.s3.Bucket(
             name,
             bucket=physical,
             force_destroy=False,
-            tags={"Name": physical, "llm-platform/bucket-role": role_tag or "primary"},
+            tags={**tags, **ADOPTED_TAGS} if adopted else tags,
             opts=pulumi.ResourceOptions.merge(
-                opts, pulumi.ResourceOptions(retain_on_delete=precious)
+                opts,
+                _adopt(physical) if adopted else pulumi.ResourceOptions(retain_on_delete=precious),
             ),
         )
+        if adopted:
+            opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(retain_on_delete=True))
         on_bucket = bucket.bucket
         aws.s3.BucketPublicAccessBlock(
             f"{name}-public-access",
@@ -245,6 +272,15 @@ class Storage(pulumi.ComponentResource):
             deletion_window_in_days=30,
             opts=in_dr,
         )
+        # A name to find the key by in the DR region when this stack's state is gone:
+        # a recovery stack adopts the replicas together with this key.
+        aws.kms.Alias(
+            f"{name}-replica-s3",
+            name=f"alias/{cfg.bucket_name_prefix}-s3-replica",
+            target_key_id=replica_key.key_id,
+            opts=in_dr,
+        )
+        self.replica_kms_key_arn = replica_key.arn
         role = aws.iam.Role(
             f"{name}-replication",
             assume_role_policy=service_trust("s3.amazonaws.com"),
@@ -256,7 +292,7 @@ class Storage(pulumi.ComponentResource):
             source = self.buckets[bucket_key]
             replica = self._bucket(
                 f"{name}-{bucket_key}-replica",
-                physical=f"{cfg.bucket_name(bucket_key)}-{rep.region}",
+                physical=f"{cfg.bucket_name_prefix}-{bucket_key}-{rep.region}",
                 # Replicas land in Standard and then age like their source, so the DR
                 # copy keeps data exactly as long as the primary does.
                 spec=cfg.buckets[bucket_key],
@@ -294,6 +330,24 @@ class Storage(pulumi.ComponentResource):
                     depends_on=[v for v in (source.versioning, replica.versioning) if v],
                 ),
             )
+
+
+ADOPTED_TAGS = {"llm-platform/adopted": "true"}
+"""Marks an adopted resource; the policy pack requires it to be protected."""
+
+
+def _adopt(import_id: str) -> pulumi.ResourceOptions:
+    """Take over an existing resource and make sure this stack can never delete it."""
+    return pulumi.ResourceOptions(import_=import_id, protect=True, retain_on_delete=True)
+
+
+def _log_sources(cfg: StorageConfig) -> str | list[str]:
+    """Buckets whose access logs the logs bucket admits: the prefix's, plus adopted ones
+    (their names come from the source stack's prefix)."""
+    own = f"arn:aws:s3:::{cfg.bucket_name_prefix}-*"
+    if cfg.adoption is None:
+        return own
+    return [own, *(f"arn:aws:s3:::{n}" for n in sorted(cfg.adoption.buckets.values()))]
 
 
 def _sse_default(

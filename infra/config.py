@@ -675,6 +675,80 @@ class ReplicationConfig(_Section):
     )
 
 
+_KMS_KEY_ARN = re.compile(
+    r"^arn:aws[a-z-]*:kms:(?P<region>[a-z0-9-]+):\d{12}:key/(?P<id>(mrk-)?[0-9a-f-]{32,36})$"
+)
+_S3_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+class AdoptionConfig(_Section):
+    """Existing buckets this stack takes over instead of creating them empty.
+
+    Disaster recovery: the source stack's replicas in this region become this
+    stack's buckets. They are imported (Pulumi `import`), protected and retained,
+    so no `pulumi up` or `pulumi destroy` of this stack can delete them.
+    """
+
+    kms_key_arn: str | None = Field(
+        None,
+        description=(
+            "KMS key that encrypts the adopted buckets' objects (the source stack's replica "
+            "key, output `dr_replicas`); imported and used as this stack's storage key. "
+            "Must be set before deploying: without it the stack fails with one config error."
+        ),
+    )
+    buckets: dict[str, str] = Field(
+        min_length=1,
+        description="Bucket key (in storage.buckets) -> name of the existing bucket to adopt.",
+    )
+
+    @field_validator("kms_key_arn")
+    @classmethod
+    def _key_arn(cls, v: str | None) -> str | None:
+        if v is not None and not _KMS_KEY_ARN.match(v):
+            raise ValueError(
+                "not a KMS key ARN; e.g. arn:aws:kms:us-west-2:123456789012:key/"
+                "0123abcd-0123-4567-89ab-0123456789ab (the source's output dr_replicas, or "
+                "aws kms describe-key --key-id alias/<prefix>-s3-replica)"
+            )
+        return v
+
+    @field_validator("buckets")
+    @classmethod
+    def _names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, name in v.items():
+            if not isinstance(name, str) or not _S3_BUCKET_NAME.match(name) or ".." in name:
+                raise FieldError((key,), name, "not an S3 bucket name (3-63 lowercase, digits, -)")
+        return v
+
+    @model_validator(mode="after")
+    def _key_given(self) -> AdoptionConfig:
+        # Optional only to say, when it is missing, where to find it.
+        if self.kms_key_arn is None:
+            raise FieldError(
+                ("kms_key_arn",),
+                _MISSING,
+                "required: the KMS key of the adopted buckets' objects (the source's replica "
+                "key): the source stack's output dr_replicas, or aws kms describe-key --region "
+                "<this region> --key-id alias/<source prefix>-s3-replica --query KeyMetadata.Arn",
+            )
+        return self
+
+    def _key_match(self) -> re.Match[str]:
+        match = _KMS_KEY_ARN.match(self.kms_key_arn or "")
+        assert match is not None  # validated above
+        return match
+
+    @property
+    def kms_key_region(self) -> str:
+        return self._key_match()["region"]
+
+    @property
+    def kms_key_id(self) -> str:
+        """The key's id (the ARN's last part): what Pulumi imports a key by."""
+        return self._key_match()["id"]
+
+
 class LustreConfig(_Section):
     """FSx for Lustre (PERSISTENT_2) beside a GPU pool, linked to the datasets and
     checkpoints buckets."""
@@ -760,6 +834,13 @@ class StorageConfig(_Section):
     model_weights: ModelWeightsConfig | None = Field(
         None, description="Mount model weights from S3; none: no Mountpoint volumes."
     )
+    adoption: AdoptionConfig | None = Field(
+        None,
+        description=(
+            "Existing buckets to adopt (imported, protected) instead of creating them: "
+            "a disaster-recovery stack's replicas (`llmp dr plan` writes it); none: create all."
+        ),
+    )
 
     @field_validator("bucket_name_prefix")
     @classmethod
@@ -784,7 +865,13 @@ class StorageConfig(_Section):
         return v
 
     def bucket_name(self, key: str) -> str:
+        """The bucket's physical name: the adopted bucket's, else `<prefix>-<key>`."""
+        if self.adoption is not None and key in self.adoption.buckets:
+            return self.adoption.buckets[key]
         return f"{self.bucket_name_prefix}-{key}"
+
+    def adopted(self, key: str) -> bool:
+        return self.adoption is not None and key in self.adoption.buckets
 
 
 class GuardrailsConfig(_Section):
@@ -1299,6 +1386,8 @@ class PlatformConfig(_Section):
                 target,
                 f"is the stack's own region; replicate to another region than {self.region}",
             )
+        if storage.adoption is not None:
+            self._adoption_refs(storage, storage.adoption)
         refs: list[tuple[tuple[str | int, ...], str]] = []
         if storage.lustre is not None:
             lustre = storage.lustre
@@ -1326,6 +1415,29 @@ class PlatformConfig(_Section):
             if key not in buckets:
                 raise FieldError(
                     path, key, f"not a bucket in storage.buckets ({', '.join(buckets) or 'none'})"
+                )
+
+    def _adoption_refs(self, storage: StorageConfig, adoption: AdoptionConfig) -> None:
+        here = ("storage", "adoption")
+        if adoption.kms_key_region != self.region:
+            raise FieldError(
+                (*here, "kms_key_arn"),
+                adoption.kms_key_arn,
+                f"is a key in {adoption.kms_key_region}; adopted buckets in {self.region} are "
+                f"encrypted with a key of {self.region} (the source's replica key)",
+            )
+        for key in adoption.buckets:
+            if key not in storage.buckets:
+                raise FieldError(
+                    (*here, "buckets", key),
+                    key,
+                    f"not a bucket in storage.buckets ({', '.join(storage.buckets) or 'none'})",
+                )
+            if key == "logs":
+                raise FieldError(
+                    (*here, "buckets", key),
+                    key,
+                    "the logs bucket is never replicated; let the stack create its own",
                 )
 
     def pool_zones(self, pool: NodePoolConfig) -> list[str]:

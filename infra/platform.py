@@ -240,6 +240,19 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 on_cluster,
             )
         pulumi.export("buckets", {k: b.name for k, b in buckets.buckets.items()})
+        if buckets.replicas:
+            # What a recovery stack adopts (`llmp dr plan --outputs`): names and key in DR.
+            pulumi.export(
+                "dr_replicas",
+                {
+                    k: {
+                        "bucket": b.name,
+                        "region": storage.replication.region,
+                        "kms_key_arn": buckets.replica_kms_key_arn,
+                    }
+                    for k, b in buckets.replicas.items()
+                },
+            )
 
     if cfg.monitoring.enabled:
         monitoring = Monitoring(

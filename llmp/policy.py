@@ -150,8 +150,10 @@ def stack_policy_config(stack: str, stack_file: Path | None = None) -> dict[str,
 
 
 def _opts(resource: Mapping[str, Any]) -> PolicyResourceOptions:
+    # `protect` is the one lifecycle option a real preview hands CrossGuard
+    # (retain_on_delete and import ids never reach the analyzer).
     return PolicyResourceOptions(
-        protect=False,
+        protect=resource.get("protect") is True,
         ignore_changes=[],
         delete_before_replace=None,
         aliases=[],

@@ -8,6 +8,8 @@ dependencies the engine would see, into a `Plan`:
     {"project", "stack", "resources": [{"urn", "type", "name", "parent",
      "custom", "provider", "inputs", "dependencies"}], "outputs": {...}}
 
+and, only where set, a resource's `protect`, `retain_on_delete` and `import_id`.
+
 Secrets are redacted before anything is recorded. Provider look-ups
 (invokes) are refused: a preview must not depend on the cloud.
 """
@@ -48,7 +50,11 @@ class SynthError(Exception):
 
 
 class StackNotFound(Exception):
-    """No stack file for the named stack."""
+    """No stack file for the named stack (`missing_file`), or a name that is not a stack's."""
+
+    def __init__(self, message: str, missing_file: bool = False):
+        super().__init__(message)
+        self.missing_file = missing_file
 
 
 @dataclass
@@ -173,6 +179,19 @@ def _redact(value: Any) -> Any:
     return value
 
 
+def _lifecycle_options(request: Any) -> dict[str, Any]:
+    """The options that decide whether a resource can be lost, recorded only when set
+    (plans without them read as before): `protect`, `retain_on_delete`, `import_id`."""
+    options: dict[str, Any] = {}
+    if request.protect:
+        options["protect"] = True
+    if request.retainOnDelete:
+        options["retain_on_delete"] = True
+    if request.importId:
+        options["import_id"] = request.importId
+    return options
+
+
 def _is_stack(urn: str) -> bool:
     return not urn or "::pulumi:pulumi:Stack::" in urn
 
@@ -207,19 +226,19 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
         resource_id, state = self.mocks.new_resource(args)
         resource_id = resource_id or ""
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
-        self.plan.resources.append(
-            {
-                "urn": urn,
-                "type": request.type,
-                "name": request.name,
-                # The root stack is not a resource of the plan: its children are top-level.
-                "parent": None if _is_stack(request.parent) else request.parent,
-                "custom": bool(request.custom),
-                "provider": request.provider.rsplit("::", 1)[0] if request.provider else None,
-                "inputs": _redact(inputs),
-                "dependencies": sorted(set(request.dependencies)),
-            }
-        )
+        record = {
+            "urn": urn,
+            "type": request.type,
+            "name": request.name,
+            # The root stack is not a resource of the plan: its children are top-level.
+            "parent": None if _is_stack(request.parent) else request.parent,
+            "custom": bool(request.custom),
+            "provider": request.provider.rsplit("::", 1)[0] if request.provider else None,
+            "inputs": _redact(inputs),
+            "dependencies": sorted(set(request.dependencies)),
+        }
+        record.update(_lifecycle_options(request))
+        self.plan.resources.append(record)
         obj = _sync_await(rpc.serialize_properties(state, {}))
         return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=obj)
 
@@ -338,7 +357,7 @@ def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:
         known = sorted(p.name.split(".")[1] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
         shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
         raise StackNotFound(
-            f"no stack file {shown}; known stacks: {', '.join(known)} (or pass --config FILE)"
+            f"no stack file {shown}; known stacks: {', '.join(known)}", missing_file=True
         )
     return synthesize(stack, load_stack_file(str(path)))
 

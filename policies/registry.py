@@ -62,6 +62,7 @@ RULES: list[Rule] = [
     _r("s3-noncurrent-version-expiry", A, STACK, s3.bucket_noncurrent_expiry),
     _r("s3-access-logging", A, STACK, s3.bucket_access_logging),
     _r("s3-owner-enforced", A, STACK, s3.bucket_owner_enforced),
+    _r("s3-adopted-bucket-protected", M, RES, s3.adopted_bucket_protected),
     # FSx for Lustre
     _r("fsx-persistent-2", M, RES, fsx.lustre_persistent_2),
     _r("fsx-kms-key", M, RES, fsx.lustre_kms_key),

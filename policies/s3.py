@@ -13,13 +13,18 @@ the source of a `BucketReplicationConfig`, and a replica (a bucket that a
 replication rule writes to, or tagged `llm-platform/bucket-role: replica`).
 The stack config's `precious` flag is not visible to CrossGuard; those are the
 facts of it that are.
+
+**Adopted resources** (a recovery stack's imported replicas and their key) carry
+the tag `llm-platform/adopted: "true"`. CrossGuard sees a resource's `protect`
+option but not `retain_on_delete` or its import id, so the rule that guards
+them asks for `protect`, the option a real preview reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pulumi_policy import PolicyResource, StackValidationArgs
+from pulumi_policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
 
 from policies.props import (
     UNKNOWN,
@@ -53,6 +58,8 @@ OWNERSHIP = "aws:s3/bucketOwnershipControls:BucketOwnershipControls"
 REPLICATION = "aws:s3/bucketReplicationConfig:BucketReplicationConfig"
 
 BUCKETS = (BUCKET, BUCKET_V2)
+KMS_KEY = "aws:kms/key:Key"
+ADOPTED_TAG = "llm-platform/adopted"
 PRECIOUS_SUFFIXES = ("checkpoints", "models")
 _PUBLIC_ACCESS_FLAGS = (
     "blockPublicAcls",
@@ -308,3 +315,18 @@ def bucket_owner_enforced(args: StackValidationArgs, report: Report) -> None:
                 "BucketOwnerEnforced (ACLs off)",
                 bucket.urn,
             )
+
+
+def adopted_bucket_protected(args: ResourceValidationArgs, report: Report) -> None:
+    """Adopted buckets and the key of their objects (tag `llm-platform/adopted`) are
+    protected: no update or destroy of a recovery stack may delete the only copy."""
+    if args.resource_type not in (*BUCKETS, KMS_KEY):
+        return
+    if tags_of(args.props).get(ADOPTED_TAG) != "true":
+        return
+    if not args.opts.protect:
+        what = "bucket" if args.resource_type in BUCKETS else "KMS key"
+        report(
+            f"adopted {what} {args.name} is not protected: set protect=True (and "
+            "retain_on_delete=True) so the recovery stack can never delete the only copy"
+        )

@@ -1,8 +1,11 @@
-"""Storage: every bucket's protections, lifecycle, precious-data handling and DR replication."""
+"""Storage: every bucket's protections, lifecycle, precious-data handling, DR replication
+and the adoption of existing buckets by a recovery stack."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from tests.conftest import with_section
 
@@ -215,3 +218,73 @@ def test_storage_and_the_cluster_do_not_wait_on_each_other(plans) -> None:
     assert storage and cluster
     assert not any(set(r["dependencies"]) & cluster_urns for r in storage)
     assert not any(set(r["dependencies"]) & storage_urns for r in cluster)
+
+
+# ---------------------------------------------------------------------------
+# Adoption: a recovery stack takes over existing buckets (llmp dr plan writes this)
+# ---------------------------------------------------------------------------
+
+ADOPT_KEY = "arn:aws:kms:us-west-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def adopting(**overrides) -> dict:
+    """finetune (us-west-2) adopting an existing checkpoints bucket and its key."""
+    adoption = {"kms_key_arn": ADOPT_KEY, "buckets": {"checkpoints": "old-checkpoints"}}
+    return with_section("finetune", "storage", {"adoption": {**adoption, **overrides}})
+
+
+def test_the_replica_key_has_an_alias_to_find_it_by_in_the_dr_region(plans) -> None:
+    plan = plans("pretrain")
+    alias = plan.one("aws:kms/alias:Alias", "storage-replica-s3")
+    assert alias["inputs"]["name"] == "alias/acme-llm-pretrain-s3-replica"
+    assert alias["provider"] == plan.one("pulumi:providers:aws", "aws-dr")["urn"]
+
+
+def test_an_adopted_bucket_is_imported_protected_and_retained(synth) -> None:
+    plan = synth(adopting())
+    bucket = plan.one(BUCKET, "storage-checkpoints")
+    assert bucket["inputs"]["bucket"] == "old-checkpoints"  # the import id is its name
+    assert bucket["import_id"] == "old-checkpoints"
+    assert bucket["protect"] is True and bucket["retain_on_delete"] is True
+    assert bucket["inputs"]["tags"]["llm-platform/adopted"] == "true"
+    for settings in ("encryption", "versioning", "lifecycle", "policy", "public-access"):
+        r = next(r for r in plan.resources if r["name"] == f"storage-checkpoints-{settings}")
+        assert r["retain_on_delete"] is True, settings
+    key = plan.one("aws:kms/key:Key", "storage-s3")
+    assert key["import_id"] == "1234abcd-12ab-34cd-56ef-1234567890ab"
+    assert key["protect"] is True
+    encryption = by_bucket(plan, ":BucketServerSideEncryptionConfiguration")["old-checkpoints"]
+    assert encryption["rules"][0]["applyServerSideEncryptionByDefault"]["kmsMasterKeyId"].endswith(
+        ":key/storage-s3"
+    )
+    # Everything else is created as before.
+    datasets = plan.one(BUCKET, "storage-datasets")
+    assert datasets["inputs"]["bucket"] == "acme-llm-finetune-datasets"
+    assert "import_id" not in datasets and "protect" not in datasets
+
+
+def test_without_adoption_nothing_is_imported_or_protected(plans) -> None:
+    for stack in ("pretrain", "finetune", "inference"):
+        for r in plans(stack).resources:
+            assert "import_id" not in r and "protect" not in r, r["name"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"kms_key_arn": ADOPT_KEY.replace("us-west-2", "us-east-1")},
+            "storage.adoption.kms_key_arn = 'arn:aws:kms:us-east-1:",
+        ),
+        ({"kms_key_arn": "alias/mine"}, "not a KMS key ARN"),
+        ({"buckets": {"scratch": "x-bucket"}}, "storage.adoption.buckets.scratch = 'scratch'"),
+        ({"buckets": {"logs": "old-logs"}}, "the logs bucket is never replicated"),
+        ({"buckets": {"checkpoints": "Not_A_Bucket"}}, "not an S3 bucket name"),
+    ],
+)
+def test_adoption_errors_are_one_line(overrides, message) -> None:
+    from infra.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as exc:
+        load_config(adopting(**overrides))
+    assert message in str(exc.value) and "\n" not in str(exc.value)

@@ -42,17 +42,11 @@ def test_plan_has_the_documented_shape(plans, stack: str) -> None:
     assert plan["stack"] == stack
     urns = {r["urn"] for r in plan["resources"]}
     assert len(urns) == len(plan["resources"])
+    required = {"urn", "type", "name", "parent", "custom", "provider", "inputs", "dependencies"}
+    # Lifecycle options are recorded only where set (precious buckets retain on delete).
+    optional = {"protect", "retain_on_delete", "import_id"}
     for r in plan["resources"]:
-        assert set(r) == {
-            "urn",
-            "type",
-            "name",
-            "parent",
-            "custom",
-            "provider",
-            "inputs",
-            "dependencies",
-        }
+        assert required <= set(r) <= required | optional
         assert r["parent"] is None or r["parent"] in urns
         assert set(r["dependencies"]) <= urns
     # Every child is parented to a component; only providers and components sit at the top.

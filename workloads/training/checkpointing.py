@@ -15,6 +15,8 @@ instant leaves either a `tmp-*` directory, which is never read, or a complete
 `step-N`. Resume does not trust `latest` alone: it takes the newest `step-N`
 whose marker exists and whose files match the manifest sizes, which also
 rejects a checkpoint damaged after publication (truncated copy, lost OST).
+That rule is `completeness.judge_checkpoint`, shared with `llmp dr
+restore-point`, which applies it to the checkpoints' replicas in S3.
 
 Asynchronous saves: DeepSpeed writes through a pluggable checkpoint engine.
 `AsyncCheckpointEngine` snapshots each state dict to host memory (a copy of
@@ -43,9 +45,14 @@ from typing import Any
 import torch
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
-MANIFEST = "MANIFEST.json"
-COMPLETE = "COMPLETE"
-LATEST = "latest"
+from workloads.training.completeness import (
+    COMPLETE,
+    LATEST,
+    MANIFEST,
+    Verdict,
+    judge_checkpoint,
+)
+
 _STEP_RE = re.compile(r"^step-(\d+)$")
 _TMP_RE = re.compile(r"^tmp-step-(\d+)$")
 _UNI_RE = re.compile(r"^universal-step-(\d+)$")
@@ -105,21 +112,29 @@ class Checkpoint:
         return int(self.meta["world_size"])
 
 
+def judge(path: Path) -> Verdict:
+    """The completeness rule (`completeness.judge_checkpoint`) applied to a directory."""
+
+    def size_of(rel: str) -> int | None:
+        try:
+            return (path / rel).stat().st_size
+        except (OSError, ValueError):
+            return None
+
+    return judge_checkpoint(
+        path.name,
+        has_marker=(path / COMPLETE).is_file(),
+        read_manifest=(path / MANIFEST).read_bytes,
+        size_of=size_of,
+    )
+
+
 def read_complete(path: Path) -> Checkpoint | None:
     """The checkpoint at `path` if it is complete and intact, else None (never raises)."""
-    m = _STEP_RE.match(path.name)
-    if not m or not (path / COMPLETE).is_file():
+    verdict = judge(path)
+    if not verdict.complete or verdict.step is None:
         return None
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-        for rel, size in manifest["files"].items():
-            if (path / rel).stat().st_size != size:
-                return None
-        if int(manifest["step"]) != int(m.group(1)):
-            return None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return Checkpoint(int(m.group(1)), path, manifest)
+    return Checkpoint(verdict.step, path, verdict.manifest)
 
 
 def complete_checkpoints(root: str | Path) -> list[Checkpoint]:
