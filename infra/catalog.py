@@ -61,13 +61,21 @@ class Prices(_Data):
 
 
 class PlatformPrices(_Data):
+    prices_as_of: str
     eks_control_plane_standard_usd_per_hour: float
     eks_control_plane_extended_usd_per_hour: float
     nat_gateway_usd_per_hour: float
     nat_gateway_usd_per_gb: float
+    public_ipv4_usd_per_hour: float
     ebs_gp3_usd_per_gb_month: float
     cloudwatch_logs_ingest_usd_per_gb: float
+    cloudwatch_logs_storage_usd_per_gb_month: float
     kms_key_usd_per_month: float
+    alb_usd_per_hour: float
+    alb_lcu_usd_per_hour: float
+    waf_web_acl_usd_per_month: float
+    waf_rule_usd_per_month: float
+    waf_usd_per_million_requests: float
 
 
 class Addon(_Data):
@@ -117,6 +125,7 @@ class Storage(_Data):
     min_storage_days: dict[S3Class, int]
     min_days_before_ia: int
     replication_transfer_usd_per_gb: float
+    replication_time_control_usd_per_gb: float
     fsx_lustre_persistent2_usd_per_gb_month: dict[int, float]
 
 
@@ -151,6 +160,29 @@ class FabricAcceptance(_Data):
     thresholds: dict[str, FabricThreshold]
 
 
+class DcgmLevel(_Data):
+    """One `dcgmi diag -r LEVEL` suite: the tests it runs and how long a node may take."""
+
+    tests: list[str] = Field(min_length=1, description="test names in dcgmi's JSON output")
+    deadline_minutes: int = Field(gt=0, description="image pull, host engine start and the run")
+
+
+class DcgmDiagnostic(_Data):
+    """`dcgmi diag` on every GPU node of a pool (workloads/jobs/dcgm_diag.py, `llmp accept`)."""
+
+    image: str
+    image_source: str
+    default_level: int
+    levels: dict[int, DcgmLevel]
+    levels_source: str
+
+    @model_validator(mode="after")
+    def _default_level_known(self) -> DcgmDiagnostic:
+        if self.default_level not in self.levels:
+            raise ValueError(f"dcgm_diagnostic.default_level {self.default_level} has no entry")
+        return self
+
+
 class ServingPins(_Data):
     """Images and the autoscaler chart of online serving (components/serving.py)."""
 
@@ -177,6 +209,96 @@ class MonitoringPins(_Data):
     otel_collector_image: str
 
 
+class ForceNewInput(_Data):
+    """An input whose change replaces the resource: Terraform ForceNew as pulumi-aws bridges it."""
+
+    input: str = Field(description="camelCase input path as plans record it, dotted for blocks")
+    terraform: str = Field(description="the provider schema attribute it comes from")
+    when: Literal["changed", "decreased", "removed"] = Field(
+        "changed",
+        description="changed: any change; decreased: a smaller number or x.y version; "
+        "removed: the block is dropped",
+    )
+
+
+class ReplacementRule(_Data):
+    """What replaces one Pulumi type, and whether losing it is a loud event."""
+
+    precious: bool
+    why: str | None = Field(None, description="what a replacement costs, for the report")
+    source: str
+    force_new: list[ForceNewInput]
+
+
+class Replacement(_Data):
+    """Force-new inputs per Pulumi type (`llmp diff`), with the provider sources read."""
+
+    read: str
+    provider: str
+    types: dict[str, ReplacementRule]
+
+    @property
+    def precious_types(self) -> list[str]:
+        return sorted(t for t, rule in self.types.items() if rule.precious)
+
+
+class CreationTime(_Data):
+    """How long `pulumi up` typically takes to create one resource of a type."""
+
+    minutes: float = Field(ge=0, description="typical")
+    low: float = Field(ge=0)
+    high: float = Field(ge=0)
+    source: str = Field(description="where the figure comes from, or `operator's estimate`")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CreationTime:
+        if not self.low <= self.minutes <= self.high:
+            raise ValueError(f"creation time {self.minutes} not within {self.low}-{self.high}")
+        return self
+
+
+class Lag(_Data):
+    """A delay between data written in one place and its copy elsewhere."""
+
+    minutes: float = Field(ge=0)
+    source: str
+    bound: bool = Field(description="an SLA-backed bound (true) or an assumption (false)")
+
+
+class GpuQuota(_Data):
+    """The EC2 vCPU quota an instance family runs under (Service Quotas, service `ec2`)."""
+
+    on_demand: str = Field(description="quota code, e.g. L-417A185B")
+    on_demand_name: str
+    spot: str
+    spot_name: str
+
+
+class Recovery(_Data):
+    """Disaster-recovery estimates for `llmp dr plan`: creation times, replication lag."""
+
+    as_of: str
+    default_creation_minutes: CreationTime = Field(
+        description="for resource types not listed (reported as unknown)"
+    )
+    creation_minutes: dict[str, CreationTime] = Field(description="by Pulumi type token")
+    s3_replication_rtc: Lag
+    s3_replication_without_rtc: Lag
+    fsx_auto_export: Lag
+    ec2_quotas: dict[str, GpuQuota] = Field(
+        description="by instance family prefix (p, g, trn, standard for the rest)"
+    )
+    quotas_source: str
+
+    def quota_for(self, instance_type: str) -> tuple[str, GpuQuota]:
+        """The family key and quota of an instance type (p5.48xlarge -> p)."""
+        family = instance_type.split(".", 1)[0]
+        for prefix in sorted(self.ec2_quotas, key=len, reverse=True):
+            if prefix != "standard" and family.startswith(prefix):
+                return prefix, self.ec2_quotas[prefix]
+        return "standard", self.ec2_quotas["standard"]
+
+
 class Catalog(_Data):
     prices: Prices
     instances: dict[str, InstanceType]
@@ -192,8 +314,11 @@ class Catalog(_Data):
     addon_charts: dict[str, Chart] = Field(default_factory=dict)
     addon_manifests: dict[str, Manifests] = Field(default_factory=dict)
     fabric_acceptance: FabricAcceptance
+    dcgm_diagnostic: DcgmDiagnostic | None = None
     serving: ServingPins | None = None
     monitoring: MonitoringPins | None = None
+    replacement: Replacement | None = None
+    recovery: Recovery | None = None
 
     @model_validator(mode="after")
     def _fabric_types_known(self) -> Catalog:

@@ -71,7 +71,10 @@ def synth(
 
     try:
         plan = synthesize_stack(stack, config)
-    except (ConfigError, StackNotFound) as exc:
+    except StackNotFound as exc:
+        hint = " (or pass --config FILE)" if exc.missing_file and config is None else ""
+        raise _fail(f"{exc}{hint}", EXIT_BAD_INPUT) from None
+    except ConfigError as exc:
         raise _fail(str(exc), EXIT_BAD_INPUT) from None
     except SynthError as exc:
         raise _fail(f"synth failed: {exc}", EXIT_FAILED) from None
@@ -92,8 +95,10 @@ def synth(
         hourly = cost["usd_per_hour"]
         out.print(
             f"cost: ${hourly['min']:,.2f}/h at min, ${hourly['desired']:,.2f}/h at desired, "
-            f"${hourly['max']:,.2f}/h at max size; ${cost['usd_per_month_at_desired']:,.0f}/month "
-            f"at desired (prices of {cost['prices_as_of']}, {cost['price_region']})",
+            f"${hourly['max']:,.2f}/h at max size; "
+            f"${cost['usd_per_month_with_storage']:,.0f}/month at desired, storage included "
+            f"(prices of {cost['prices_as_of']}, "
+            f"{cost['price_region']}; `llmp cost {plan.stack}` itemizes it)",
             highlight=False,
         )
     out.print(
@@ -281,41 +286,193 @@ def config_reference() -> None:
     sys.stdout.write(reference())
 
 
-verify_app = typer.Typer(
-    no_args_is_help=True,
-    help="Read-only checks of a deployed account against a stack's plan.",
-)
-app.add_typer(verify_app, name="verify")
+@app.command("cost")
+def cost_command(
+    stack: Annotated[
+        str | None,
+        typer.Argument(help="Stack name, synthesized offline (omit it with --plan or --outputs)."),
+    ] = None,
+    plan_file: Annotated[
+        Path | None, typer.Option("--plan", help="A plan.json written by `llmp synth`.")
+    ] = None,
+    outputs_file: Annotated[
+        Path | None,
+        typer.Option("--outputs", help="`pulumi stack output --json` of a deployed stack."),
+    ] = None,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            "--compare",
+            metavar="OTHER",
+            help="Side by side with OTHER: a stack name, STACK@REF (the stack at git "
+            "revision REF, e.g. pretrain@main), a plan.json or an outputs JSON file.",
+        ),
+    ] = None,
+    prices: Annotated[
+        str,  # a costs.PriceMode, checked below (llmp.costs is imported lazily)
+        typer.Option(
+            "--prices",
+            metavar="auto|catalog|live",
+            help="auto: live AWS Price List on-demand prices when AWS credentials exist, else "
+            "the catalog's; catalog; live (needs credentials). Files keep their prices.",
+        ),
+    ] = "auto",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the estimate (with --compare: both and deltas).")
+    ] = False,
+) -> None:
+    """What a stack costs: per component with priced lines, GPU pools against platform
+    overhead, hourly at min/desired/max size, each GPU pool on-demand, spot and capacity
+    block, what the estimate leaves out, and the prices' date.
+
+    Exit 0; 1: synthesis or the live Price List failed; 2: bad input.
+    """
+    from infra.pricing import PricingError, has_credentials
+    from llmp import costs
+
+    mode = prices.lower()
+    if mode not in {m.value for m in costs.PriceMode}:
+        raise _fail(f"--prices {prices}: expected auto, catalog or live", EXIT_BAD_INPUT)
+    given = [s for s in (stack, plan_file, outputs_file) if s is not None]
+    if len(given) != 1:
+        raise _fail(
+            "give one of STACK, --plan FILE or --outputs FILE (e.g. llmp cost pretrain)",
+            EXIT_BAD_INPUT,
+        )
+    # Files and revisions keep the prices they were estimated with; stack names re-price.
+    fixed = [s for s in (stack, compare) if s is not None and _fixed_prices(s)]
+    stack_specs = [s for s in (stack, compare) if s is not None and not _fixed_prices(s)]
+    files = [str(f) for f in (plan_file, outputs_file) if f is not None] + fixed
+    if mode == "live" and files:
+        raise _fail(
+            f"--prices live re-prices a stack from its config; {files[0]} keeps the prices it "
+            "was estimated with (use --prices catalog, or give a stack name)",
+            EXIT_BAD_INPUT,
+        )
+    pricer = None
+    if mode != "catalog" and stack_specs:
+        session = costs.boto3_session()
+        if has_credentials(session):
+            pricer = costs.LivePricer(session, strict=mode == "live")
+        elif mode == "live":
+            raise _fail(
+                f"--prices live: {_NO_CREDENTIALS} (or use --prices catalog)", EXIT_BAD_INPUT
+            )
+    try:
+        if plan_file is not None:
+            first = costs.load_cost_file(plan_file, expect="plan")
+        elif outputs_file is not None:
+            first = costs.load_cost_file(outputs_file, expect="outputs")
+        else:
+            assert stack is not None
+            first = costs.load_cost_source(stack, pricer)
+        sources = [first]
+        if compare is not None:
+            sources.append(costs.load_cost_source(compare, pricer))
+    except costs.CostSourceError as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    except (costs.CostSynthError, PricingError) as exc:
+        raise _fail(str(exc), EXIT_FAILED) from None
+    for warning in pricer.warnings if pricer else []:
+        err.print(warning, markup=False, highlight=False, soft_wrap=True)
+    if as_json:
+        sys.stdout.write(costs.to_json(sources) + "\n")
+        return
+    parts = costs.render(*sources[0]) if len(sources) == 1 else costs.render_comparison(*sources)
+    for part in parts:
+        out.print(part, highlight=False)
 
 
-@verify_app.command("storage")
-def verify_storage(
-    stack: Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")],
+def _fixed_prices(spec: str) -> bool:
+    from llmp import costs
+
+    return costs.is_file_spec(spec) or costs.is_revision_spec(spec)
+
+
+_VERIFY_USAGE = "llmp verify takes STACK, or `storage STACK` (the same as `STACK --only storage`)"
+
+
+@app.command("verify")
+def verify_command(
+    target: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[storage] STACK",
+            help="Stack name: pretrain, finetune, inference... "
+            "`storage STACK` is `STACK --only storage` (the older spelling).",
+            show_default=False,
+        ),
+    ],
     plan_file: Annotated[
         Path | None,
         typer.Option("--plan", help="A plan.json written by `llmp synth` (default: synthesize)."),
     ] = None,
+    outputs_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--outputs",
+            help="`pulumi stack output --json` of the deployed stack: the cluster, node group "
+            "and bucket names it exports are verified, and cross-checked with the plan.",
+        ),
+    ] = None,
     region: Annotated[
         str | None,
-        typer.Option("--region", help="Primary region (default: the plan's primary provider's)."),
+        typer.Option(
+            "--region",
+            help="Primary region (default: the outputs', else the plan's primary provider's).",
+        ),
     ] = None,
     endpoint_url: Annotated[
         str | None,
         typer.Option("--endpoint-url", help="Another endpoint (moto, LocalStack) than AWS's."),
     ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            metavar="AREA",
+            help="Check only this area: cluster, nodegroups, addons or storage; repeatable.",
+        ),
+    ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the findings as a JSON list (no table).")
+        bool, typer.Option("--json", help="Print the rows as a JSON list (no table).")
     ] = False,
 ) -> None:
-    """Compare the deployed buckets, FSx file system and data repository associations
-    with the plan, reading only (head/get/describe calls; nothing is written).
+    """Compare a deployed account with the stack's plan, read-only: one table of pass, fail or
+    "not checked", with the reason for each.
 
-    Exit 0: no drift ("not checked" rows alone do not fail); 1: drift or missing
-    resources; 2: bad input (unknown stack, unreadable plan, no credentials).
+    Reads (describe/get/list; nothing is written) the EKS cluster (ACTIVE, version, logging,
+    secrets encryption, endpoint access, authentication), every managed node group and the
+    launch template it runs (EFA interfaces and their layout, placement group, capacity
+    reservation), the EKS add-ons, the buckets and the FSx for Lustre file system.
+
+    Exit 0: nothing fails ("not checked" rows alone do not fail); 1: a check failed (missing,
+    different, or a read the account refused); 2: bad input (unknown stack, unreadable plan or
+    outputs, no or refused credentials, unreachable endpoint).
     """
     from llmp import verify
 
+    if len(target) == 1:
+        stack, areas = target[0], list(only or verify.AREAS)
+    elif len(target) == 2 and target[0] == "storage" and not only:
+        stack, areas = target[1], ["storage"]
+    else:
+        raise _fail(f"{_VERIFY_USAGE}, not: {' '.join(target)}", EXIT_BAD_INPUT)
+    unknown = [a for a in areas if a not in verify.AREAS]
+    if unknown:
+        raise _fail(
+            f"--only {unknown[0]}: not an area; use one of {', '.join(verify.AREAS)}",
+            EXIT_BAD_INPUT,
+        )
+    if endpoint_url is not None and not endpoint_url.startswith(("http://", "https://")):
+        raise _fail(f"--endpoint-url {endpoint_url}: not an http(s) URL", EXIT_BAD_INPUT)
     plan = _verify_plan(stack, plan_file)
+    outputs = None
+    if outputs_file is not None:
+        try:
+            outputs = verify.load_outputs_file(outputs_file)
+        except verify.OutputsError as exc:
+            raise _fail(str(exc), EXIT_BAD_INPUT) from None
     try:
         import boto3
         import botocore.exceptions as boto_errors
@@ -324,23 +481,31 @@ def verify_storage(
     session = boto3.Session()
     if session.get_credentials() is None:
         raise _fail(_NO_CREDENTIALS, EXIT_BAD_INPUT)
-    region = region or verify.primary_region(plan)
+    region = region or (outputs.region if outputs else None) or verify.primary_region(plan)
     if not region:
         raise _fail("the plan names no AWS region: pass --region", EXIT_BAD_INPUT)
     try:
-        findings = verify.verify_storage(plan, verify.ClientFactory(session, endpoint_url), region)
+        findings = verify.verify_stack(
+            plan, verify.ClientFactory(session, endpoint_url), region, outputs, areas
+        )
     except boto_errors.NoCredentialsError:
         raise _fail(_NO_CREDENTIALS, EXIT_BAD_INPUT) from None
+    except verify.CredentialsRejected as exc:
+        raise _fail(f"AWS refused the credentials: {exc}", EXIT_BAD_INPUT) from None
     except (boto_errors.EndpointConnectionError, boto_errors.ConnectTimeoutError) as exc:
         raise _fail(f"cannot reach the endpoint: {exc}", EXIT_BAD_INPUT) from None
+    except boto_errors.InvalidRegionError as exc:
+        raise _fail(f"--region: {exc}", EXIT_BAD_INPUT) from None
     except boto_errors.BotoCoreError as exc:
         raise _fail(f"verify failed: {exc}", EXIT_FAILED) from None
     if as_json:
         sys.stdout.write(json.dumps([f.to_dict() for f in findings], indent=2) + "\n")
     elif not findings:
-        out.print(f"the plan of {stack} declares no buckets and no file systems", highlight=False)
+        out.print(f"the plan of {stack} declares nothing in {', '.join(areas)}", highlight=False)
     else:
-        _print_findings(findings, stack)
+        scope = "" if set(areas) == set(verify.AREAS) else f" ({', '.join(areas)})"
+        out.print(verify.render_table(findings, f"{stack} against its plan{scope}, {region}"))
+        out.print(verify.summary(findings), highlight=False)
     if verify.failed(findings):
         raise typer.Exit(EXIT_FAILED)
 
@@ -373,24 +538,6 @@ def _verify_plan(stack: str, plan_file: Path | None) -> dict[str, Any]:
 _NO_CREDENTIALS = (
     "no AWS credentials: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
 )
-_STATUS_STYLE = {"ok": "green", "drift": "bold red", "missing": "bold red", "not checked": "yellow"}
-
-
-def _print_findings(findings: list[Any], stack: str) -> None:
-    from rich.text import Text
-
-    table = Table(title=f"storage of {stack} against its plan")
-    for column in ("resource", "check", "status", "detail"):
-        table.add_column(column, overflow="fold")
-    for f in findings:
-        status = Text(f.status, style=_STATUS_STYLE.get(f.status, ""))
-        table.add_row(Text(f.resource), Text(f.check), status, Text(f.detail))
-    out.print(table)
-    counts = Counter(f.status for f in findings)
-    out.print(
-        ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "drift", "missing", "not checked")),
-        highlight=False,
-    )
 
 
 @app.command()
@@ -480,6 +627,357 @@ def loadtest(
         out.print(lt.render(report))
     if report.slo_missed:
         raise _fail(f"loadtest: SLO missed: {'; '.join(report.slo_missed)}", EXIT_FAILED)
+
+
+@app.command("diff")
+def diff_command(
+    stack: Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")],
+    base: Annotated[
+        str,
+        typer.Option("--base", metavar="REF", help="Git revision to compare with (main, a SHA)."),
+    ],
+    head: Annotated[
+        str | None,
+        typer.Option(
+            "--head", metavar="REF", help="Compare with this revision instead of the working tree."
+        ),
+    ] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown", metavar="FILE", help="Also write the report as a PR comment (Markdown)."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON on stdout (no tables).")
+    ] = False,
+    fail_on_replace: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-replace", help="Exit 1 when a precious resource would be replaced."
+        ),
+    ] = False,
+) -> None:
+    """What a change does to a stack: resources added, changed and deleted, precious
+    replacements, the cost delta and new policy violations, offline.
+
+    Synthesizes STACK at --base REF (a git worktree, with that revision's own code) and at
+    the working tree (or --head REF). Precious resources: the cluster, node groups, the file
+    system, buckets and KMS keys.
+
+    No cloud credentials needed. Exit 0: reported; 1: a new mandatory policy violation, or a
+    precious replacement with --fail-on-replace; 2: bad input (not a git repository, unknown
+    revision, invalid stack file) or a side that cannot be synthesized.
+    """
+    from infra.config import ConfigError
+    from llmp import diff as plan_diff
+    from llmp.policy import PlanError, PolicyConfigError
+    from llmp.revision import RevisionError, repo_root
+    from llmp.synth import REPO_ROOT
+
+    try:
+        repo = repo_root(REPO_ROOT)
+        report = plan_diff.build_report(stack, base, repo, head)
+    except RevisionError as exc:
+        raise _fail(str(exc), exc.exit_code) from None
+    except (PlanError, PolicyConfigError, ConfigError) as exc:
+        raise _fail(f"diff: {exc}", EXIT_BAD_INPUT) from None
+    if markdown is not None:
+        try:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(plan_diff.render_markdown(report))
+        except OSError as exc:
+            raise _fail(f"cannot write {markdown}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+    if as_json:
+        sys.stdout.write(json.dumps(plan_diff.report_to_json(report), indent=2) + "\n")
+    else:
+        plan_diff.render_terminal(report, out)
+    code = plan_diff.exit_code(report, fail_on_replace)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("accept")
+def accept_command(
+    stack: Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")],
+    pool: Annotated[
+        list[str] | None,
+        typer.Option("--pool", metavar="POOL", help="Accept this GPU pool only (repeatable)."),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            "--kubeconfig",
+            metavar="FILE",
+            help="Default: $KUBECONFIG, else ~/.kube/config. The stack's: `pulumi stack output "
+            "kubeconfig --show-secrets > kubeconfig` (or `aws eks update-kubeconfig`).",
+        ),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="The kubeconfig context to use.")
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            metavar="NS",
+            help="Run the jobs here (default: per pool, the first tenant with a GPU quota on it).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            metavar="MIN",
+            help="Minutes each job may take from its creation, queueing included (default: "
+            "the DCGM level's deadline from the catalog; 30 for fabric).",
+        ),
+    ] = None,
+    skip_fabric: Annotated[
+        bool, typer.Option("--skip-fabric", help="Do not run the 2-node nccl-tests job.")
+    ] = False,
+    skip_dcgm: Annotated[
+        bool, typer.Option("--skip-dcgm", help="Do not run the DCGM diagnostics.")
+    ] = False,
+    dcgm_level: Annotated[
+        int | None,
+        typer.Option(
+            "--dcgm-level",
+            metavar="LEVEL",
+            help="dcgmi diag level: 1 (seconds), 2 (minutes, default), 3 (about 15 minutes).",
+        ),
+    ] = None,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Leave the jobs and their pods for inspection.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the verdict as JSON on stdout (no table).")
+    ] = False,
+) -> None:
+    """Run the acceptance jobs on the deployed cluster and judge them: the pools' nodes
+    (Ready, GPUs and EFA advertised), DCGM diagnostics on every GPU node, and the 2-node
+    EFA fabric test, against the catalog's thresholds. Needs a real cluster.
+
+    Progress goes to stderr, the verdict table to stdout. The jobs are deleted at the end
+    unless --keep. Exit 0: every check passed (warnings allowed); 1: a check failed or
+    timed out, or nothing could be checked; 2: bad input, or no usable cluster.
+    """
+    from llmp import accept
+
+    options = accept.AcceptOptions(
+        pools=tuple(pool or ()),
+        namespace=namespace,
+        timeout_minutes=timeout,
+        dcgm=not skip_dcgm,
+        fabric=not skip_fabric,
+        level=dcgm_level,
+        keep=keep,
+    )
+    run_id = accept.new_run_id()
+    try:
+        accept.check_options(options)
+        cfg = accept.load_stack_config(stack)
+        accept.pool_targets(cfg, options.pools, options.namespace)  # before any cluster call
+        apis = accept.load_apis(kubeconfig, context)
+        report = accept.run_acceptance(cfg, stack, apis, options, run_id=run_id, progress=err)
+    except accept.AcceptError as exc:
+        raise _fail(f"accept: {exc}", EXIT_BAD_INPUT) from None
+    except KeyboardInterrupt:
+        raise _fail(
+            f"accept: interrupted; run {run_id}'s jobs were deleted unless --keep "
+            f"(kubectl get jobs -A -l {accept.RUN_LABEL}={run_id})",
+            EXIT_FAILED,
+        ) from None
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    else:
+        out.print(accept.verdict_table(report))
+        out.print(accept.verdict_line(report), highlight=False)
+        if report.kept:
+            out.print(f"kept: {', '.join(report.kept)} (--keep)", highlight=False)
+    for line in report.cleanup_errors:
+        err.print(f"accept: {line}", markup=False, highlight=False, soft_wrap=True)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+dr_app = typer.Typer(
+    no_args_is_help=True,
+    help="Disaster recovery: re-create a stack in another region; find the restore point.",
+)
+app.add_typer(dr_app, name="dr")
+
+
+@dr_app.command("plan")
+def dr_plan_command(
+    source: Annotated[str, typer.Option("--from", help="The stack to recover, e.g. pretrain.")],
+    region: Annotated[
+        str, typer.Option("--region", help="Recovery region (where the replicas are).")
+    ],
+    stack: Annotated[
+        str | None, typer.Option("--stack", help="Recovery stack name (default FROM-dr).")
+    ] = None,
+    zones: Annotated[
+        str | None,
+        typer.Option(
+            "--zones",
+            help="AZs of REGION, comma-separated, as many as the source has, in its order "
+            "(default REGIONa,b,c...: check them).",
+        ),
+    ] = None,
+    outputs_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--outputs",
+            help="`pulumi stack output --json` of the source stack: real replica names and key.",
+        ),
+    ] = None,
+    replica_key_arn: Annotated[
+        str | None,
+        typer.Option("--replica-key-arn", help="KMS key ARN of the replicas (if no --outputs)."),
+    ] = None,
+    reservation: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reservation",
+            metavar="POOL=cr-...",
+            help="A capacity block bought in REGION for a pool (else block pools are left out).",
+        ),
+    ] = None,
+    certificate_arn: Annotated[
+        str | None,
+        typer.Option("--certificate-arn", help="ACM certificate in REGION (stacks that serve)."),
+    ] = None,
+    replicate_to: Annotated[
+        str | None,
+        typer.Option("--replicate-to", help="Replicate the recovery stack's buckets here."),
+    ] = None,
+    bucket_prefix: Annotated[
+        str | None,
+        typer.Option("--bucket-prefix", help="Prefix of new buckets (default PREFIX-REGION)."),
+    ] = None,
+    checkpoint_interval: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-interval",
+            min=1,
+            metavar="SECONDS",
+            help="For the RPO (default monitoring.alerts.checkpoint_interval_seconds).",
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Where the stack file and runbook go (default stacks/)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Write the recovery stack's config and runbook; report RTO, RPO and plan equivalence.
+
+    Exit 0: written, the recovery plan is equivalent to the source's; 1: synthesis failed
+    or a difference no named reason explains; 2: bad input.
+    """
+    from infra.config import ConfigError, load_stack_file
+    from llmp import dr
+    from llmp.synth import STACKS_DIR, StackNotFound, SynthError, stack_file
+
+    try:
+        if not stack_file(source).exists():
+            raise StackNotFound(f"no stack file stacks/{stack_file(source).name} for --from")
+        source_raw = load_stack_file(str(stack_file(source)))
+        options = dr.RecoveryOptions(
+            source_stack=source,
+            region=region,
+            stack=stack,
+            zones=[z.strip() for z in zones.split(",")] if zones is not None else None,
+            outputs=dr.load_outputs(outputs_file) if outputs_file is not None else None,
+            replica_key_arn=replica_key_arn,
+            reservations=dr.parse_reservations(reservation or []),
+            certificate_arn=certificate_arn,
+            replicate_to=replicate_to,
+            bucket_prefix=bucket_prefix,
+            checkpoint_interval_seconds=checkpoint_interval,
+        )
+        if not force:
+            dr.refuse_overwrite(options.stack_name, out_dir if out_dir is not None else STACKS_DIR)
+        plan = dr.make_plan(source_raw, options)
+    except (ConfigError, StackNotFound, dr.DrError) as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    except FileExistsError as exc:
+        raise _fail(f"{exc.args[0]} exists; pass --force to overwrite it", EXIT_BAD_INPUT) from None
+    except SynthError as exc:
+        raise _fail(f"synth failed: {exc}", EXIT_FAILED) from None
+    target = out_dir if out_dir is not None else STACKS_DIR
+    try:
+        written = dr.write_plan_files(plan, target, force=force)
+    except FileExistsError as exc:
+        raise _fail(f"{exc.args[0]} exists; pass --force to overwrite it", EXIT_BAD_INPUT) from None
+    except OSError as exc:
+        raise _fail(f"cannot write {target}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+    if as_json:
+        doc = {**plan.to_dict(), "written": [str(p) for p in written]}
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    else:
+        for part in dr.report_renderables(plan, written):
+            out.print(part, highlight=False)
+    if not plan.differences.equivalent:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@dr_app.command("restore-point")
+def dr_restore_point_command(
+    bucket: Annotated[str, typer.Option("--bucket", help="The (replica) checkpoints bucket.")],
+    prefix: Annotated[
+        str, typer.Option("--prefix", help="The job's checkpoint prefix, e.g. runs/llama/.")
+    ] = "",
+    region: Annotated[str | None, typer.Option("--region", help="The bucket's region.")] = None,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option("--endpoint-url", help="Another endpoint (moto, LocalStack) than AWS's."),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Also list the older checkpoints.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """The newest complete checkpoint under PREFIX, by the trainer's own rule (COMPLETE
+    marker, manifest, every file at its recorded size), and why each newer one is skipped.
+
+    Reads only (list and get). Exit 0: found; 1: no complete checkpoint; 2: bad input
+    (no such bucket, no access, no credentials, unreachable endpoint).
+    """
+    from llmp import restore_point as rp
+
+    try:
+        import boto3
+        import botocore.exceptions as boto_errors
+    except ImportError:
+        raise _fail(
+            "llmp dr restore-point needs boto3: pip install boto3", EXIT_BAD_INPUT
+        ) from None
+    session = boto3.Session(region_name=region)
+    if session.get_credentials() is None:
+        raise _fail(_NO_CREDENTIALS, EXIT_BAD_INPUT)
+    where = f"s3://{bucket}/{rp.normalize_prefix(prefix)}"
+    try:
+        s3 = session.client("s3", endpoint_url=endpoint_url)
+        result = rp.find_restore_point(s3, bucket, prefix)
+    except boto_errors.ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        raise _fail(f"cannot read {where}: {code or exc}", EXIT_BAD_INPUT) from None
+    except (boto_errors.EndpointConnectionError, boto_errors.ConnectTimeoutError) as exc:
+        raise _fail(f"cannot reach the endpoint: {exc}", EXIT_BAD_INPUT) from None
+    except boto_errors.NoCredentialsError:
+        raise _fail(_NO_CREDENTIALS, EXIT_BAD_INPUT) from None
+    except (boto_errors.BotoCoreError, ValueError) as exc:
+        raise _fail(f"cannot read {where}: {exc}", EXIT_BAD_INPUT) from None
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        for part in rp.render(result, verbose=verbose):
+            out.print(part, highlight=False)
+    if result.chosen is None:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def main() -> None:
