@@ -1,0 +1,183 @@
+"""llmp/revision.py: a revision is synthesized by its own code, in a worktree always removed.
+
+Each test works in a git repository made under tmp_path from the project's
+files; the project's own checkout is only read (`git ls-files`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import infra
+from llmp import revision
+from llmp.revision import RevisionError, StackMissing
+from llmp.synth import REPO_ROOT
+
+GIT_IDENTITY = ["-c", "user.name=llmp tests", "-c", "user.email=tests@example.invalid"]
+REVISION_PRICE = 77.77
+"""The p5.48xlarge price committed in the test repository: neither the checkout's nor a default."""
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *GIT_IDENTITY, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return done.stdout
+
+
+def copy_project(dest: Path) -> Path:
+    """The project's files (tracked and untracked, not ignored) copied to `dest`."""
+    listed = git(REPO_ROOT, "ls-files", "-co", "--exclude-standard", "-z").split("\0")
+    for name in filter(None, listed):
+        source = REPO_ROOT / name
+        if source.is_file():
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+    return dest
+
+
+def commit_all(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def set_p5_price(repo: Path, price: float) -> None:
+    catalog = repo / "infra" / "catalog.yaml"
+    text = catalog.read_text()
+    assert "on_demand_usd_per_hour: 55.04" in text
+    catalog.write_text(
+        text.replace("on_demand_usd_per_hour: 55.04", f"on_demand_usd_per_hour: {price}", 1)
+    )
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository whose one commit prices p5 at REVISION_PRICE (its working tree the same)."""
+    root = copy_project(tmp_path_factory.mktemp("revision-repo"))
+    set_p5_price(root, REVISION_PRICE)
+    git(root, "init", "-q")
+    commit_all(root, "base")
+    return root
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """tempfile's directory for this test alone, so leftovers can be seen."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    yield tmp
+
+
+def worktrees(repo: Path) -> list[str]:
+    return [
+        line.split(" ", 1)[1]
+        for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
+
+
+def test_the_checkout_under_test_is_the_one_importing_infra() -> None:
+    # What the next test rules out is only meaningful if this process imports the checkout.
+    assert Path(infra.__file__).resolve().is_relative_to(REPO_ROOT.resolve())
+
+
+def test_a_worktree_imports_its_own_packages_not_the_editable_install(repo: Path) -> None:
+    head = revision.resolve("HEAD", repo)
+    with revision.checked_out(repo, head) as tree:
+        origins = revision.import_origins(tree)
+    assert {"infra", "components", "workloads", "llmp", "policies"} <= set(origins)
+    for name, origin in origins.items():
+        assert origin is not None, name
+        assert Path(origin).is_relative_to(tree.resolve()), (name, origin)
+        assert not Path(origin).is_relative_to(REPO_ROOT.resolve()), (name, origin)
+
+
+def test_plan_at_runs_the_revision_s_catalog_and_removes_the_worktree(
+    repo: Path, private_tmp: Path
+) -> None:
+    plan = revision.plan_at("HEAD", "pretrain", repo)
+    pool = plan["outputs"]["cost"]["node_pools"]["h100"]
+    # The committed catalog's price: neither the checkout's 55.04 nor this process's catalog.
+    assert pool["usd_per_instance_hour"] == REVISION_PRICE
+    assert worktrees(repo) == [str(repo)]
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_the_worktree_is_removed_when_interrupted(repo: Path, private_tmp: Path) -> None:
+    head = revision.resolve("HEAD", repo)
+    seen: list[Path] = []
+    with pytest.raises(KeyboardInterrupt), revision.checked_out(repo, head) as tree:
+        seen.append(tree)
+        assert (tree / "infra" / "catalog.yaml").is_file()
+        raise KeyboardInterrupt
+    assert not seen[0].exists()
+    assert worktrees(repo) == [str(repo)]
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_an_unknown_revision_is_one_line_bad_input(repo: Path) -> None:
+    with pytest.raises(RevisionError) as caught:
+        revision.plan_at("no-such-branch", "pretrain", repo)
+    message = str(caught.value)
+    assert caught.value.exit_code == 2
+    assert "\n" not in message
+    assert message.startswith("unknown revision 'no-such-branch'")
+
+
+def test_a_directory_outside_git_is_one_line_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # git must not find a repository above tmp_path (a TMPDIR inside a checkout, say).
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    with pytest.raises(RevisionError) as caught:
+        revision.resolve("HEAD", tmp_path)
+    assert caught.value.exit_code == 2
+    assert "is not in a git repository" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_stack_the_revision_lacks_is_reported_as_added(repo: Path) -> None:
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    with pytest.raises(StackMissing) as caught:
+        revision.plan_at("HEAD", "scratch", repo)
+    assert str(caught.value) == f"stack scratch does not exist at HEAD ({sha[:7]})"
+    assert worktrees(repo) == [str(repo)]
+
+
+def test_a_revision_that_fails_to_synthesize_shows_its_last_error_line(repo: Path) -> None:
+    stack = repo / "stacks" / "Pulumi.pretrain.yaml"
+    good = stack.read_text()
+    git(repo, "checkout", "-q", "-b", "broken-config")
+    try:
+        stack.write_text(good.replace("min_size: 2", "min_size: -2", 1))
+        commit_all(repo, "a system pool of -2 nodes")
+    finally:
+        git(repo, "checkout", "-q", "-")
+    assert stack.read_text() == good
+    with pytest.raises(RevisionError) as caught:
+        revision.plan_at("broken-config", "pretrain", repo)
+    message = str(caught.value)
+    assert caught.value.exit_code == 2  # the revision's own config error: bad input
+    assert message.startswith("synth of pretrain at broken-config (")
+    assert "system_pool" in message and "min_size" in message
+    assert "\n" not in message
+    assert worktrees(repo) == [str(repo)]
+
+
+def test_a_stack_name_that_is_a_path_is_refused(repo: Path) -> None:
+    with pytest.raises(RevisionError) as caught:
+        revision.plan_at("HEAD", "../pretrain", repo)
+    assert caught.value.exit_code == 2
+    assert "not a stack name" in str(caught.value)
