@@ -1,5 +1,7 @@
-"""`llmp verify storage`: the pretrain plan's buckets and file system, deployed into a moto
-server on 127.0.0.1, verify clean; drift, missing buckets and bad input are reported.
+"""`llmp verify storage STACK` (= `llmp verify STACK --only storage`): the pretrain plan's
+buckets and file system, deployed into a moto server on 127.0.0.1, verify clean; drift,
+missing buckets and bad input are reported. The cluster, node groups and add-ons are in
+test_verify_cluster.py.
 
 The account is built by `deploy_storage` below straight from the plan's inputs, the way
 the AWS provider would apply them, independently of the code under test.
@@ -34,8 +36,7 @@ SUBNET = "subnet-0123456789abcdef0"
 # ---------------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def use_dummy_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Dummy credentials only; no profile, config file or instance metadata is consulted."""
     for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(var, raising=False)
@@ -49,13 +50,23 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
 
 
+def reset_moto(url: str) -> str:
+    """Empty the moto server's account, and return its URL."""
+    request = urllib.request.Request(f"{url}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+    return url
+
+
+@pytest.fixture(autouse=True)
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    use_dummy_credentials(monkeypatch, tmp_path)
+
+
 @pytest.fixture
 def endpoint(moto_server: str) -> str:
     """The moto server, emptied: every test starts from an empty account."""
-    request = urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
-    return moto_server
+    return reset_moto(moto_server)
 
 
 @pytest.fixture
@@ -259,22 +270,22 @@ def test_a_deployed_plan_verifies_without_drift(plan, plan_file, endpoint) -> No
     result = run_verify("--plan", str(plan_file), "--endpoint-url", endpoint, "--json")
     rows = findings_of(result)
     assert result.exit_code == 0, result.output
-    assert not [r for r in rows if r["status"] in ("drift", "missing")]
+    assert not [r for r in rows if r["status"] == "fail"]
 
     names = {r["inputs"]["bucket"] for r in plan["resources"] if r["type"] == verify.BUCKET}
     assert {r["resource"] for r in rows} >= names
     by = {(r["resource"], r["check"]): r for r in rows}
     for name in names:
         for check in ("exists", "encryption", "public access block", "lifecycle rule housekeeping"):
-            assert by[(name, check)]["status"] == "ok", (name, check)
+            assert by[(name, check)]["status"] == "pass", (name, check)
     # The replicas were looked for in the DR region, and replication points at them.
-    assert by[(MODELS_REPLICA, "exists")]["detail"] == f"in {DR}"
-    assert by[(CHECKPOINTS, "exists")]["detail"] == f"in {PRIMARY}"
-    assert by[(CHECKPOINTS, "versioning")]["status"] == "ok"
-    assert by[(CHECKPOINTS, "replication rule dr-checkpoints")]["status"] == "ok"
+    assert by[(MODELS_REPLICA, "exists")]["reason"] == f"in {DR}"
+    assert by[(CHECKPOINTS, "exists")]["reason"] == f"in {PRIMARY}"
+    assert by[(CHECKPOINTS, "versioning")]["status"] == "pass"
+    assert by[(CHECKPOINTS, "replication rule dr-checkpoints")]["status"] == "pass"
     assert (
         f"arn:aws:s3:::{CHECKPOINTS}-{DR}"
-        in by[(CHECKPOINTS, "replication rule dr-checkpoints")]["detail"]
+        in by[(CHECKPOINTS, "replication rule dr-checkpoints")]["reason"]
     )
 
     fs_rows = {r["check"]: r for r in rows if r["resource"] == "lustre-fs"}
@@ -286,9 +297,9 @@ def test_a_deployed_plan_verifies_without_drift(plan, plan_file, endpoint) -> No
             "throughput MB/s/TiB",
             "data compression",
         ):
-            assert fs_rows[check]["status"] == "ok", check
+            assert fs_rows[check]["status"] == "pass", check
         # moto reports no Lifecycle for a file system: that is not a pass.
-        assert fs_rows["lifecycle"]["status"] in ("ok", "not checked")
+        assert fs_rows["lifecycle"]["status"] in ("pass", "not checked")
     else:
         assert fs_rows["exists"]["status"] == "not checked"
 
@@ -306,7 +317,7 @@ def test_data_repository_associations_are_not_checked_against_moto(
     }
     for row in dras:
         assert row["status"] == "not checked"
-        assert row["detail"] in (
+        assert row["reason"] in (
             "the endpoint does not implement data repository associations",
             "the file system was not checked",
         )
@@ -329,19 +340,20 @@ def test_a_deleted_lifecycle_rule_is_drift(plan, plan_file, endpoint) -> None:
 
     result = run_verify("--plan", str(plan_file), "--endpoint-url", endpoint, "--json")
     assert result.exit_code == 1, result.output
-    drift = [r for r in findings_of(result) if r["status"] in ("drift", "missing")]
+    drift = [r for r in findings_of(result) if r["status"] == "fail"]
     assert drift == [
         {
+            "area": "storage",
             "resource": CHECKPOINTS,
             "check": f"lifecycle rule {dropped}",
-            "status": "drift",
-            "detail": f"rule {dropped} is not in the bucket's lifecycle",
+            "status": "fail",
+            "reason": f"rule {dropped} is not in the bucket's lifecycle",
         }
     ]
 
     table = run_verify("--plan", str(plan_file), "--endpoint-url", endpoint)
     assert table.exit_code == 1
-    assert "1 drift, 0 missing" in table.stdout
+    assert "pass, 1 fail, " in table.stdout
 
 
 def test_a_changed_lifecycle_rule_and_replication_are_drift(plan, plan_file, endpoint) -> None:
@@ -364,7 +376,7 @@ def test_a_changed_lifecycle_rule_and_replication_are_drift(plan, plan_file, end
 
     result = run_verify("--plan", str(plan_file), "--endpoint-url", endpoint, "--json")
     assert result.exit_code == 1
-    drift = {r["check"]: r["detail"] for r in findings_of(result) if r["status"] == "drift"}
+    drift = {r["check"]: r["reason"] for r in findings_of(result) if r["status"] == "fail"}
     assert drift == {
         "lifecycle rule housekeeping": "abort multipart days 30 (plan 7)",
         "replication rule dr-checkpoints": (
@@ -377,13 +389,14 @@ def test_a_missing_bucket_is_reported_missing(plan, plan_file, endpoint) -> None
     deploy_storage(plan, endpoint, skip=frozenset({MODELS_REPLICA}))
     result = run_verify("--plan", str(plan_file), "--endpoint-url", endpoint, "--json")
     assert result.exit_code == 1
-    failing = [r for r in findings_of(result) if r["status"] in ("drift", "missing")]
+    failing = [r for r in findings_of(result) if r["status"] == "fail"]
     assert failing == [
         {
+            "area": "storage",
             "resource": MODELS_REPLICA,
             "check": "exists",
-            "status": "missing",
-            "detail": f"no bucket {MODELS_REPLICA} ({DR})",
+            "status": "fail",
+            "reason": f"no bucket {MODELS_REPLICA} ({DR})",
         }
     ]
 
@@ -393,10 +406,10 @@ def test_nothing_deployed_is_all_missing(plan_file, endpoint) -> None:
     assert result.exit_code == 1
     rows = findings_of(result)
     exists = [r for r in rows if r["check"] == "exists"]
-    assert exists and all(r["status"] in ("missing", "not checked") for r in exists)
-    assert any(r["resource"] == "lustre-fs" and r["status"] == "missing" for r in exists)
+    assert exists and all(r["status"] in ("fail", "not checked") for r in exists)
+    assert any(r["resource"] == "lustre-fs" and r["status"] == "fail" for r in exists)
     dras = [r for r in rows if r["check"] == "data repository association"]
-    assert dras and all(r["status"] == "missing" for r in dras)
+    assert dras and all(r["status"] == "fail" for r in dras)
 
 
 def test_region_flag_moves_the_primary_buckets_only(plan, plan_file, endpoint) -> None:
@@ -406,9 +419,9 @@ def test_region_flag_moves_the_primary_buckets_only(plan, plan_file, endpoint) -
     )
     assert result.exit_code == 1
     by = {(r["resource"], r["check"]): r for r in findings_of(result)}
-    assert by[(CHECKPOINTS, "exists")]["status"] == "drift"
-    assert by[(CHECKPOINTS, "exists")]["detail"] == f"in {PRIMARY}, the plan says eu-west-1"
-    assert by[(MODELS_REPLICA, "exists")]["status"] == "ok"
+    assert by[(CHECKPOINTS, "exists")]["status"] == "fail"
+    assert by[(CHECKPOINTS, "exists")]["reason"] == f"in {PRIMARY}, the plan says eu-west-1"
+    assert by[(MODELS_REPLICA, "exists")]["status"] == "pass"
 
 
 # ---------------------------------------------------------------------------
@@ -556,12 +569,12 @@ def test_associations_as_aws_reports_them(plan) -> None:
         },
     ]
     findings = _check_fs(plan, FakeFsx(associations, lifecycle="UPDATING"), emulated=False)
-    statuses = {(f.resource, f.check): (f.status, f.detail) for f in findings}
-    assert statuses[("lustre-fs", "lifecycle")] == ("drift", "UPDATING, not AVAILABLE")
-    assert statuses[("lustre-fs", "deployment type")] == ("ok", "PERSISTENT_2")
-    assert statuses[("lustre-datasets /datasets", "data repository association")][0] == "ok"
+    statuses = {(f.resource, f.check): (f.status, f.reason) for f in findings}
+    assert statuses[("lustre-fs", "lifecycle")] == ("fail", "UPDATING, not AVAILABLE")
+    assert statuses[("lustre-fs", "deployment type")] == ("pass", "PERSISTENT_2")
+    assert statuses[("lustre-datasets /datasets", "data repository association")][0] == "pass"
     assert statuses[("lustre-checkpoints /checkpoints", "data repository association")] == (
-        "drift",
+        "fail",
         "auto-export CHANGED, DELETED, NEW (plan CHANGED, NEW)",
     )
 
@@ -570,11 +583,13 @@ def test_an_api_the_endpoint_lacks_is_never_a_pass(plan) -> None:
     findings = _check_fs(plan, FakeFsx(None), emulated=True)
     dras = [f for f in findings if f.check == "data repository association"]
     assert len(dras) == 2
-    assert {(f.status, f.detail) for f in dras} == {("not checked", verify.DRA_NOT_IMPLEMENTED)}
+    assert {(f.status, f.reason) for f in dras} == {("not checked", verify.DRA_NOT_IMPLEMENTED)}
     assert not verify.failed(dras)
-    # From AWS itself a 500 is a failure, not a missing API: an error that fails the run.
+    # From AWS itself a 500 is a failure, not a missing API: a read that fails the run.
     real = [f for f in _check_fs(plan, FakeFsx(None), emulated=False) if f.check == dras[0].check]
-    assert {(f.status, f.detail) for f in real} == {("error", "500: Internal Server Error")}
+    assert {(f.status, f.reason) for f in real} == {
+        ("fail", "cannot read: 500: Internal Server Error")
+    }
     assert verify.failed(real)
 
 
@@ -602,10 +617,10 @@ def test_delete_marker_replication_is_compared(plan) -> None:
         },
     }
     (finding,) = verify.check_replication(FakeS3(rule), buckets[CHECKPOINTS])
-    assert (finding.status, finding.detail) == ("drift", "delete markers Enabled (plan Disabled)")
+    assert (finding.status, finding.reason) == ("fail", "delete markers Enabled (plan Disabled)")
     rule["DeleteMarkerReplication"] = {"Status": "Disabled"}
     (finding,) = verify.check_replication(FakeS3(rule), buckets[CHECKPOINTS])
-    assert finding.status == "ok"
+    assert finding.status == "pass"
 
 
 class DeniedS3:
@@ -634,8 +649,8 @@ def test_a_read_the_account_refuses_fails_the_run() -> None:
         versioning="Enabled",
     )
     findings = verify.check_bucket(DeniedS3(), expected)
-    by_check = {f.check: (f.status, f.detail) for f in findings}
-    assert by_check["exists"][0] == "ok"
-    assert by_check["encryption"] == ("error", "AccessDenied: Access Denied")
-    assert by_check["versioning"] == ("error", "AccessDenied: Access Denied")
+    by_check = {f.check: (f.status, f.reason) for f in findings}
+    assert by_check["exists"][0] == "pass"
+    assert by_check["encryption"] == ("fail", "cannot read: AccessDenied: Access Denied")
+    assert by_check["versioning"] == ("fail", "cannot read: AccessDenied: Access Denied")
     assert verify.failed(findings)
