@@ -96,3 +96,33 @@ def test_strict_mode_refuses_unknown_fields_and_custom_resources_are_skipped() -
     checked, custom, errors = _validate([namespace, typo, crd], "1.35")
     assert (checked, custom) == (2, 1)
     assert len(errors) == 1 and "finalizer" in errors[0]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_dcgm_diagnostic_jobs_validate_strictly(stack: str) -> None:
+    # `llmp accept` creates these at run time (no plan holds them): one per NVIDIA pool, at
+    # every level, against the stack's cluster version.
+    from infra.catalog import catalog
+    from workloads.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
+
+    cfg = load_config(raw_stack(stack))
+    levels = sorted(catalog().dcgm_diagnostic.levels)  # type: ignore[union-attr]
+    manifests = [
+        manifest
+        for name, pool in cfg.node_pools.items()
+        if catalog().instance(pool.instance_type).accelerator.kind == "nvidia"  # type: ignore[union-attr]
+        for level in levels
+        for manifest in dcgm_diag_manifests(
+            DcgmDiagSpec(
+                instance_type=pool.instance_type,
+                node_pool=name,
+                namespace="acceptance",
+                nodes=max(pool.max_size, 1),
+                level=level,
+                queue_name="default",
+            )
+        )
+    ]
+    checked, custom, errors = _validate(manifests, cfg.cluster.version)
+    assert errors == []
+    assert (checked, custom) == (len(cfg.node_pools) * len(levels), 0)

@@ -93,6 +93,7 @@ class ContainerSecurityContext(K8s):
     allow_privilege_escalation: bool = False
     capabilities: Capabilities | None = None
     run_as_non_root: bool | None = None
+    read_only_root_filesystem: bool | None = None
 
 
 class ContainerPort(K8s):
@@ -155,8 +156,22 @@ class NodeAffinity(K8s):
     required_during_scheduling_ignored_during_execution: NodeSelector
 
 
+class LabelSelector(K8s):
+    match_labels: dict[str, str]
+
+
+class PodAffinityTerm(K8s):
+    label_selector: LabelSelector
+    topology_key: str
+
+
+class PodAntiAffinity(K8s):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm]
+
+
 class Affinity(K8s):
     node_affinity: NodeAffinity
+    pod_anti_affinity: PodAntiAffinity | None = None
 
 
 class Toleration(K8s):
@@ -174,6 +189,7 @@ class PodSecurityContext(K8s):
 
 class PodSpec(K8s):
     service_account_name: str
+    automount_service_account_token: bool | None = None
     priority_class_name: str | None = None
     restart_policy: Literal["Never", "OnFailure"] | None = None
     termination_grace_period_seconds: int | None = None
