@@ -1,0 +1,544 @@
+"""`llmp dr plan`: the recovery stack's config, its equivalence with the source, RTO and RPO.
+
+The recovery of `pretrain` in us-west-2 is synthesized once per module (both plans run
+the real program under the mocks) and every test reads it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infra.catalog import catalog
+from infra.config import ConfigError, load_config
+from llmp import dr
+from llmp.cli import app
+from llmp.synth import synthesize
+from tests.conftest import raw_stack, with_section
+
+KEY_ARN = "arn:aws:kms:us-west-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+KEY_ID = "1234abcd-12ab-34cd-56ef-1234567890ab"
+CHECKPOINTS = "acme-llm-pretrain-checkpoints-us-west-2"
+MODELS = "acme-llm-pretrain-models-us-west-2"
+
+
+def options(**overrides: Any) -> dr.RecoveryOptions:
+    base: dict[str, Any] = {
+        "source_stack": "pretrain",
+        "region": "us-west-2",
+        "replica_key_arn": KEY_ARN,
+    }
+    return dr.RecoveryOptions(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def recovery() -> dr.DrPlan:
+    return dr.make_plan(raw_stack("pretrain"), options())
+
+
+@pytest.fixture(scope="module")
+def plans_pair(recovery: dr.DrPlan) -> tuple[dict[str, Any], dict[str, Any]]:
+    source = synthesize("pretrain", raw_stack("pretrain")).to_dict()
+    rebuilt = synthesize(recovery.config.stack, recovery.config.synth_raw).to_dict()
+    return source, rebuilt
+
+
+def one(plan: dict[str, Any], type_: str, name: str) -> dict[str, Any]:
+    (found,) = [r for r in plan["resources"] if r["type"] == type_ and r["name"] == name]
+    return found
+
+
+# ---------------------------------------------------------------------------
+# The recovery stack's config
+# ---------------------------------------------------------------------------
+
+
+def test_region_bound_settings_are_rewritten(recovery: dr.DrPlan) -> None:
+    raw = recovery.config.raw
+    assert raw["aws:region"] == "us-west-2"
+    network = raw["llm-platform:network"]
+    assert network["availability_zones"] == ["us-west-2a", "us-west-2b", "us-west-2c"]
+    assert network["vpc_cidr"] == "10.10.0.0/16"  # everything else is the source's
+    pools = raw["llm-platform:node_pools"]
+    assert pools["h100"]["availability_zones"] == ["us-west-2a"]
+    # The capacity block cannot move: the pool and every quota naming it are left out.
+    assert "h100-block" not in pools
+    assert raw["llm-platform:tenants"]["foundation"]["gpu_quota"] == {"h100": 128}
+    assert raw["llm-platform:cluster"]["name"] == "llm-platform-pretrain"
+    storage = raw["llm-platform:storage"]
+    assert storage["bucket_name_prefix"] == "acme-llm-pretrain-us-west-2"
+    assert storage["adoption"] == {
+        "buckets": {"checkpoints": CHECKPOINTS, "models": MODELS},
+        "kms_key_arn": KEY_ARN,
+    }
+    # Replication is off: its target is the recovery region itself.
+    assert "region" not in storage.get("replication", {})
+    assert not any(b.get("replicate") for b in storage["buckets"].values())
+    assert recovery.config.dropped_pools == ["h100-block"]
+
+
+def test_the_source_config_is_left_unchanged() -> None:
+    raw = raw_stack("pretrain")
+    before = copy.deepcopy(raw)
+    dr.build_recovery_config(raw, options())
+    assert raw == before
+
+
+def test_the_written_stack_file_is_a_valid_stack_file(recovery: dr.DrPlan, tmp_path) -> None:
+    stack_path, runbook_path = dr.write_plan_files(recovery, tmp_path, force=False)
+    assert stack_path.name == "Pulumi.pretrain-dr.yaml"
+    doc = yaml.safe_load(stack_path.read_text())
+    cfg = load_config(doc["config"])
+    assert cfg.region == "us-west-2"
+    assert cfg.storage is not None and cfg.storage.adoption is not None
+    assert cfg.storage.adoption.kms_key_id == KEY_ID
+    assert runbook_path.name == "pretrain-dr.runbook.md"
+    with pytest.raises(FileExistsError):
+        dr.write_plan_files(recovery, tmp_path, force=False)
+    dr.write_plan_files(recovery, tmp_path, force=True)
+
+
+def test_an_unknown_replica_key_is_left_out_with_an_action_and_a_clear_error() -> None:
+    rc = dr.build_recovery_config(raw_stack("pretrain"), options(replica_key_arn=None))
+    assert "kms_key_arn" not in rc.raw["llm-platform:storage"]["adoption"]
+    assert any(n.level == "action" and "kms_key_arn" in n.text for n in rc.notes)
+    with pytest.raises(ConfigError) as exc:
+        load_config(rc.raw)
+    message = str(exc.value)
+    assert message.startswith("config error: llm-platform:storage.adoption.kms_key_arn")
+    assert "alias/<source prefix>-s3-replica" in message and "\n" not in message
+    # The offline plan still runs, with a stand-in key that never reaches the file.
+    stand_in = rc.synth_raw["llm-platform:storage"]["adoption"]["kms_key_arn"]
+    assert stand_in == dr.KEY_STAND_IN.format(region="us-west-2")
+
+
+def test_source_outputs_give_the_real_replica_names_and_key() -> None:
+    outputs = {
+        "dr_replicas": {
+            "checkpoints": {"bucket": "real-ckpt", "region": "us-west-2", "kms_key_arn": KEY_ARN},
+            "models": {"bucket": "real-models", "region": "us-west-2", "kms_key_arn": KEY_ARN},
+        }
+    }
+    rc = dr.build_recovery_config(
+        raw_stack("pretrain"), options(replica_key_arn=None, outputs=outputs)
+    )
+    assert rc.adopted == {"checkpoints": "real-ckpt", "models": "real-models"}
+    assert rc.key_arn == KEY_ARN and "outputs" in rc.key_from
+    # Without dr_replicas, the primary names of `buckets` still give the replicas'.
+    rc = dr.build_recovery_config(
+        raw_stack("pretrain"), options(outputs={"buckets": {"checkpoints": "a", "models": "b"}})
+    )
+    assert rc.adopted == {"checkpoints": "a-us-west-2", "models": "b-us-west-2"}
+
+
+def test_the_source_stacks_output_names_what_a_recovery_adopts(plans) -> None:
+    replicas = plans("pretrain").outputs["dr_replicas"]
+    assert replicas["checkpoints"]["bucket"] == CHECKPOINTS
+    assert replicas["models"]["region"] == "us-west-2"
+    assert replicas["models"]["kms_key_arn"].endswith(":key/storage-replica-s3")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"region": "us-east-1"}, "the source stack's own region"),
+        ({"region": "eu-west-1"}, "replicates to us-west-2"),
+        ({"region": "uswest2"}, "not an AWS region name"),
+        ({"zones": ["us-west-2a", "us-west-2b"]}, "names 2 zones; pretrain uses 3"),
+        ({"zones": ["us-west-2a", "us-west-2b", "eu-west-1a"]}, "not an AZ of us-west-2"),
+        ({"reservations": {"h100": "cr-0123456789abcdef0"}}, "has no pool h100 on a reservation"),
+        ({"reservations": {"h100-block": "block"}}, "not a reservation id"),
+        ({"replica_key_arn": "arn:aws:kms:us-east-1:123456789012:key/abc"}, "not us-west-2"),
+        ({"stack": "../evil"}, "stack names take"),
+        ({"bucket_prefix": "x" * 41}, "longer than 40 characters"),
+    ],
+)
+def test_options_that_cannot_work_are_one_line_errors(overrides, message) -> None:
+    with pytest.raises(dr.DrError) as exc:
+        dr.build_recovery_config(raw_stack("pretrain"), options(**overrides))
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_reservation_bought_in_the_region_keeps_the_block_pool() -> None:
+    rc = dr.build_recovery_config(
+        raw_stack("pretrain"), options(reservations={"h100-block": "cr-0fedcba9876543210"})
+    )
+    pool = rc.raw["llm-platform:node_pools"]["h100-block"]
+    assert pool["capacity_reservation_id"] == "cr-0fedcba9876543210"
+    assert pool["availability_zones"] == ["us-west-2a"]
+    assert rc.dropped_pools == []
+
+
+def test_given_zones_map_by_position() -> None:
+    rc = dr.build_recovery_config(
+        raw_stack("pretrain"), options(zones=["us-west-2c", "us-west-2a", "us-west-2b"])
+    )
+    assert rc.zone_map["us-east-1a"] == "us-west-2c"
+    assert rc.raw["llm-platform:node_pools"]["h100"]["availability_zones"] == ["us-west-2c"]
+    assert not any("derived from the region name" in n.text for n in rc.notes)
+
+
+def test_secrets_are_not_copied_but_named() -> None:
+    raw = raw_stack("pretrain")
+    raw["llm-platform-monitoring:grafanaAdminPassword"] = {"secure": "v1:abc"}
+    rc = dr.build_recovery_config(raw, options())
+    assert "llm-platform-monitoring:grafanaAdminPassword" not in rc.raw
+    assert rc.secrets == ["llm-platform-monitoring:grafanaAdminPassword"]
+
+
+def test_a_serving_stack_needs_a_certificate_of_the_region() -> None:
+    raw = with_section("inference", "network", {})
+    with pytest.raises(dr.DrError, match="ACM certificates are regional"):
+        dr.build_recovery_config(raw, options(source_stack="inference"))
+    cert = "arn:aws:acm:us-west-2:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
+    wrong = cert.replace("us-west-2", "us-east-1")
+    with pytest.raises(dr.DrError, match="not an ACM certificate ARN in us-west-2"):
+        dr.build_recovery_config(raw, options(source_stack="inference", certificate_arn=wrong))
+    rc = dr.build_recovery_config(raw, options(source_stack="inference", certificate_arn=cert))
+    assert rc.raw["llm-platform:serving"]["certificate_arn"] == cert
+    # inference replicates nothing: its buckets start empty, and the plan says so.
+    assert rc.adopted == {}
+    assert any("starts empty" in n.text for n in rc.notes)
+
+
+# ---------------------------------------------------------------------------
+# Equivalence
+# ---------------------------------------------------------------------------
+
+
+def test_the_recovery_plan_is_the_source_platform_in_another_region(plans_pair) -> None:
+    source, rebuilt = plans_pair
+    diff = dr.plan_differences(source, rebuilt)
+    assert diff.unexplained == []
+    assert diff.equivalent
+    # Only replication and the capacity-block pool are missing; nothing is added.
+    assert {d.rules for d in diff.only_in_source} == {
+        (dr.REPLICATION_RULE,),
+        (dr.CAPACITY_BLOCK_RULE,),
+    }
+    assert diff.only_in_recovery == []
+    left_out = {d.name for d in diff.only_in_source if d.rules == (dr.CAPACITY_BLOCK_RULE,)}
+    assert left_out >= {"gpu-h100-block", "addons-resourceflavor-pool-h100-block"}
+    by_rule = diff.by_rule()
+    for rule in (dr.REGION_RULE, dr.ZONE_RULE, dr.BUCKET_RULE, dr.ADOPTION_RULE, dr.STACK_RULE):
+        assert by_rule.get(rule), f"no {rule} difference"
+    assert set(by_rule) <= set(dr.ALLOWED_DIFFERENCES)
+    # The control plane differs only where the region and zones reach it.
+    cluster = [d for d in diff.changed if d.type == "aws:eks/cluster:Cluster"]
+    assert cluster and all(set(d.rules) <= {dr.REGION_RULE, dr.ZONE_RULE} for d in cluster)
+    assert not any(d.path in ("inputs.name", "inputs.version") for d in cluster)
+
+
+def test_a_bought_block_and_onward_replication_stay_equivalent() -> None:
+    plan = dr.make_plan(
+        raw_stack("pretrain"),
+        options(
+            reservations={"h100-block": "cr-0fedcba9876543210"},
+            replicate_to="eu-west-1",
+            zones=["us-west-2b", "us-west-2c", "us-west-2d"],
+        ),
+    )
+    diff = plan.differences
+    assert diff.equivalent, diff.unexplained[:5]
+    assert diff.only_in_source == [] and diff.only_in_recovery == []
+    (reservation,) = [d for d in diff.changed if d.rules == (dr.RESERVATION_RULE,)]
+    assert reservation.recovery == "cr-0fedcba9876543210"
+    assert diff.by_rule()[dr.REPLICATION_RULE] > 0  # replicas now go to eu-west-1
+
+
+def _mutated(rebuilt: dict[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(rebuilt)
+
+
+def test_a_difference_no_rule_names_is_unexplained(plans_pair) -> None:
+    source, rebuilt = plans_pair
+    changed = _mutated(rebuilt)
+    one(changed, "aws:eks/nodeGroup:NodeGroup", "gpu-h100-nodes")["inputs"]["scalingConfig"][
+        "maxSize"
+    ] = 8
+    one(changed, "aws:ec2/vpc:Vpc", "network-vpc")["inputs"]["cidrBlock"] = "10.99.0.0/16"
+    diff = dr.plan_differences(source, changed)
+    found = {(d.name, d.path) for d in diff.unexplained}
+    assert ("gpu-h100-nodes", "inputs.scalingConfig.maxSize") in found
+    assert ("network-vpc", "inputs.cidrBlock") in found
+    assert not diff.equivalent
+
+
+def test_a_missing_or_extra_resource_is_unexplained(plans_pair) -> None:
+    source, rebuilt = plans_pair
+    changed = _mutated(rebuilt)
+    changed["resources"] = [
+        r for r in changed["resources"] if r["type"] != "aws:eks/cluster:Cluster"
+    ]
+    extra = copy.deepcopy(one(changed, "aws:iam/role:Role", "cluster-node"))
+    extra["name"], extra["urn"] = "surprise", extra["urn"].replace("cluster-node", "surprise")
+    changed["resources"].append(extra)
+    diff = dr.plan_differences(source, changed)
+    assert {(d.name, d.source, d.recovery) for d in diff.unexplained} >= {
+        ("cluster-eks", "present", None),
+        ("surprise", None, "present"),
+    }
+
+
+def test_import_ids_and_protection_are_named_adoption_differences(plans_pair) -> None:
+    source, rebuilt = plans_pair
+    diff = dr.plan_differences(source, rebuilt)
+    options_diff = {(d.name, d.path): d for d in diff.changed if d.path.startswith("options.")}
+    assert options_diff[("storage-checkpoints", "options.import_id")].recovery == CHECKPOINTS
+    assert options_diff[("storage-s3", "options.import_id")].recovery == KEY_ID
+    assert options_diff[("storage-s3", "options.protect")].rules == (dr.ADOPTION_RULE,)
+
+
+# ---------------------------------------------------------------------------
+# Adoption in the recovery plan
+# ---------------------------------------------------------------------------
+
+
+def test_adopted_buckets_and_key_are_imported_protected_and_retained(plans_pair) -> None:
+    source, rebuilt = plans_pair
+    for name, import_id in (("storage-checkpoints", CHECKPOINTS), ("storage-models", MODELS)):
+        bucket = one(rebuilt, "aws:s3/bucket:Bucket", name)
+        assert bucket["inputs"]["bucket"] == import_id
+        assert bucket["import_id"] == import_id
+        assert bucket["protect"] is True and bucket["retain_on_delete"] is True
+        assert bucket["inputs"]["tags"]["llm-platform/adopted"] == "true"
+        assert "import_id" not in one(source, "aws:s3/bucket:Bucket", name)
+    key = one(rebuilt, "aws:kms/key:Key", "storage-s3")
+    assert key["import_id"] == KEY_ID and key["protect"] is True
+    # Their settings are retained too: a destroy never strips versioning or encryption.
+    versioning = one(
+        rebuilt, "aws:s3/bucketVersioning:BucketVersioning", "storage-checkpoints-versioning"
+    )
+    assert versioning["retain_on_delete"] is True and "protect" not in versioning
+    # New buckets are created, not imported.
+    datasets = one(rebuilt, "aws:s3/bucket:Bucket", "storage-datasets")
+    assert datasets["inputs"]["bucket"] == "acme-llm-pretrain-us-west-2-datasets"
+    assert "import_id" not in datasets
+
+
+def test_the_file_system_is_rebuilt_on_the_adopted_buckets_and_key(plans_pair) -> None:
+    _, rebuilt = plans_pair
+    checkpoints = one(
+        rebuilt, "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", "lustre-checkpoints"
+    )["inputs"]
+    assert checkpoints["dataRepositoryPath"] == f"s3://{CHECKPOINTS}/runs/"
+    assert checkpoints["batchImportMetaDataOnCreate"] is True  # existing checkpoints appear
+    datasets = one(
+        rebuilt, "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", "lustre-datasets"
+    )["inputs"]
+    assert datasets["dataRepositoryPath"] == "s3://acme-llm-pretrain-us-west-2-datasets/"
+    key = one(rebuilt, "aws:kms/key:Key", "storage-s3")
+    fs = one(rebuilt, "aws:fsx/lustreFileSystem:LustreFileSystem", "lustre-fs")["inputs"]
+    assert fs["kmsKeyId"].endswith(":key/storage-s3") and ":us-west-2:" in fs["kmsKeyId"]
+    policy = json.loads(
+        one(rebuilt, "aws:kms/keyPolicy:KeyPolicy", "lustre-key-policy")["inputs"]["policy"]
+    )
+    slr = policy["Statement"][1]
+    assert (
+        f"arn:aws:s3:::{CHECKPOINTS}"
+        in slr["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
+    )
+    assert (
+        key["urn"]
+        in one(rebuilt, "aws:kms/keyPolicy:KeyPolicy", "lustre-key-policy")["dependencies"]
+    )
+
+
+def test_the_logs_bucket_admits_the_adopted_buckets(plans_pair) -> None:
+    _, rebuilt = plans_pair
+    policy = json.loads(
+        one(rebuilt, "aws:s3/bucketPolicy:BucketPolicy", "storage-logs-policy")["inputs"]["policy"]
+    )
+    sources = policy["Statement"][1]["Condition"]["ArnLike"]["aws:SourceArn"]
+    assert sources == [
+        "arn:aws:s3:::acme-llm-pretrain-us-west-2-*",
+        f"arn:aws:s3:::{CHECKPOINTS}",
+        f"arn:aws:s3:::{MODELS}",
+    ]
+    logging = one(rebuilt, "aws:s3/bucketLogging:BucketLogging", "storage-checkpoints-logging")
+    assert logging["inputs"]["targetBucket"] == "acme-llm-pretrain-us-west-2-logs"
+
+
+def test_the_recovery_plan_passes_the_policy_pack(plans_pair) -> None:
+    from llmp.policy import evaluate, failed
+
+    _, rebuilt = plans_pair
+    violations = evaluate(rebuilt, stack_config=False)
+    assert not failed(violations), [v for v in violations if v.level == "mandatory"]
+
+
+# ---------------------------------------------------------------------------
+# RTO and RPO
+# ---------------------------------------------------------------------------
+
+
+def _resource(name: str, type_: str, deps=(), parent=None, custom=True, provider=None):
+    return {
+        "urn": f"urn:{name}",
+        "type": type_,
+        "name": name,
+        "parent": parent,
+        "custom": custom,
+        "provider": provider,
+        "inputs": {},
+        "dependencies": list(deps),
+    }
+
+
+def test_the_critical_path_is_the_longest_weighted_chain() -> None:
+    times = catalog().recovery.creation_minutes
+    plan = {
+        "resources": [
+            _resource("vpc", "aws:ec2/vpc:Vpc"),
+            _resource("eks", "aws:eks/cluster:Cluster", ["urn:vpc"]),
+            _resource("nodes", "aws:eks/nodeGroup:NodeGroup", ["urn:eks"]),
+            _resource("fs", "aws:fsx/lustreFileSystem:LustreFileSystem", ["urn:vpc"]),
+            _resource(
+                "dra", "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", ["urn:fs"]
+            ),
+        ]
+    }
+    rto = dr.critical_path(plan)
+    assert [s.name for s in rto.path] == ["vpc", "fs", "dra"]
+    expected = sum(
+        times[t].minutes
+        for t in (
+            "aws:ec2/vpc:Vpc",
+            "aws:fsx/lustreFileSystem:LustreFileSystem",
+            "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation",
+        )
+    )
+    assert rto.minutes == pytest.approx(expected)
+    assert rto.low < rto.minutes < rto.high
+    for before, after in zip(rto.path, rto.path[1:], strict=False):
+        assert after.start == pytest.approx(before.finish)
+
+
+def test_depending_on_a_component_waits_for_all_its_resources_and_providers_count() -> None:
+    plan = {
+        "resources": [
+            _resource("cluster", "llmp:cluster:Cluster", custom=False),
+            _resource("eks", "aws:eks/cluster:Cluster", parent="urn:cluster"),
+            _resource("addon", "aws:eks/addon:Addon", ["urn:eks"], parent="urn:cluster"),
+            # Depends on the component only: must still wait for the add-on inside it.
+            _resource("after", "aws:iam/role:Role", ["urn:cluster"]),
+            _resource("k8s", "pulumi:providers:kubernetes", ["urn:eks"]),
+            _resource("ns", "kubernetes:core/v1:Namespace", provider="urn:k8s"),
+            _resource("odd", "aws:some/new:Thing"),
+        ]
+    }
+    edges = dr.waits_for(plan)
+    assert edges["urn:after"] == {"urn:cluster", "urn:eks", "urn:addon"}
+    assert edges["urn:ns"] == {"urn:k8s"}
+    rto = dr.critical_path(plan)
+    assert [s.name for s in rto.path] == ["eks", "addon", "after"]
+    assert rto.unknown_types == ["aws:some/new:Thing"]
+
+
+def test_the_pretrain_recovery_is_bound_by_the_file_system(recovery: dr.DrPlan) -> None:
+    rto = recovery.rto
+    types = [s.type for s in rto.path]
+    assert "aws:fsx/lustreFileSystem:LustreFileSystem" in types
+    assert types[-1] == "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+    assert rto.minutes == pytest.approx(sum(s.minutes for s in rto.path))
+    assert rto.unknown_types == []
+
+
+def test_rpo_is_interval_plus_export_plus_replication(recovery: dr.DrPlan) -> None:
+    rpo = recovery.rpo
+    parts = {p.what: p for p in rpo.parts}
+    assert parts["checkpoint interval"].minutes == 30  # 1800 s in monitoring.alerts
+    assert parts["S3 replication (RTC)"].minutes == 15
+    assert parts["S3 replication (RTC)"].kind == "SLA"
+    assert parts["FSx auto-export to S3"].kind == "assumption"
+    assert rpo.minutes == 30 + 15 + catalog().recovery.fsx_auto_export.minutes
+    assert not rpo.bound  # the export lag is an assumption
+
+
+def test_rpo_without_rtc_or_replication() -> None:
+    no_rtc = load_config(
+        with_section("pretrain", "storage", {"replication": {"time_control": False}})
+    )
+    rpo = dr.estimate_rpo(no_rtc, interval_seconds=600)
+    parts = {p.what: p for p in rpo.parts}
+    assert parts["checkpoint interval"].minutes == 10
+    assert parts["S3 replication (no RTC)"].kind == "assumption"
+    finetune = dr.estimate_rpo(load_config(raw_stack("finetune")))
+    assert not finetune.replicated and not finetune.bound
+    assert finetune.to_dict()["minutes"] is None  # unbounded: every checkpoint is lost
+
+
+def test_quotas_cover_the_pools_at_max_size(recovery: dr.DrPlan) -> None:
+    by_code = {q.code: q for q in recovery.quotas}
+    assert by_code["L-417A185B"].vcpus == 16 * catalog().instance("p5.48xlarge").vcpus
+    assert by_code["L-1216C47A"].pools == ["system pool"]
+
+
+# ---------------------------------------------------------------------------
+# Runbook and command line
+# ---------------------------------------------------------------------------
+
+
+def test_the_runbook_walks_through_the_recovery(recovery: dr.DrPlan) -> None:
+    text = dr.render_runbook(recovery, "Pulumi.pretrain-dr.yaml")
+    for expected in (
+        "pulumi stack init pretrain-dr",
+        "pulumi up -s pretrain-dr",
+        "llmp verify storage pretrain-dr --region us-west-2",
+        f"llmp dr restore-point --bucket {CHECKPOINTS} --prefix runs/<job>/ --region us-west-2",
+        "`L-417A185B` | 3,072",
+        "## RTO: the critical path",
+        "| `lustre-datasets` |",
+        "## RPO: what a disaster can take",
+        "## Not carried over, and why",
+        "## Failing back",
+        "pulumi state delete",
+        "None is unexplained.",
+    ):
+        assert expected in text, expected
+    assert "cp Pulumi.pretrain-dr.yaml stacks/" not in text
+    assert "cp Pulumi.pretrain-dr.yaml stacks/" in dr.render_runbook(
+        recovery, "Pulumi.pretrain-dr.yaml", in_stacks_dir=False
+    )
+
+
+def test_dr_plan_writes_the_stack_file_and_runbook(tmp_path: Path) -> None:
+    runner = CliRunner()
+    args = ["dr", "plan", "--from", "pretrain", "--region", "us-west-2", "--out", str(tmp_path)]
+    result = runner.invoke(app, [*args, "--replica-key-arn", KEY_ARN, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["equivalence"]["equivalent"] is True
+    assert doc["rto"]["critical_path"][-1]["name"] == "lustre-datasets"
+    assert doc["rpo"]["minutes"] == 55
+    assert (tmp_path / "Pulumi.pretrain-dr.yaml").is_file()
+    assert (tmp_path / "pretrain-dr.runbook.md").is_file()
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2
+    assert again.stderr.endswith("exists; pass --force to overwrite it\n")
+    assert again.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--from", "nope", "--region", "us-west-2"], "no stack file"),
+        (["--from", "pretrain", "--region", "us-east-1"], "own region"),
+        (["--from", "pretrain", "--region", "us-west-2", "--reservation", "x"], "POOL=cr-"),
+        (
+            ["--from", "pretrain", "--region", "us-west-2", "--outputs", "/nonexistent/o.json"],
+            "cannot read --outputs",
+        ),
+    ],
+)
+def test_dr_plan_bad_input_is_one_line_and_exit_2(args, message, tmp_path) -> None:
+    result = CliRunner().invoke(app, ["dr", "plan", *args, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and result.stderr.count("\n") == 1
+    assert not list(tmp_path.iterdir())
