@@ -1439,6 +1439,21 @@ class PlatformConfig(_Section):
                     key,
                     "the logs bucket is never replicated; let the stack create its own",
                 )
+        # Two Bucket resources on one physical bucket would import it twice and fight
+        # over its lifecycle and policy.
+        named: dict[str, str] = {}
+        for key in storage.buckets:
+            name = storage.bucket_name(key)
+            if name in named:
+                adopted = key if storage.adopted(key) else named[name]
+                other = named[name] if adopted == key else key
+                raise FieldError(
+                    (*here, "buckets", adopted),
+                    name,
+                    f"is already the name of bucket {other}; adopt each replica into one "
+                    "bucket only",
+                )
+            named[name] = key
 
     def pool_zones(self, pool: NodePoolConfig) -> list[str]:
         return pool.availability_zones or list(self.network.availability_zones)

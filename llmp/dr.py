@@ -23,10 +23,11 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -245,7 +246,8 @@ def _zones(rc: RecoveryConfig, source: PlatformConfig, options: RecoveryOptions)
         new = list(options.zones)
         if len(new) != len(old):
             raise DrError(
-                f"--zones names {len(new)} zones; {options.source_stack} uses {len(old)} "
+                f"--zones names {len(new)} zone{'s' if len(new) != 1 else ''}; "
+                f"{options.source_stack} uses {len(old)} "
                 f"({', '.join(old)}): name as many, in the same order"
             )
         for zone in new:
@@ -645,6 +647,7 @@ _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _KUEUE = "kubernetes:kueue.x-k8s.io/"
 _QUOTA = "kubernetes:core/v1:ResourceQuota"
 _BUCKET = "aws:s3/bucket:Bucket"
+_KEY = "aws:kms/key:Key"
 
 
 @dataclass(frozen=True)
@@ -654,7 +657,8 @@ class Difference:
     type: str
     name: str
     path: str
-    """`inputs.<path>`, `options.<name>`, `name`; empty for a whole resource."""
+    """`inputs.<path>`, `options.<name>`, `name`, `parent`, `provider`, `dependencies`;
+    empty for a whole resource."""
     source: Any
     recovery: Any
     rules: tuple[str, ...]
@@ -717,22 +721,50 @@ class _Context:
     into its recovery counterpart, the pools left out, the adopted bucket names."""
 
     pairs: list[tuple[str, str, str]]
-    """(rule, source text, recovery text), applied in order, longest text first."""
+    """(rule, source text, recovery text); a source text named twice with different
+    recovery texts is ambiguous and translates nothing."""
     stacks: tuple[str, str]
     dropped_pools: set[str]
+    """Capacity-block pools of the source that the recovery plan leaves out."""
     adopted_buckets: set[str]
     source_queues: dict[str, Mapping[str, Any]]
     """Source ClusterQueue inputs by queue (= tenant) name."""
+    onward: _Context | None = None
+    """For resources of the replication in both plans (`--replicate-to`): these pairs
+    plus the replica region's and replica buckets' own."""
+    _table: dict[str, tuple[str, str]] = field(init=False, default_factory=dict)
+    _pattern: re.Pattern[str] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        ambiguous: set[str] = set()
+        for rule, old, new in self.pairs:
+            if old in self._table and self._table[old][1] != new:
+                ambiguous.add(old)
+            self._table.setdefault(old, (rule, new))
+        for old in ambiguous:
+            del self._table[old]
+        if self._table:
+            # Longest text first, so a bucket name wins over the prefix it starts with and
+            # a zone over the region it names.
+            texts = sorted(self._table, key=len, reverse=True)
+            self._pattern = re.compile("|".join(re.escape(t) for t in texts))
 
     def translate(self, value: str) -> tuple[str, set[str]]:
+        """`value` with every source text replaced by its recovery text, in one pass: a
+        replacement is never translated again (a new bucket prefix that names the source
+        region stays as it is), and the rules that applied."""
         if value == self.stacks[0] and self.stacks[0] != self.stacks[1]:
             return self.stacks[1], {STACK_RULE}
         rules: set[str] = set()
-        for rule, old, new in self.pairs:
-            if old in value:
-                value = value.replace(old, new)
-                rules.add(rule)
-        return value, rules
+        if self._pattern is None:
+            return value, rules
+
+        def substitute(match: re.Match[str]) -> str:
+            rule, new = self._table[match.group(0)]
+            rules.add(rule)
+            return new
+
+        return self._pattern.sub(substitute, value), rules
 
 
 def _as_dict(plan: Any) -> dict[str, Any]:
@@ -769,14 +801,50 @@ def _node_pools(plan: Mapping[str, Any]) -> set[str]:
     }
 
 
+def _capacity_block_pools(plan: Mapping[str, Any]) -> set[str]:
+    """The GPU pools whose node group runs on a capacity block."""
+    pools = {
+        r["urn"]: r["name"].removeprefix("gpu-")
+        for r in plan["resources"]
+        if r["type"] == "llmp:nodes:GpuNodePool"
+    }
+    return {
+        pools[r["parent"]]
+        for r in plan["resources"]
+        if r["type"] == "aws:eks/nodeGroup:NodeGroup"
+        and r.get("parent") in pools
+        and r["inputs"].get("capacityType") == "CAPACITY_BLOCK"
+    }
+
+
+def _adopted(r: Mapping[str, Any]) -> bool:
+    """A resource the recovery stack takes over: a bucket imported by its own name, or a
+    KMS key, imported and tagged as adopted."""
+    tags = r["inputs"].get("tags") or {}
+    if not r.get("import_id") or tags.get(_ADOPTED_TAG) != "true":
+        return False
+    if r["type"] == _BUCKET:
+        return bool(r["import_id"] == r["inputs"].get("bucket"))
+    return bool(r["type"] == _KEY)
+
+
 def _context(source: Mapping[str, Any], recovery: Mapping[str, Any]) -> _Context:
-    """Read the region-bound pairs off the two plans themselves."""
+    """Read the region-bound pairs off the two plans themselves.
+
+    A bucket pair is taken only when the recovery name is region-bound: an adopted
+    replica's own name, or the source name with the new prefix (read off the storage
+    key's alias) in place of the old one; and no two source buckets may become one.
+    """
     pairs: list[tuple[str, str, str]] = []
     for a, b in zip(_subnet_zones(source), _subnet_zones(recovery), strict=False):
         if a != b:
             pairs.append((ZONE_RULE, a, b))
     src = {(r["type"], r["name"]): r for r in source["resources"]}
     rec = {(r["type"], r["name"]): r for r in recovery["resources"]}
+    dr_src, dr_rec = _dr_providers(source), _dr_providers(recovery)
+    buckets: list[tuple[str, str, bool]] = []
+    replicas: list[tuple[str, str]] = []
+    prefixes: tuple[str, str] | None = None
     for key, r in src.items():
         other = rec.get(key)
         if other is None:
@@ -784,7 +852,11 @@ def _context(source: Mapping[str, Any], recovery: Mapping[str, Any]) -> _Context
         if key[0] == _BUCKET:
             a, b = r["inputs"].get("bucket"), other["inputs"].get("bucket")
             if isinstance(a, str) and isinstance(b, str) and a != b:
-                pairs.append((BUCKET_RULE, a, b))
+                replica = _is_replication(r, dr_src), _is_replication(other, dr_rec)
+                if all(replica):
+                    replicas.append((a, b))
+                elif not any(replica):
+                    buckets.append((a, b, _adopted(other)))
         if key[0] == "aws:kms/alias:Alias":
             a, b = r["inputs"].get("name"), other["inputs"].get("name")
             if isinstance(a, str) and isinstance(b, str) and a != b:
@@ -792,6 +864,14 @@ def _context(source: Mapping[str, Any], recovery: Mapping[str, Any]) -> _Context
                 if a.endswith("-s3") and b.endswith("-s3"):  # alias/<bucket prefix>-s3
                     old, new = a.removeprefix("alias/")[:-3], b.removeprefix("alias/")[:-3]
                     pairs.append((BUCKET_RULE, f"{old}-*", f"{new}-*"))
+                    prefixes = (old, new)
+    targets = Counter(b for _, b, _ in buckets)
+    for a, b, adopted in buckets:
+        renamed = prefixes is not None and (
+            a.startswith(f"{prefixes[0]}-") and b == prefixes[1] + a[len(prefixes[0]) :]
+        )
+        if (adopted or renamed) and targets[b] == 1:
+            pairs.append((BUCKET_RULE, a, b))
     source_region, recovery_region = _region_of(source), _region_of(recovery)
     if source_region and recovery_region and source_region != recovery_region:
         pairs.append((REGION_RULE, source_region, recovery_region))
@@ -799,20 +879,12 @@ def _context(source: Mapping[str, Any], recovery: Mapping[str, Any]) -> _Context
     if stacks[0] != stacks[1]:
         pairs.append((STACK_RULE, f"urn:pulumi:{stacks[0]}::", f"urn:pulumi:{stacks[1]}::"))
         pairs.append((STACK_RULE, f"/{stacks[0]}/", f"/{stacks[1]}/"))
-    unique = list(dict.fromkeys(pairs))
-    # Longer texts first: a bucket name before the prefix it starts with, a zone before
-    # the region it names.
-    unique.sort(key=lambda p: len(p[1]), reverse=True)
-    return _Context(
-        pairs=unique,
+    context = _Context(
+        pairs=pairs,
         stacks=stacks,
-        dropped_pools=_node_pools(source) - _node_pools(recovery),
+        dropped_pools=(_node_pools(source) - _node_pools(recovery)) & _capacity_block_pools(source),
         adopted_buckets={
-            r["inputs"]["bucket"]
-            for r in rec.values()
-            if r["type"] == _BUCKET
-            and r.get("import_id")
-            and isinstance(r["inputs"].get("bucket"), str)
+            r["inputs"]["bucket"] for r in rec.values() if r["type"] == _BUCKET and _adopted(r)
         },
         source_queues={
             str(r["inputs"].get("metadata", {}).get("name")): r["inputs"]
@@ -820,6 +892,46 @@ def _context(source: Mapping[str, Any], recovery: Mapping[str, Any]) -> _Context
             if r["type"].startswith(_KUEUE) and r["type"].endswith(":ClusterQueue")
         },
     )
+    onward = _onward_pairs(source, recovery, replicas, prefixes)
+    if onward:
+        context.onward = replace(context, pairs=[*onward, *pairs])
+    return context
+
+
+def _onward_pairs(
+    source: Mapping[str, Any],
+    recovery: Mapping[str, Any],
+    replicas: list[tuple[str, str]],
+    prefixes: tuple[str, str] | None,
+) -> list[tuple[str, str, str]]:
+    """When both plans replicate (the recovery with `--replicate-to`): the replica region,
+    and each replica bucket `<prefix>-<bucket>-<region>` under the new prefix and region."""
+    regions = [
+        tuple(
+            r["inputs"].get("region")
+            for r in plan["resources"]
+            if r["type"] == "pulumi:providers:aws" and r["name"] == "aws-dr"
+        )
+        for plan in (source, recovery)
+    ]
+    if not (len(regions[0]) == len(regions[1]) == 1):
+        return []
+    old_region, new_region = regions[0][0], regions[1][0]
+    if not (isinstance(old_region, str) and isinstance(new_region, str)):
+        return []
+    pairs = [(REPLICATION_RULE, old_region, new_region)] if old_region != new_region else []
+    for a, b in replicas:
+        if prefixes is None:
+            continue
+        old, new = prefixes
+        middle = a[len(old) : len(a) - len(old_region)]
+        if (
+            a.startswith(f"{old}-")
+            and a.endswith(f"-{old_region}")
+            and b == f"{new}{middle}{new_region}"
+        ):
+            pairs.append((REPLICATION_RULE, a, b))
+    return pairs
 
 
 def _leaves(value: Any, path: str = "") -> dict[str, Any]:
@@ -901,21 +1013,34 @@ def plan_differences(source: Any, recovery: Any) -> PlanDifferences:
 
     Resources are matched by (type, name), a source name translated into the
     recovery region first (`network-nat-us-east-1a` -> `network-nat-us-west-2a`).
-    Every difference, a resource in one plan only or an input or lifecycle option
-    that differs, is explained by the named rules of ALLOWED_DIFFERENCES, or
-    reported with no rule (unexplained). The region, zone, bucket-name and
-    stack-name pairs are read off the two plans.
+    Every difference, a resource in one plan only (or twice in the recovery plan), or
+    an input, lifecycle option, parent, provider or dependency that differs, is
+    explained by the named rules of ALLOWED_DIFFERENCES, or reported with no rule
+    (unexplained). The region, zone, bucket-name and stack-name pairs are read off
+    the two plans, each only where it is region-bound (`_context`).
     """
     src_plan, rec_plan = _as_dict(source), _as_dict(recovery)
     ctx = _context(src_plan, rec_plan)
-    rec = {(r["type"], r["name"]): r for r in rec_plan["resources"]}
+    rec: dict[tuple[str, str], Any] = {}
+    twins: list[Any] = []  # same type and name as another (under another parent)
+    for r in rec_plan["resources"]:
+        if (r["type"], r["name"]) in rec:
+            twins.append(r)
+        else:
+            rec[(r["type"], r["name"])] = r
     dr_src, dr_rec = _dr_providers(src_plan), _dr_providers(rec_plan)
+    graphs = _Graphs(
+        {r["urn"]: r for r in src_plan["resources"]},
+        {r["urn"]: r for r in rec_plan["resources"]},
+        dr_src,
+        dr_rec,
+    )
     out = PlanDifferences()
     matched: set[tuple[str, str]] = set()
     for a in src_plan["resources"]:
         name, name_rules = ctx.translate(a["name"])
         key = (a["type"], name)
-        b = rec.get(key)
+        b = rec.get(key) if key not in matched else None
         if b is None:
             rules: tuple[str, ...] = ()
             if _is_replication(a, dr_src):
@@ -931,10 +1056,13 @@ def plan_differences(source: Any, recovery: Any) -> PlanDifferences:
                 Difference(a["type"], a["name"], "name", a["name"], name, tuple(sorted(name_rules)))
             )
         replication = _is_replication(a, dr_src) or _is_replication(b, dr_rec)
-        out.changed.extend(_input_differences(a, b, ctx, replication=replication))
-        adopted = bool(b.get("import_id")) or _adopted_settings(b, rec)
+        pair_ctx = ctx.onward if replication and ctx.onward is not None else ctx
+        out.changed.extend(_input_differences(a, b, pair_ctx, replication=replication))
+        out.changed.extend(_graph_differences(a, b, pair_ctx, graphs))
+        adoption = _adoption_options(b, rec)
         for option in _OPTION_FIELDS:
             if a.get(option) != b.get(option):
+                explained = option in adoption and adoption[option](b.get(option))
                 out.changed.append(
                     Difference(
                         a["type"],
@@ -942,21 +1070,82 @@ def plan_differences(source: Any, recovery: Any) -> PlanDifferences:
                         f"options.{option}",
                         a.get(option),
                         b.get(option),
-                        (ADOPTION_RULE,) if adopted else (),
+                        (ADOPTION_RULE,) if explained else (),
                     )
                 )
-    for key, b in rec.items():
-        if key not in matched:
-            rules = (REPLICATION_RULE,) if _is_replication(b, dr_rec) else ()
-            out.only_in_recovery.append(Difference(key[0], key[1], "", None, "present", rules))
+    for b in [*(r for key, r in rec.items() if key not in matched), *twins]:
+        rules = (REPLICATION_RULE,) if _is_replication(b, dr_rec) else ()
+        out.only_in_recovery.append(Difference(b["type"], b["name"], "", None, "present", rules))
     return out
+
+
+def _adoption_options(r: Mapping[str, Any], rec: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
+    """Option -> test of the value adoption gives it, for an adopted resource (imported by
+    its id, protected, retained) or a settings resource of an adopted bucket (retained);
+    empty for anything else, whose options must be the source's."""
+    if _adopted(r):
+        return {
+            "import_id": lambda v: isinstance(v, str) and bool(v),
+            "protect": lambda v: v is True,
+            "retain_on_delete": lambda v: v is True,
+        }
+    if _adopted_settings(r, rec):
+        return {"retain_on_delete": lambda v: v is True}
+    return {}
+
+
+@dataclass(frozen=True)
+class _Graphs:
+    """Both plans' resources by URN, and their DR providers."""
+
+    source: Mapping[str, Any]
+    recovery: Mapping[str, Any]
+    dr_source: set[str]
+    dr_recovery: set[str]
+
+
+def _graph_differences(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    ctx: _Context,
+    graphs: _Graphs,
+) -> list[Difference]:
+    """Parent, provider and dependencies, compared after the source URNs are translated:
+    a resource that waits for less (or more) is not the same platform, and the RTO walks
+    exactly these edges."""
+    found: list[Difference] = []
+    for field_name in ("parent", "provider"):
+        x, y = a.get(field_name), b.get(field_name)
+        if (ctx.translate(x)[0] if isinstance(x, str) else x) != y:
+            found.append(Difference(a["type"], a["name"], field_name, x, y, ()))
+    wanted = {ctx.translate(d)[0]: d for d in a.get("dependencies", [])}
+    present = set(b.get("dependencies", []))
+    for translated, dep in sorted(wanted.items()):
+        if translated in present:
+            continue
+        target = graphs.source.get(dep)
+        rules: tuple[str, ...] = ()
+        if target is not None and _is_replication(target, graphs.dr_source):
+            rules = (REPLICATION_RULE,)
+        elif target is not None and _dropped_pool_of(target["name"], ctx.dropped_pools):
+            rules = (CAPACITY_BLOCK_RULE,)
+        found.append(Difference(a["type"], a["name"], "dependencies", dep, None, rules))
+    for dep in sorted(present - set(wanted)):
+        target = graphs.recovery.get(dep)
+        rules = ()
+        if target is not None and _is_replication(target, graphs.dr_recovery):
+            rules = (REPLICATION_RULE,)
+        found.append(Difference(a["type"], a["name"], "dependencies", None, dep, rules))
+    return found
 
 
 def _adopted_settings(r: Mapping[str, Any], rec: Mapping[tuple[str, str], Any]) -> bool:
     """A settings resource (encryption, versioning, ...) of an adopted bucket."""
+    if not r["type"].startswith("aws:s3/"):
+        return False
     for dep in r.get("dependencies", []):
         bucket = rec.get((_BUCKET, dep.rsplit("::", 1)[-1]))
-        if bucket is not None and bucket.get("import_id"):
+        if bucket is not None and _adopted(bucket):
             return True
     return False
 
@@ -993,9 +1182,9 @@ def _input_differences(
                 rules = {CERTIFICATE_RULE}
             elif _RESERVATION_ID.match(x) and _RESERVATION_ID.match(y):
                 rules = {RESERVATION_RULE}
-        if not rules and replication:
-            rules = {REPLICATION_RULE}
-        if not rules and x is _ABSENT and path == f"tags.{_ADOPTED_TAG}":
+        if rules and replication:
+            rules.add(REPLICATION_RULE)
+        if not rules and x is _ABSENT and path == f"tags.{_ADOPTED_TAG}" and _adopted(b):
             rules = {ADOPTION_RULE}
         if not rules and a["type"] == _QUOTA and _quota_of_dropped_pools(a, path, x, y, ctx):
             rules = {CAPACITY_BLOCK_RULE}
@@ -1468,6 +1657,18 @@ def runbook_name(stack: str) -> str:
 def plan_file_paths(stack: str, out_dir: Path) -> tuple[Path, Path]:
     """Where the recovery stack's file and its runbook go."""
     return out_dir / f"Pulumi.{stack}.yaml", out_dir / runbook_name(stack)
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """DrError (one line) when the stack file and runbook could not be written to
+    `out_dir`: checked before the two stacks are synthesized, not after."""
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise DrError(f"--out {out_dir}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise DrError(f"--out {out_dir}: {existing} is not writable; name another directory")
 
 
 def refuse_overwrite(stack: str, out_dir: Path) -> None:

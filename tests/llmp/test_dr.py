@@ -295,6 +295,157 @@ def test_import_ids_and_protection_are_named_adoption_differences(plans_pair) ->
     assert options_diff[("storage-s3", "options.protect")].rules == (dr.ADOPTION_RULE,)
 
 
+def _renamed(plan: dict[str, Any], old: str, new: str) -> None:
+    """Every input of `plan` that names `old` names `new` instead."""
+    for r in plan["resources"]:
+        r["inputs"] = json.loads(json.dumps(r["inputs"]).replace(old, new))
+
+
+def test_a_bucket_name_that_is_not_region_bound_is_unexplained(plans_pair) -> None:
+    source, rebuilt = plans_pair
+    # A new bucket must keep its name under the new prefix, not take any name.
+    elsewhere = _mutated(rebuilt)
+    _renamed(elsewhere, "acme-llm-pretrain-us-west-2-datasets", "somebody-elses-datasets")
+    found = {(d.name, d.path) for d in dr.plan_differences(source, elsewhere).unexplained}
+    assert ("storage-datasets", "inputs.bucket") in found
+    assert ("lustre-datasets", "inputs.dataRepositoryPath") in found
+    # Two buckets on one replica: each name alone looks adopted, together they are not.
+    merged = _mutated(rebuilt)
+    checkpoints = one(merged, "aws:s3/bucket:Bucket", "storage-checkpoints")
+    checkpoints["import_id"] = MODELS
+    _renamed(merged, CHECKPOINTS, MODELS)
+    found = {(d.name, d.path) for d in dr.plan_differences(source, merged).unexplained}
+    assert {("storage-checkpoints", "inputs.bucket"), ("storage-models", "inputs.bucket")} <= found
+
+
+def test_two_buckets_adopting_one_replica_is_a_config_error() -> None:
+    raw = copy.deepcopy(dr.build_recovery_config(raw_stack("pretrain"), options()).raw)
+    raw["llm-platform:storage"]["adoption"]["buckets"]["models"] = CHECKPOINTS
+    with pytest.raises(ConfigError, match=r"adoption\.buckets\.models = .* is already the name of"):
+        load_config(raw)
+    raw["llm-platform:storage"]["adoption"]["buckets"]["models"] = (
+        "acme-llm-pretrain-us-west-2-datasets"  # the name the stack gives a new bucket
+    )
+    with pytest.raises(ConfigError, match="already the name of bucket datasets"):
+        load_config(raw)
+
+
+def test_a_source_prefix_that_names_the_region_is_translated_once() -> None:
+    """`acme-us-east-1` becomes `acme-us-east-1-us-west-2`: the region inside the new
+    prefix must not be translated again."""
+    raw = with_section("pretrain", "storage", {"bucket_name_prefix": "acme-us-east-1"})
+    diff = dr.make_plan(raw, options()).differences
+    assert diff.equivalent, diff.unexplained[:3]
+    assert diff.by_rule()[dr.BUCKET_RULE] > 0
+
+
+def test_only_a_capacity_block_pool_may_be_left_out(plans_pair) -> None:
+    source, rebuilt = plans_pair
+    changed = _mutated(rebuilt)
+    changed["resources"] = [
+        r
+        for r in changed["resources"]
+        if r["name"] not in ("gpu-h100", "addons-resourceflavor-pool-h100")
+        and not r["name"].startswith("gpu-h100-")
+    ]
+    for r in changed["resources"]:
+        if r["type"].startswith("kubernetes:kueue.x-k8s.io/"):
+            r["inputs"], _ = dr._without_dropped_flavors(r["inputs"], {"h100"})
+    # The quota lowered by exactly what the left-out pools held, as for a block.
+    quota = one(changed, "kubernetes:core/v1:ResourceQuota", "tenancy-foundation-quota")
+    quota["inputs"]["spec"]["hard"]["requests.nvidia.com/gpu"] = "0"
+    diff = dr.plan_differences(source, changed)
+    unexplained = {(d.name, d.path) for d in diff.unexplained}
+    assert {("gpu-h100", ""), ("gpu-h100-nodes", "")} <= unexplained
+    assert ("tenancy-foundation-quota", "inputs.spec.hard.requests.nvidia.com/gpu") in unexplained
+    assert not diff.equivalent
+
+
+def test_adoption_explains_only_what_adoption_sets(plans_pair) -> None:
+    source, rebuilt = plans_pair
+    changed = _mutated(rebuilt)
+    bucket = one(changed, "aws:s3/bucket:Bucket", "storage-checkpoints")
+    bucket["protect"] = bucket["retain_on_delete"] = None  # adopted, yet deletable
+    one(changed, "aws:s3/bucketVersioning:BucketVersioning", "storage-checkpoints-versioning")[
+        "retain_on_delete"
+    ] = False
+    cluster = one(changed, "aws:eks/cluster:Cluster", "cluster-eks")
+    cluster["import_id"] = "llm-platform-pretrain"  # only buckets and their key are adopted
+    cluster["inputs"].setdefault("tags", {})["llm-platform/adopted"] = "true"
+    found = {(d.name, d.path) for d in dr.plan_differences(source, changed).unexplained}
+    assert found >= {
+        ("storage-checkpoints", "options.retain_on_delete"),
+        ("storage-checkpoints-versioning", "options.retain_on_delete"),
+        ("cluster-eks", "options.import_id"),
+        ("cluster-eks", "inputs.tags.llm-platform/adopted"),
+    }
+
+
+def test_parents_providers_dependencies_and_twins_are_compared(plans_pair) -> None:
+    source, rebuilt = plans_pair
+    cluster_urn = "urn:pulumi:pretrain-dr::llm-platform::llmp:cluster:Cluster::cluster"
+    changed = _mutated(rebuilt)
+    nodes = one(changed, "aws:eks/nodeGroup:NodeGroup", "gpu-h100-nodes")
+    # Node groups must wait for the vpc-cni add-on (else nodes stay NotReady).
+    nodes["dependencies"] = [d for d in nodes["dependencies"] if not d.endswith("cluster-vpc-cni")]
+    system = one(changed, "aws:eks/nodeGroup:NodeGroup", "cluster-system")
+    system["provider"] = system["provider"].replace("::aws", "::aws-other")
+    vpc = one(changed, "aws:ec2/vpc:Vpc", "network-vpc")
+    vpc["parent"] = cluster_urn
+    twin = copy.deepcopy(one(changed, "aws:eks/nodeGroup:NodeGroup", "gpu-h100-nodes"))
+    twin["urn"] = f"{cluster_urn.rsplit('::', 1)[0]}$aws:eks/nodeGroup:NodeGroup::gpu-h100-nodes"
+    twin["parent"] = cluster_urn
+    changed["resources"].append(twin)  # same type and name, another parent
+    diff = dr.plan_differences(source, changed)
+    found = {(d.name, d.path) for d in diff.unexplained}
+    assert found >= {
+        ("gpu-h100-nodes", "dependencies"),
+        ("cluster-system", "provider"),
+        ("network-vpc", "parent"),
+        ("gpu-h100-nodes", ""),
+    }
+    (missing,) = [d for d in diff.unexplained if d.path == "dependencies"]
+    assert missing.source.endswith("::cluster-vpc-cni") and missing.recovery is None
+
+
+@pytest.fixture(scope="module")
+def onward_pair() -> tuple[dict[str, Any], dict[str, Any]]:
+    """pretrain recovered with its replicas kept replicating, to eu-west-1."""
+    rc = dr.build_recovery_config(raw_stack("pretrain"), options(replicate_to="eu-west-1"))
+    source = synthesize("pretrain", raw_stack("pretrain")).to_dict()
+    return source, synthesize(rc.stack, rc.synth_raw).to_dict()
+
+
+def test_onward_replication_differs_only_in_its_region_and_names(onward_pair) -> None:
+    source, rebuilt = onward_pair
+    diff = dr.plan_differences(source, rebuilt)
+    assert diff.equivalent, diff.unexplained[:3]
+    replica = [d for d in diff.changed if d.name == "storage-checkpoints-replica"]
+    assert {d.path for d in replica} >= {"inputs.bucket"}
+    assert all(dr.REPLICATION_RULE in d.rules for d in replica)
+    # Being part of the replication does not explain a setting that is not region-bound.
+    changed = _mutated(rebuilt)
+    lifecycle = one(
+        changed,
+        "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
+        "storage-checkpoints-replica-lifecycle",
+    )
+    lifecycle["inputs"]["rules"][0]["expiration"] = {"days": 1}
+    rule = one(
+        changed,
+        "aws:s3/bucketReplicationConfig:BucketReplicationConfig",
+        "storage-checkpoints-replication",
+    )
+    rule["inputs"]["rules"][0]["destination"].pop("replicationTime")
+    _renamed(changed, "acme-llm-pretrain-us-west-2-models-eu-west-1", "any-other-name")
+    found = {(d.name, d.path) for d in dr.plan_differences(source, changed).unexplained}
+    assert found >= {
+        ("storage-checkpoints-replica-lifecycle", "inputs.rules[0].expiration.days"),
+        ("storage-checkpoints-replication", "inputs.rules[0].destination.replicationTime.status"),
+        ("storage-models-replica", "inputs.bucket"),
+    }
+
+
 # ---------------------------------------------------------------------------
 # Adoption in the recovery plan
 # ---------------------------------------------------------------------------
@@ -420,6 +571,62 @@ def test_the_critical_path_is_the_longest_weighted_chain() -> None:
         assert after.start == pytest.approx(before.finish)
 
 
+def test_the_critical_path_is_the_heaviest_chain_not_the_longest_one() -> None:
+    """Six quick resources in a row lose to one file system; a diamond's join starts
+    when its slower branch ends."""
+    times = catalog().recovery.creation_minutes
+    role = "aws:iam/role:Role"
+    chain = [_resource("r0", role)] + [
+        _resource(f"r{i}", role, [f"urn:r{i - 1}"]) for i in range(1, 6)
+    ]
+    plan = {
+        "resources": [
+            *chain,
+            _resource("fs", "aws:fsx/lustreFileSystem:LustreFileSystem"),
+            _resource("vpc", "aws:ec2/vpc:Vpc"),
+            _resource("nat", "aws:ec2/natGateway:NatGateway", ["urn:vpc"]),
+            _resource("sg", "aws:ec2/securityGroup:SecurityGroup", ["urn:vpc"]),
+            _resource("eks", "aws:eks/cluster:Cluster", ["urn:nat", "urn:sg"]),
+            _resource("nodes", "aws:eks/nodeGroup:NodeGroup", ["urn:eks"]),
+        ]
+    }
+    rto = dr.critical_path(plan)
+    assert [s.name for s in rto.path] == ["vpc", "nat", "eks", "nodes"]
+    expected = sum(
+        times[t].minutes
+        for t in (
+            "aws:ec2/vpc:Vpc",
+            "aws:ec2/natGateway:NatGateway",
+            "aws:eks/cluster:Cluster",
+            "aws:eks/nodeGroup:NodeGroup",
+        )
+    )
+    assert expected > times["aws:fsx/lustreFileSystem:LustreFileSystem"].minutes
+    assert expected > 6 * times[role].minutes
+    assert rto.minutes == pytest.approx(expected)
+    # Brute force over every chain agrees.
+    edges = dr.waits_for(plan)
+
+    def longest(urn: str) -> float:
+        own = times[plan_types[urn]].minutes
+        return own + max((longest(d) for d in edges[urn]), default=0.0)
+
+    plan_types = {r["urn"]: r["type"] for r in plan["resources"]}
+    assert rto.minutes == pytest.approx(max(longest(u) for u in edges))
+
+
+def test_a_dependency_cycle_is_an_error_not_a_shorter_path() -> None:
+    plan = {
+        "resources": [
+            _resource("a", "aws:iam/role:Role", ["urn:c"]),
+            _resource("b", "aws:iam/role:Role", ["urn:a"]),
+            _resource("c", "aws:iam/role:Role", ["urn:b"]),
+        ]
+    }
+    with pytest.raises(dr.DrError, match="cycle through urn:"):
+        dr.critical_path(plan)
+
+
 def test_depending_on_a_component_waits_for_all_its_resources_and_providers_count() -> None:
     plan = {
         "resources": [
@@ -535,6 +742,12 @@ def test_dr_plan_writes_the_stack_file_and_runbook(tmp_path: Path) -> None:
             ["--from", "pretrain", "--region", "us-west-2", "--outputs", "/nonexistent/o.json"],
             "cannot read --outputs",
         ),
+        (["--from", "pretrain", "--region", "uswest2"], "is not an AWS region name"),
+        (
+            ["--from", "pretrain", "--region", "us-west-2", "--zones", "us-west-2a,us-west-2b"],
+            "--zones names 2 zones; pretrain uses 3",
+        ),
+        (["--from", "inference", "--region", "us-west-2"], "pass --certificate-arn ARN"),
     ],
 )
 def test_dr_plan_bad_input_is_one_line_and_exit_2(args, message, tmp_path) -> None:
@@ -542,3 +755,21 @@ def test_dr_plan_bad_input_is_one_line_and_exit_2(args, message, tmp_path) -> No
     assert result.exit_code == 2, result.output
     assert message in result.stderr and result.stderr.count("\n") == 1
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_dr_plan_out_on_a_file_is_bad_input_before_anything_runs(
+    below: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    out = taken / below if below else taken
+
+    def never(*_: Any, **__: Any) -> None:
+        raise AssertionError("synthesized although --out cannot be written")
+
+    monkeypatch.setattr(dr, "make_plan", never)
+    args = ["dr", "plan", "--from", "pretrain", "--region", "us-west-2", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--force"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"--out {out}: {taken} is a file, not a directory\n"

@@ -5,6 +5,7 @@ trainer's own rule, against a moto server on 127.0.0.1 holding complete and part
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,40 @@ def test_the_rule_is_the_trainers(s3, tmp_path: Path) -> None:
     for candidate in result.candidates:
         if candidate.status != "older":
             assert checkpointing.judge(root / candidate.tag).reason == candidate.reason
+
+
+def test_steps_are_compared_as_numbers(s3) -> None:
+    """step-1000 is newer than step-999, although it sorts first as text."""
+    for rel, data in {**checkpoint_objects(999), **checkpoint_objects(1000)}.items():
+        s3.put_object(Bucket=BUCKET, Key=PREFIX + rel, Body=data)
+    result = rp.find_restore_point(s3, BUCKET, PREFIX)
+    assert result.chosen is not None and result.chosen.tag == "step-1000"
+    assert [c.tag for c in result.candidates[:3]] == ["step-1000", "step-999", "step-700"]
+
+
+def test_a_listing_longer_than_one_page_is_read_to_its_end(s3) -> None:
+    """ListObjectsV2 returns at most 1,000 keys a call. A checkpoint of 1,001 shards
+    straddles two pages: read from the first page alone it would lack shards."""
+    shards = {f"shard-{i:04d}.pt": b"x" * (i % 7 + 1) for i in range(1001)}
+    objects = {f"step-2000/{rel}": data for rel, data in shards.items()}
+    manifest = {"step": 2000, "files": {rel: len(data) for rel, data in shards.items()}}
+    objects["step-2000/MANIFEST.json"] = json.dumps(manifest).encode()
+    objects["step-2000/COMPLETE"] = b""
+
+    def put(item: tuple[str, bytes]) -> None:
+        s3.put_object(Bucket=BUCKET, Key=PREFIX + item[0], Body=item[1])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(put, objects.items()))
+    calls: list[str] = []
+    s3.meta.events.register(
+        "before-call.s3.ListObjectsV2", lambda **kwargs: calls.append(kwargs["model"].name)
+    )
+    result = rp.find_restore_point(s3, BUCKET, PREFIX)
+    assert len(calls) >= 2  # the listing did go past its first page
+    assert result.chosen is not None and result.chosen.tag == "step-2000"
+    assert result.chosen.files == 1001
+    assert result.chosen.bytes == sum(len(data) for data in shards.values())
 
 
 def test_no_complete_checkpoint_and_deeper_roots(s3) -> None:
