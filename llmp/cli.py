@@ -898,6 +898,7 @@ def dr_plan_command(
             bucket_prefix=bucket_prefix,
             checkpoint_interval_seconds=checkpoint_interval,
         )
+        dr.check_out_dir(out_dir if out_dir is not None else STACKS_DIR)
         if not force:
             dr.refuse_overwrite(options.stack_name, out_dir if out_dir is not None else STACKS_DIR)
         plan = dr.make_plan(source_raw, options)
