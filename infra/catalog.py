@@ -219,6 +219,9 @@ class ForceNewInput(_Data):
         description="changed: any change; decreased: a smaller number or x.y version; "
         "removed: the block is dropped",
     )
+    unordered: bool = Field(
+        False, description="a Terraform set (TypeSet): the same items in another order is no change"
+    )
 
 
 class ReplacementRule(_Data):

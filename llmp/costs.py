@@ -85,14 +85,19 @@ def load_cost_source(spec: str, pricer: Pricer | None = None) -> tuple[str, dict
 
 def is_revision_spec(spec: str) -> bool:
     """`STACK@REF`: stack names cannot hold '@', git revisions can (`HEAD@{1}`), so the
-    first '@' splits them."""
-    return not is_file_spec(spec) and "@" in spec
+    first '@' splits them. REF may hold '/' (`pretrain@origin/main`, as CI names the
+    base); STACK cannot, and a path that exists or names a .json is a file."""
+    stack, at, _ = spec.partition("@")
+    if not at or "/" in stack or "\\" in stack:
+        return False
+    return not spec.endswith(".json") and not Path(spec).is_file()
 
 
 def load_revision_cost(spec: str) -> tuple[str, dict[str, Any]]:
     """(STACK@REF, cost) of the stack synthesized by the code of git revision REF (a
-    temporary worktree of the repository the working directory is in)."""
+    temporary worktree of the repository of the running code, as `llmp diff` uses)."""
     from llmp import revision
+    from llmp.synth import REPO_ROOT
 
     stack, _, ref = spec.partition("@")
     if not stack or not ref:
@@ -100,7 +105,9 @@ def load_revision_cost(spec: str) -> tuple[str, dict[str, Any]]:
     # The revision's program prints its own warnings; a cost table does not repeat them.
     with contextlib.redirect_stderr(io.StringIO()):
         try:
-            plan = revision.plan_at(ref, stack, revision.repo_root(Path.cwd()))
+            # Not the working directory's: a plain stack name reads this checkout's stack
+            # file, so both sides of a --compare come from one checkout.
+            plan = revision.plan_at(ref, stack, revision.repo_root(REPO_ROOT))
         except revision.RevisionError as exc:
             if exc.exit_code == revision.EXIT_FAILED:
                 raise CostSynthError(str(exc)) from None
@@ -113,6 +120,8 @@ def load_revision_cost(spec: str) -> tuple[str, dict[str, Any]]:
 
 def is_file_spec(spec: str) -> bool:
     """A spec names a file when it looks like a path; stack names have no '/' and no '.json'."""
+    if is_revision_spec(spec):
+        return False
     return spec.endswith(".json") or "/" in spec or "\\" in spec or Path(spec).is_file()
 
 

@@ -11,7 +11,8 @@ compared by URN, the identity Pulumi uses:
   `aliases=[old URN]`, so a rename is reported as delete + create;
 - replacements: a change of an input the provider cannot update in place
   (the catalog's `replacement` table: Terraform ForceNew as pulumi-aws
-  bridges it), a delete or a rename; and, transitively, a resource whose
+  bridges it; a Terraform set reordered is no change), a move to a provider
+  configured differently, a delete or a rename; and, transitively, a resource whose
   force-new input takes an id or ARN of a replaced one (in a real preview
   that value is unknown until the new resource exists, which the provider
   treats as a replacement). Precious types (cluster, node groups, file
@@ -116,6 +117,30 @@ def _empty(value: Any) -> bool:
     return value is _MISSING or value is None or value == [] or value == {}
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal as inputs: 30 and 30.0 are (the mocks return every number as a float), but
+    `true` and 1 are not, as Python's `==` would have it."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _same_items(a: Any, b: Any) -> bool:
+    """Two lists of scalars holding the same items, in any order (a Terraform set)."""
+    if not (_is_scalar_list(a) and _is_scalar_list(b)) or len(a) != len(b):
+        return False
+
+    def key(value: Any) -> str:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return json.dumps(float(value) if number else value)
+
+    return sorted(map(key, a)) == sorted(map(key, b))
+
+
 def _version_key(value: Any) -> tuple[float, ...] | None:
     if isinstance(value, bool):
         return None
@@ -148,6 +173,8 @@ class ForceNew:
 
     input: str
     when: str = "changed"
+    unordered: bool = False
+    """A Terraform set: the same items in another order is no change."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +193,9 @@ def replacement_rules() -> dict[str, TypeRule]:
         return {}
     return {
         type_: TypeRule(
-            rule.precious, tuple(ForceNew(f.input, f.when) for f in rule.force_new), rule.why
+            rule.precious,
+            tuple(ForceNew(f.input, f.when, f.unordered) for f in rule.force_new),
+            rule.why,
         )
         for type_, rule in table.types.items()
     }
@@ -177,7 +206,9 @@ def _forced_by(rule: TypeRule, old: Mapping[str, Any], new: Mapping[str, Any]) -
     forced = []
     for entry in rule.force_new:
         before, after = _at_path(old, entry.input), _at_path(new, entry.input)
-        if before == after or (before == SECRET and after == SECRET):
+        if _same(before, after) or (before == SECRET and after == SECRET):
+            continue
+        if entry.unordered and _same_items(before, after):
             continue
         if entry.when == "changed":
             forced.append(entry.input)
@@ -282,7 +313,7 @@ class Replacement:
     name: str
     precious: bool
     cause: str
-    """force-new, delete, rename or cascade."""
+    """force-new, provider, delete, rename or cascade."""
     reason: str
     why: str | None = None
 
@@ -350,8 +381,8 @@ def _similarity(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
 def _pair_renames(
     deleted: list[Mapping[str, Any]], added: list[Mapping[str, Any]]
 ) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    """Pairs (old, new) of the same type: the only one of each, or else the most alike first,
-    while their inputs are at least half alike."""
+    """Pairs (old, new) of the same type: the only one of each, or else those of the same name
+    (a parent change), then the most alike first while their inputs are at least half alike."""
     pairs = []
     types = {r["type"] for r in deleted} & {r["type"] for r in added}
     for type_ in sorted(types):
@@ -360,18 +391,20 @@ def _pair_renames(
         if len(olds) == 1 and len(news) == 1:
             pairs.append((olds[0], news[0]))
             continue
+        # The same name is the same resource under another parent (the URN holds the
+        # parent's type): paired first, however much its inputs change.
         scored = sorted(
             (
-                (_similarity(o["inputs"], n["inputs"]), i, j)
+                (o["name"] == n["name"], _similarity(o["inputs"], n["inputs"]), i, j)
                 for i, o in enumerate(olds)
                 for j, n in enumerate(news)
             ),
-            key=lambda t: (-t[0], t[1], t[2]),
+            key=lambda t: (not t[0], -t[1], t[2], t[3]),
         )
         used_old: set[int] = set()
         used_new: set[int] = set()
-        for score, i, j in scored:
-            if score < 0.5:
+        for same_name, score, i, j in scored:
+            if score < 0.5 and not same_name:
                 break
             if i in used_old or j in used_new:
                 continue
@@ -379,6 +412,43 @@ def _pair_renames(
             used_new.add(j)
             pairs.append((olds[i], news[j]))
     return pairs
+
+
+PROVIDER = "(provider)"
+"""The path under which a change of a resource's provider is listed."""
+
+
+def _provider_label(ref: Any) -> str:
+    """A provider reference (its URN, as plans record it) by its name; None is the default."""
+    return str(ref).rsplit("::", 1)[-1] if ref else "(the default provider)"
+
+
+def _provider_config_change(
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    old: Mapping[str, Mapping[str, Any]],
+    new: Mapping[str, Mapping[str, Any]],
+) -> str | None:
+    """Why moving a resource to another provider replaces it, or None when it does not.
+
+    The engine replaces a resource whose provider reference changes unless the new
+    provider's DiffConfig, given the old provider's configuration, asks for no replacement
+    (pulumi/pulumi pkg/resource/deploy/step_generator.go, providerChanged). Offline that
+    is known only when both configurations are in the plans and are the same; any other
+    move is reported as a replacement (a preview that errs loud).
+    """
+    was, now = before.get("provider"), after.get("provider")
+    old_provider, new_provider = old.get(str(was)), new.get(str(now))
+    move = f"its provider changes from {_provider_label(was)} to {_provider_label(now)}"
+    if old_provider is None or new_provider is None:
+        return f"{move}, whose configuration this plan does not show: Pulumi replaces it"
+    if old_provider["type"] != new_provider["type"]:
+        return f"{move}, another package: Pulumi replaces it"
+    a, b = _leaves(old_provider["inputs"]), _leaves(new_provider["inputs"])
+    keys = [k for k in sorted(set(a) | set(b)) if not _same(a.get(k, _MISSING), b.get(k, _MISSING))]
+    if not keys:
+        return None
+    return f"{move}, configured differently ({', '.join(keys)}): Pulumi replaces it"
 
 
 def compare_plans(
@@ -424,11 +494,12 @@ def compare_plans(
 
     for o, n in renames:
         if o.get("custom", True):  # a component holds nothing; its children are listed
+            moved = "its parent changes" if o["name"] == n["name"] else f"renamed to {n['name']}"
             replace(
                 o,
                 "rename",
-                f"renamed to {n['name']}: Pulumi deletes it and creates the new one unless that "
-                "has aliases=[old URN]",
+                f"{moved}, and its URN with it: Pulumi deletes it and creates the new one unless "
+                "that has aliases=[old URN]",
             )
     for r in gone:
         if r["urn"] not in renamed_old and r.get("custom", True):
@@ -440,14 +511,28 @@ def compare_plans(
         changes = [
             InputChange(path, show_value(a.get(path, _MISSING)), show_value(b.get(path, _MISSING)))
             for path in sorted(set(a) | set(b))
-            if a.get(path, _MISSING) != b.get(path, _MISSING)
+            if not _same(a.get(path, _MISSING), b.get(path, _MISSING))
         ]
+        provider_moved = before.get("provider") != after.get("provider")
+        if provider_moved:
+            changes.insert(
+                0,
+                InputChange(
+                    PROVIDER,
+                    _provider_label(before.get("provider")),
+                    _provider_label(after.get("provider")),
+                ),
+            )
         if changes:
             diff.changed.append(ResourceChange(urn, after["type"], after["name"], changes))
             rule = rules.get(after["type"])
             forced = _forced_by(rule, before["inputs"], after["inputs"]) if rule else []
             if forced:
                 replace(before, "force-new", f"changes {', '.join(forced)}, which forces a new one")
+            elif provider_moved and before.get("custom", True):
+                differs = _provider_config_change(before, after, old, new)
+                if differs is not None:
+                    replace(before, "provider", differs)
         else:
             diff.unchanged += 1
             if sorted(before.get("dependencies", [])) != sorted(after.get("dependencies", [])):
@@ -1012,11 +1097,11 @@ def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = N
             f"stack {stack} does not exist at {base_revision.label}: it is added by this change"
         )
     else:
-        base_plan = rev.plan_at(base_revision.sha, stack, repo)
+        base_plan = rev.plan_of_revision(base_revision, stack, repo)
     if head_text is None:
         notes.append(f"stack {stack} does not exist at {head_label}: it is removed by this change")
     elif head_revision is not None:
-        head_plan = rev.plan_at(head_revision.sha, stack, repo)
+        head_plan = rev.plan_of_revision(head_revision, stack, repo)
     else:
         head_plan = rev.plan_of_worktree(stack, repo)
 

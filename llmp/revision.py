@@ -42,6 +42,7 @@ __all__ = [
     "checked_out",
     "import_origins",
     "plan_at",
+    "plan_of_revision",
     "plan_of_worktree",
     "repo_root",
     "resolve",
@@ -194,11 +195,20 @@ def checked_out(repo: Path, revision: Revision) -> Iterator[Path]:
 _BOOTSTRAP = """\
 import importlib.util, json, pathlib, runpy, sys
 root = pathlib.Path.cwd().resolve()
+# setuptools' editable finder sits on sys.meta_path, asked after the tree's own path: it
+# would serve a module the revision lacks (llmp.cli before the CLI existed) from the
+# checkout it was installed from. Only the tree's modules may run.
+sys.meta_path[:] = [
+    f for f in sys.meta_path if not str(getattr(f, "__module__", "")).startswith("__editable__")
+]
+def origin_of(name):
+    try:
+        spec = importlib.util.find_spec(name)
+    except ImportError:
+        return None
+    return str(pathlib.Path(spec.origin).resolve()) if spec and spec.origin else None
 packages = sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file())
-origins = {}
-for name in packages:
-    spec = importlib.util.find_spec(name)
-    origins[name] = str(pathlib.Path(spec.origin).resolve()) if spec and spec.origin else None
+origins = {name: origin_of(name) for name in packages}
 stray = {n: o for n, o in origins.items() if o is None or not pathlib.Path(o).is_relative_to(root)}
 if stray:
     name, origin = sorted(stray.items())[0]
@@ -206,6 +216,14 @@ if stray:
 if sys.argv[1:2] == ["--origins"]:
     print(json.dumps(origins))
     sys.exit(0)
+cli = origin_of("llmp.cli")
+if cli is None or not pathlib.Path(cli).is_relative_to(root):
+    print(
+        "this revision has no llmp/cli.py (it predates `llmp synth`), so its own code cannot "
+        "synthesize it: compare with a later revision",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 sys.argv = ["llmp", *sys.argv[1:]]
 runpy.run_module("llmp.cli", run_name="__main__", alter_sys=True)
 """
@@ -278,10 +296,13 @@ def plan_at(ref: str, stack: str, repo: Path) -> dict[str, Any]:
     """
     check_stack_name(stack)
     revision = resolve(ref, repo)
-    return _plan_of_revision(revision, stack, repo)
+    return plan_of_revision(revision, stack, repo)
 
 
-def _plan_of_revision(revision: Revision, stack: str, repo: Path) -> dict[str, Any]:
+def plan_of_revision(revision: Revision, stack: str, repo: Path) -> dict[str, Any]:
+    """`plan_at` for a revision already resolved: messages name it as the user did
+    (`origin/main (1a2b3c4)`), not by its SHA alone."""
+    check_stack_name(stack)
     if stack_file_at(revision, stack, repo) is None:
         raise StackMissing(stack, revision.label)
     with checked_out(repo, revision) as tree:
@@ -314,6 +335,24 @@ def plan_of_worktree(stack: str, repo: Path) -> dict[str, Any]:
         ) from None
 
 
+_FRAME = "".join(chr(c) for c in range(0x2500, 0x2580))  # box drawing: rich's panels
+
+
 def _last_line(text: str) -> str:
+    """The last line of a program's error output that says something.
+
+    Typer (through rich) prints a usage error, such as an option an older `llmp synth`
+    lacks, in a framed panel: its last line is the frame. Then the panel's text is the
+    message, its wrapped lines joined into one.
+    """
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    while lines and not lines[-1].strip(_FRAME + " "):
+        lines.pop()  # the bottom frame
+    if not lines:
+        return ""
+    if not lines[-1].startswith("│"):
+        return lines[-1]
+    panel: list[str] = []
+    while lines and lines[-1].startswith("│"):
+        panel.insert(0, lines.pop().strip("│ "))
+    return " ".join(part for part in panel if part)

@@ -244,6 +244,32 @@ def test_cli_bad_input_is_one_line_and_exit_2(cached_synth, args, fragments) -> 
     one_line_error(cli(*args), 2, *fragments)
 
 
+@pytest.mark.parametrize(
+    ("spec", "is_revision", "is_file"),
+    [
+        ("pretrain@main", True, False),
+        ("pretrain@origin/main", True, False),  # how CI names the PR's base
+        ("pretrain@HEAD@{1}", True, False),
+        ("out/pretrain/plan.json", False, True),
+        ("out@v1/plan.json", False, True),
+        ("pretrain", False, False),
+    ],
+)
+def test_a_revision_spec_may_name_a_remote_tracking_branch(
+    spec: str, is_revision: bool, is_file: bool
+) -> None:
+    assert costs.is_revision_spec(spec) is is_revision
+    assert costs.is_file_spec(spec) is is_file
+
+
+def test_an_unknown_remote_revision_is_named_as_a_revision_not_a_file() -> None:
+    one_line_error(
+        cli("pretrain@origin/no-such-branch", "--prices", "catalog"),
+        2,
+        "unknown revision 'origin/no-such-branch'",
+    )
+
+
 def test_cli_refuses_a_stack_and_a_plan_together(plan_file) -> None:
     one_line_error(cli("pretrain", "--plan", str(plan_file("pretrain"))), 2, "give one of")
 

@@ -261,6 +261,103 @@ def test_a_stack_that_is_new_is_all_added() -> None:
     assert diff.replacements == []
 
 
+def aws_provider(name: str, region: str) -> dict[str, Any]:
+    return {
+        "urn": f"{STACK_URN}pulumi:providers:aws::{name}",
+        "type": "pulumi:providers:aws",
+        "name": name,
+        "parent": None,
+        "custom": True,
+        "provider": None,
+        "inputs": {"region": region},
+        "dependencies": [],
+    }
+
+
+def on_provider(r: dict[str, Any], provider: dict[str, Any]) -> dict[str, Any]:
+    return {**r, "provider": provider["urn"]}
+
+
+def test_a_move_to_a_provider_configured_differently_replaces_the_resource() -> None:
+    primary, dr, twin = (
+        aws_provider("aws", "us-east-1"),
+        aws_provider("aws-dr", "us-west-2"),
+        aws_provider("aws-twin", "us-east-1"),
+    )
+    bucket = resource(BUCKET, "models", {"bucket": "acme-models"})
+    base = plan(primary, dr, twin, on_provider(bucket, primary))
+
+    moved = compare_plans(base, plan(primary, dr, twin, on_provider(bucket, dr)), RULES)
+    [changed] = moved.changed
+    assert [(c.path, c.old, c.new) for c in changed.changes] == [("(provider)", "aws", "aws-dr")]
+    [replaced] = moved.precious_replacements
+    assert (replaced.name, replaced.cause) == ("models", "provider")
+    assert "from aws to aws-dr, configured differently (region)" in replaced.reason
+
+    # The same configuration under another name: the engine's DiffConfig finds nothing.
+    renamed = compare_plans(base, plan(primary, dr, twin, on_provider(bucket, twin)), RULES)
+    assert [c.name for c in renamed.changed] == ["models"]
+    assert renamed.replacements == []
+
+
+def test_numbers_compare_by_value_but_a_boolean_is_not_a_number() -> None:
+    base = plan(resource(ROLE, "r", {"size": 30, "limits": [1, 2], "enabled": True, "n": 1}))
+    head = plan(resource(ROLE, "r", {"size": 30.0, "limits": [1.0, 2.0], "enabled": 1, "n": True}))
+    [changed] = compare_plans(base, head, RULES).changed
+    assert [(c.path, c.old, c.new) for c in changed.changes] == [
+        ("enabled", "true", "1"),
+        ("n", "1", "true"),
+    ]
+
+
+def test_a_reordered_terraform_set_is_listed_but_replaces_nothing() -> None:
+    group = "aws:eks/nodeGroup:NodeGroup"
+    rules = {
+        group: TypeRule(
+            precious=True,
+            force_new=(ForceNew("subnetIds", unordered=True), ForceNew("instanceTypes")),
+        )
+    }
+
+    def pool(subnets: list[str], types: list[str]) -> dict[str, Any]:
+        return plan(resource(group, "gpu", {"subnetIds": subnets, "instanceTypes": types}))
+
+    base = pool(["subnet-a-id", "subnet-b-id"], ["p5.48xlarge", "p5en.48xlarge"])
+    reordered = compare_plans(
+        base, pool(["subnet-b-id", "subnet-a-id"], ["p5.48xlarge", "p5en.48xlarge"]), rules
+    )
+    assert [c.path for c in reordered.changed[0].changes] == ["subnetIds"]
+    assert reordered.replacements == []
+    # A set with another member, and an ordered list reordered (instance type priority): new.
+    other = compare_plans(
+        base, pool(["subnet-a-id", "subnet-c-id"], ["p5.48xlarge", "p5en.48xlarge"]), rules
+    )
+    assert [r.reason for r in other.replacements] == ["changes subnetIds, which forces a new one"]
+    priority = compare_plans(
+        base, pool(["subnet-a-id", "subnet-b-id"], ["p5en.48xlarge", "p5.48xlarge"]), rules
+    )
+    assert [r.cause for r in priority.replacements] == ["force-new"]
+
+
+def test_a_parent_change_pairs_by_name_and_says_the_parent_changed() -> None:
+    def bucket(name: str, parent_type: str, tag: str) -> dict[str, Any]:
+        return resource(
+            BUCKET, name, {"bucket": f"acme-{name}", "tags": {"t": tag}}, parent_type=parent_type
+        )
+
+    old_parent, new_parent = "llmp:storage:Storage", "llmp:storage:Buckets"
+    base = plan(bucket("a", old_parent, "x"), bucket("b", old_parent, "x"))
+    # Moved under a new parent type, and their inputs changed so much that b's now look
+    # more like a's than its own: the name still says which is which.
+    head = plan(bucket("a", new_parent, "y" * 40), bucket("b", new_parent, "x"))
+    diff = compare_plans(base, head, RULES)
+    assert sorted((r.old.name, r.new.name) for r in diff.renamed) == [("a", "a"), ("b", "b")]
+    assert all(r.old.urn != r.new.urn for r in diff.renamed)
+    reasons = {r.name: r.reason for r in diff.precious_replacements}
+    assert set(reasons) == {"a", "b"}
+    assert reasons["a"].startswith("its parent changes, and its URN with it: Pulumi deletes it")
+
+
 # ---------------------------------------------------------------------------
 # Cost and policy deltas
 # ---------------------------------------------------------------------------
@@ -384,6 +481,22 @@ def test_markdown_escapes_pipes_in_values() -> None:
     text = render_markdown(report_of(compare_plans(base, head, RULES)))
     assert_well_formed_markdown(text)
     assert '`"a\\|b"`' in text
+
+
+def test_a_precious_replacement_opens_the_comment_with_a_caution_and_fails_on_request() -> None:
+    replaced = compare_plans(plan(lustre()), plan(lustre(storageCapacity=2400)), RULES)
+    report = report_of(replaced)
+    text = render_markdown(report)
+    assert_well_formed_markdown(text)
+    lines = text.splitlines()
+    caution = lines.index("> [!CAUTION]")
+    # Heading, the summary, then the caution: before any table or folded section.
+    assert [line for line in lines[:caution] if line] == [lines[0], lines[2]]
+    assert lines[caution + 1].startswith("> ⚠️ **This change replaces 1 precious resource(s).**")
+    assert lines[caution + 2].startswith("> - `fs` (aws:fsx/lustreFileSystem:LustreFileSystem)")
+    assert "storageCapacity (decreased)" in lines[caution + 2]
+    assert exit_code(report, fail_on_replace=True) == 1
+    assert exit_code(report, fail_on_replace=False) == 0
 
 
 # ---------------------------------------------------------------------------
