@@ -228,20 +228,26 @@ class ExpectedFileSystem:
     associations: tuple[ExpectedAssociation, ...] = field(default_factory=tuple)
 
 
-def load_plan_file(path: Path) -> dict[str, Any]:
-    """Read and validate a plan.json; PlanError (one line) when it is not one."""
+def read_json_file(path: Path, what: str, are: str, error: type[Exception]) -> Any:
+    """The JSON document in `path`; `error` (one line) when it cannot be read or parsed.
+    `what` names the document ("plan", "outputs") and `are` agrees with it ("is", "are")."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise PlanError(f"plan {path} is not UTF-8 text (byte {exc.start})") from None
+        raise error(f"{what} {path} {are} not UTF-8 text (byte {exc.start})") from None
     try:
-        plan = json.loads(text)
+        return json.loads(text)
     except ValueError as exc:
-        raise PlanError(f"plan {path} is not JSON: {exc}") from None
+        raise error(f"{what} {path} {are} not JSON: {exc}") from None
     except RecursionError:
-        raise PlanError(f"plan {path} is nested too deeply to be a plan") from None
+        raise error(f"{what} {path} {are} nested too deeply to be {what}") from None
+
+
+def load_plan_file(path: Path) -> dict[str, Any]:
+    """Read and validate a plan.json; PlanError (one line) when it is not one."""
+    plan = read_json_file(path, "plan", "is", PlanError)
     validate_plan(plan, str(path))
     return plan
 
@@ -575,19 +581,7 @@ class StackOutputs:
 
 def load_outputs_file(path: Path) -> StackOutputs:
     """Read `pulumi stack output --json`; OutputsError (one line) when it is not that."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise OutputsError(f"cannot read outputs {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise OutputsError(f"outputs {path} are not UTF-8 text (byte {exc.start})") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise OutputsError(f"outputs {path} are not JSON: {exc}") from None
-    except RecursionError:
-        raise OutputsError(f"outputs {path} are nested too deeply to be stack outputs") from None
-    return parse_outputs(data, str(path))
+    return parse_outputs(read_json_file(path, "outputs", "are", OutputsError), str(path))
 
 
 def parse_outputs(data: Any, source: str = "outputs") -> StackOutputs:

@@ -1,4 +1,5 @@
-"""Shared harness: synthesize stacks once per session, and variants of them on demand.
+"""Shared harness: synthesize stacks once per session, and variants of them on demand;
+a moto server on 127.0.0.1 with dummy credentials for the boto3 tooling.
 
 Every test sees the platform the way `llmp synth` and `pulumi up` do: the
 real program in infra/, run under Pulumi's mock runtime.
@@ -7,7 +8,9 @@ real program in infra/, run under Pulumi's mock runtime.
 from __future__ import annotations
 
 import copy
+import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,3 +88,27 @@ def moto_server() -> Iterator[str]:
 
 def inputs_of(plan: Plan, type_: str, name: str) -> dict[str, Any]:
     return plan.one(type_, name)["inputs"]
+
+
+def use_dummy_credentials(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, region: str = "us-east-1"
+) -> None:
+    """Dummy credentials only; no profile, config file or instance metadata is consulted."""
+    for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", region)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+def reset_moto(url: str) -> str:
+    """Empty the moto server's account, and return its URL."""
+    request = urllib.request.Request(f"{url}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+    return url

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from llmp import restore_point as rp
 from llmp.cli import app
-from tests.llmp.test_verify import reset_moto, use_dummy_credentials
+from tests.conftest import reset_moto, use_dummy_credentials
 from workloads.training.completeness import ManifestMissing, judge_checkpoint
 
 BUCKET = "acme-llm-pretrain-checkpoints-us-west-2"

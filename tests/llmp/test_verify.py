@@ -10,7 +10,6 @@ the AWS provider would apply them, independently of the code under test.
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from typer.testing import CliRunner
 
 from llmp import verify
 from llmp.cli import app
+from tests.conftest import reset_moto, use_dummy_credentials
 
 STACK = "pretrain"
 PRIMARY, DR = "us-east-1", "us-west-2"
@@ -34,28 +34,6 @@ SUBNET = "subnet-0123456789abcdef0"
 # ---------------------------------------------------------------------------
 # A moto server, and an account built from the plan
 # ---------------------------------------------------------------------------
-
-
-def use_dummy_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Dummy credentials only; no profile, config file or instance metadata is consulted."""
-    for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", PRIMARY)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-def reset_moto(url: str) -> str:
-    """Empty the moto server's account, and return its URL."""
-    request = urllib.request.Request(f"{url}/moto-api/reset", method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
-    return url
 
 
 @pytest.fixture(autouse=True)

@@ -31,6 +31,7 @@ from typer.testing import CliRunner
 
 from llmp import cli, verify
 from llmp.cli import app
+from tests.conftest import reset_moto, use_dummy_credentials
 from tests.llmp.test_verify import (
     ACCOUNT,
     PRIMARY,
@@ -39,8 +40,6 @@ from tests.llmp.test_verify import (
     client,
     deploy_storage,
     provider_regions,
-    reset_moto,
-    use_dummy_credentials,
 )
 
 CLUSTER = "llm-platform-pretrain"

@@ -9,7 +9,6 @@ import math
 import re
 import shutil
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import boto3
 import pytest
 import torch
 
+from tests.conftest import reset_moto
 from tests.workloads.training.harness import Run, job_config, kill_all
 from workloads.jobs import promotion
 from workloads.training import checkpointing as ckpt
@@ -66,8 +66,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def endpoint(moto_server: str) -> str:
     """The moto server emptied, with the models bucket."""
-    request = urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")
-    urllib.request.urlopen(request, timeout=10).close()
+    reset_moto(moto_server)
     boto3.client("s3", endpoint_url=moto_server).create_bucket(Bucket=BUCKET)
     return moto_server
 
