@@ -63,6 +63,7 @@ RULES: list[Rule] = [
     _r("s3-access-logging", A, STACK, s3.bucket_access_logging),
     _r("s3-owner-enforced", A, STACK, s3.bucket_owner_enforced),
     _r("s3-adopted-bucket-protected", M, RES, s3.adopted_bucket_protected),
+    _r("s3-precious-replicated", A, STACK, s3.precious_replicated),
     # FSx for Lustre
     _r("fsx-persistent-2", M, RES, fsx.lustre_persistent_2),
     _r("fsx-kms-key", M, RES, fsx.lustre_kms_key),

@@ -317,6 +317,24 @@ def bucket_owner_enforced(args: StackValidationArgs, report: Report) -> None:
             )
 
 
+def precious_replicated(args: StackValidationArgs, report: Report) -> None:
+    """Checkpoint and model buckets replicate to another region: without a replica a region
+    loss takes them with it, and a recovery stack has nothing to adopt (unbounded RPO)."""
+    for bucket in _buckets(args):
+        names = [bucket.name, _physical(bucket) or ""]
+        if not any(n.rstrip("-").endswith(PRECIOUS_SUFFIXES) for n in names):
+            continue
+        if tags_of(bucket.props).get("llm-platform/bucket-role") == "replica":
+            continue
+        if _attached(args.resources, bucket, REPLICATION):
+            continue
+        report(
+            f"bucket {bucket.name} has no cross-region replica: set replicate: true and "
+            "storage.replication.region, or accept losing it with its region",
+            bucket.urn,
+        )
+
+
 def adopted_bucket_protected(args: ResourceValidationArgs, report: Report) -> None:
     """Adopted buckets and the key of their objects (tag `llm-platform/adopted`) are
     protected: no update or destroy of a recovery stack may delete the only copy."""

@@ -156,6 +156,23 @@ def test_access_logging_flags_the_dr_replicas_of_pretrain(plan) -> None:
     assert {v.level for v in found} == {"advisory"}
 
 
+def test_precious_replicated_is_quiet_where_checkpoints_and_models_replicate(plan) -> None:
+    assert hits(plan("pretrain"), "s3-precious-replicated") == []
+
+
+def test_precious_replicated_flags_the_stacks_without_a_replica(plan) -> None:
+    found = hits(plan("finetune"), "s3-precious-replicated")
+    assert names(found) == {"storage-checkpoints", "storage-models"}
+    assert {v.level for v in found} == {"advisory"}
+    assert names(hits(plan("inference"), "s3-precious-replicated")) == {"storage-models"}
+
+
+def test_precious_replicated_fires_when_the_replication_rule_goes(plan) -> None:
+    p = plan("pretrain")
+    p["resources"].remove(res(p, "storage-checkpoints-replication"))
+    assert names(hits(p, "s3-precious-replicated")) == {"storage-checkpoints"}
+
+
 def test_owner_enforced_fires_on_object_writer(plan) -> None:
     p = plan("inference")
     inputs(p, "storage-models-ownership")["rule"]["objectOwnership"] = "ObjectWriter"
