@@ -453,7 +453,8 @@ def render(label: str, cost: dict[str, Any]) -> Iterator[Any]:
     fixed_items = cost.get("overhead_usd_per_hour", {})
     names = ", ".join(_FIXED_NAMES.get(k, k) for k in sorted(fixed_items))
     sizes.caption = (
-        f"instances, and ${sum(fixed_items.values()):,.2f}/h billed by the hour at any size "
+        f"$/hour: the pools' instances plus ${sum(fixed_items.values()):,.2f}/h billed by the "
+        "hour at any size "
         f"({names}); EBS, KMS, WAF, S3 and FSx are in the monthly figures only"
     )
     yield sizes
