@@ -216,21 +216,23 @@ def _network(cfg: PlatformConfig, hours: int) -> Component:
     )
 
 
+def _control_plane_usd_per_hour(cfg: PlatformConfig) -> float:
+    platform = catalog().platform_prices
+    if cfg.cluster.support_type == "EXTENDED":
+        return platform.eks_control_plane_extended_usd_per_hour
+    return platform.eks_control_plane_standard_usd_per_hour
+
+
 def _cluster(cfg: PlatformConfig, prices: PriceBook, hours: int) -> Component:
     platform = catalog().platform_prices
-    extended = cfg.cluster.support_type == "EXTENDED"
-    control_plane = (
-        platform.eks_control_plane_extended_usd_per_hour
-        if extended
-        else platform.eks_control_plane_standard_usd_per_hour
-    )
+    support = "extended" if cfg.cluster.support_type == "EXTENDED" else "standard"
     system = cfg.system_pool
     lines = [
         priced(
-            f"EKS control plane ({'extended' if extended else 'standard'} support)",
+            f"EKS control plane ({support} support)",
             hours,
             "cluster-hour",
-            control_plane,
+            _control_plane_usd_per_hour(cfg),
         ),
         priced("KMS key (Kubernetes secrets)", 1, "key-month", platform.kms_key_usd_per_month),
         priced(
@@ -504,15 +506,19 @@ _NOTHING_BILLED = {
 }
 
 
-def components(cfg: PlatformConfig, prices: PriceBook = CATALOG_PRICES) -> list[Component]:
+def components(
+    cfg: PlatformConfig, prices: PriceBook, storage_cost: dict[str, Any] | None
+) -> list[Component]:
     """One entry per top-level component resource `infra.platform.build` creates for `cfg`,
-    under the same name and in the same order."""
+    under the same name and in the same order. `storage_cost` is `storage_estimate` of
+    `cfg.storage` (None without storage), which `estimate` also exports."""
     hours = catalog().hours_per_month
     out = [_network(cfg, hours), _cluster(cfg, prices, hours)]
     out += [_gpu_pool(name, pool, prices, hours) for name, pool in cfg.node_pools.items()]
     storage = cfg.storage
     if storage is not None:
-        out.append(_storage(storage, storage_estimate(storage)))
+        assert storage_cost is not None
+        out.append(_storage(storage, storage_cost))
         if storage.lustre is not None:
             out.append(_lustre(storage.lustre))
     out += [Component(name, note=_NOTHING_BILLED[name]) for name in ("priorities", "addons")]
@@ -543,11 +549,7 @@ def _hourly_fixed(cfg: PlatformConfig) -> dict[str, float]:
     """Items billed by the hour whatever the pools' sizes."""
     prices = catalog().platform_prices
     out = {
-        "eks_control_plane": (
-            prices.eks_control_plane_extended_usd_per_hour
-            if cfg.cluster.support_type == "EXTENDED"
-            else prices.eks_control_plane_standard_usd_per_hour
-        ),
+        "eks_control_plane": _control_plane_usd_per_hour(cfg),
         "nat_gateways": _nat_count(cfg) * prices.nat_gateway_usd_per_hour,
         "public_ipv4": (_nat_count(cfg) + _alb_public_ips(cfg)) * prices.public_ipv4_usd_per_hour,
     }
@@ -667,11 +669,11 @@ def estimate(cfg: PlatformConfig, prices: PriceBook = CATALOG_PRICES) -> dict[st
         scaled = [system_pool, *pools.values()]
         return round(sum(fixed.values()) + sum(p["usd_per_hour"][size] for p in scaled), 2)
 
-    parts = components(cfg, prices)
+    storage = storage_estimate(cfg.storage) if cfg.storage else None
+    parts = components(cfg, prices, storage)
     total = round(sum(c.usd_per_month for c in parts), 2)
     gpu = round(sum(c.usd_per_month for c in parts if c.accelerated), 2)
     gpu_share = round(gpu / total, 4) if total else 0.0
-    storage = storage_estimate(cfg.storage) if cfg.storage else None
     not_estimated = [
         {"component": c.name, "what": n.what, "why": n.why} for c in parts for n in c.not_estimated
     ]
@@ -855,9 +857,8 @@ def storage_estimate(storage: StorageConfig) -> dict[str, Any]:
     }
     checkpoints = storage.lustre.checkpoints_bucket if storage.lustre else "checkpoints"
     if checkpoints in storage.buckets:
-        spec = storage.buckets[checkpoints]
-        tiered = bucket_model(spec)["usd_for_period"]
-        standard = bucket_model(spec, tiered=False)["usd_for_period"]
+        tiered = buckets[checkpoints]["usd_for_period"]
+        standard = bucket_model(storage.buckets[checkpoints], tiered=False)["usd_for_period"]
         out["checkpoints_90_days"] = {
             "bucket": checkpoints,
             "tiered_usd": tiered,

@@ -141,6 +141,8 @@ def load_cost_file(path: Path, expect: str | None = None) -> tuple[str, dict[str
             f"{path} is not JSON (line {exc.lineno}: {exc.msg}); give a plan.json of "
             "`llmp synth` or the output of `pulumi stack output --json`"
         ) from None
+    except RecursionError:
+        raise CostSourceError(f"{path} is JSON nested too deeply to be a plan or outputs") from None
     if not isinstance(doc, dict):
         raise CostSourceError(f"{path} holds no JSON object; expected a plan or stack outputs")
     is_plan = "resources" in doc and "outputs" in doc

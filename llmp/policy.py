@@ -16,7 +16,6 @@ Policy config is the pack's defaults, then what the stack file implies
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -78,16 +77,9 @@ def failed(violations: list[Violation]) -> bool:
 
 def load_plan(path: Path) -> dict[str, Any]:
     """Read a plan.json; PlanError (one line) when it is missing, unreadable or not a plan."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise PlanError(f"plan {path} is not text") from None
-    try:
-        plan = json.loads(text)
-    except ValueError as exc:
-        raise PlanError(f"plan {path} is not JSON: {exc}") from None
+    from llmp.verify import read_json_file
+
+    plan = read_json_file(path, "plan", "is", PlanError)
     validate_plan(plan, str(path))
     return plan
 
@@ -109,14 +101,9 @@ def validate_plan(plan: Any, source: str = "plan") -> None:
 
 def load_policy_config(path: Path) -> dict[str, Any]:
     """A CrossGuard policy-config JSON file; PolicyConfigError (one line) when it is not one."""
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise PolicyConfigError(
-            f"cannot read policy config {path}: {exc.strerror or exc}"
-        ) from None
-    except ValueError as exc:
-        raise PolicyConfigError(f"policy config {path} is not JSON: {exc}") from None
+    from llmp.verify import read_json_file
+
+    data = read_json_file(path, "policy config", "is", PolicyConfigError)
     if not isinstance(data, dict):
         raise PolicyConfigError(f"policy config {path} must be a JSON object keyed by rule name")
     resolve(data)  # names and levels are checked before anything runs
@@ -236,13 +223,13 @@ def evaluate(
             )
             _run(rule.validate, args, reporter(rule.name, s.level, r["urn"]))
 
-    stack_rules = [(rule, s) for rule, s in enabled if rule.kind == "stack"]
-    if stack_rules:
-        for rule, s in stack_rules:
-            stack_args = StackValidationArgs(
-                _policy_resources(resources, provider_of), s.properties or None
-            )
-            _run(rule.validate, stack_args, reporter(rule.name, s.level, None))
+    for rule, s in enabled:
+        if rule.kind != "stack":
+            continue
+        stack_args = StackValidationArgs(
+            _policy_resources(resources, provider_of), s.properties or None
+        )
+        _run(rule.validate, stack_args, reporter(rule.name, s.level, None))
     return violations
 
 

@@ -152,12 +152,11 @@ def stack_relpath(stack: str) -> str:
 
 def check_stack_name(stack: str) -> None:
     """Refuse a stack name that is not one (it becomes a path inside a revision)."""
-    from llmp.synth import _STACK_NAME
+    from llmp.synth import stack_name_problem
 
-    if not _STACK_NAME.fullmatch(stack):
-        raise RevisionError(
-            f"not a stack name: {stack!r}; stack names take letters, digits, '-', '_' and '.'"
-        )
+    problem = stack_name_problem(stack)
+    if problem is not None:
+        raise RevisionError(problem)
 
 
 def stack_file_at(revision: Revision, stack: str, repo: Path) -> str | None:

@@ -268,6 +268,10 @@ class Report:
     def slowdown_s(self) -> float:
         return self.actual_s - self.at_median_s
 
+    @property
+    def slowdown_fraction(self) -> float:
+        return self.slowdown_s / self.actual_s if self.actual_s else 0.0
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
@@ -278,9 +282,7 @@ class Report:
             "actual_s": round(self.actual_s, 6),
             "at_median_s": round(self.at_median_s, 6),
             "slowdown_s": round(self.slowdown_s, 6),
-            "slowdown_fraction": round(self.slowdown_s / self.actual_s, 6)
-            if self.actual_s
-            else 0.0,
+            "slowdown_fraction": round(self.slowdown_fraction, 6),
             "threshold": self.threshold,
             "persist": self.persist,
             "by_rank": [s.as_dict() for s in self.by_rank],
@@ -289,7 +291,7 @@ class Report:
 
 
 def _score(
-    trace: Trace, group: set[int], name: str, node: str, threshold: float, persist: float
+    trace: Trace, group: set[int], threshold: float, persist: float
 ) -> tuple[float, float, float, bool]:
     """(lost seconds, slow fraction, median ratio, flagged) for replacing `group`."""
     lost = 0.0
@@ -373,7 +375,7 @@ def analyse(trace: Trace, threshold: float = 0.05, persist: float = 0.5) -> Repo
         by_rank.append(Score(str(r), [r], node, lost, share(lost), frac, ratio, flag))
     by_node = []
     for name, members in nodes.items():
-        lost, frac, ratio, flag = _score(trace, set(members), name, name, threshold, persist)
+        lost, frac, ratio, flag = _score(trace, set(members), threshold, persist)
         by_node.append(Score(name, members, name, lost, share(lost), frac, ratio, flag))
 
     def order(s: Score) -> tuple[float, float]:
@@ -404,18 +406,15 @@ def render(report: Report, top: int = 10) -> Iterable[Any]:
     from rich.table import Table
     from rich.text import Text
 
-    frac = report.slowdown_s / report.actual_s if report.actual_s else 0.0
     yield Text(
         f"{report.source}: {report.steps} steps, {report.ranks} ranks on {report.nodes} nodes"
         + (f" ({report.incomplete_steps} steps missing ranks)" if report.incomplete_steps else "")
         + f"\nstep time {report.actual_s:.2f} s actual, {report.at_median_s:.2f} s if every rank"
-        f" ran at the step's median: slowdown {report.slowdown_s:.2f} s ({frac:.1%} of the time)"
+        f" ran at the step's median: slowdown {report.slowdown_s:.2f} s "
+        f"({report.slowdown_fraction:.1%} of the time)"
     )
-    for title, scores, limit in (
-        ("nodes", report.by_node, top),
-        ("ranks", report.by_rank, top),
-    ):
-        table = Table(title=f"{title} by time lost (top {min(limit, len(scores))})")
+    for title, scores in (("nodes", report.by_node), ("ranks", report.by_rank)):
+        table = Table(title=f"{title} by time lost (top {min(top, len(scores))})")
         table.add_column("node" if title == "nodes" else "rank")
         if title == "ranks":
             table.add_column("node")
@@ -424,7 +423,7 @@ def render(report: Report, top: int = 10) -> Iterable[Any]:
         table.add_column("time/median", justify="right")
         table.add_column(f">{report.threshold:.0%} slow", justify="right")
         table.add_column("flag")
-        for s in scores[:limit]:
+        for s in scores[:top]:
             row = [s.name] + ([s.node] if title == "ranks" else [])
             row += [
                 f"{s.lost_s:.2f}",

@@ -334,6 +334,17 @@ def _lookup_message(tokens: list[str]) -> str:
 _STACK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
 
 
+def stack_name_problem(stack: str) -> str | None:
+    """Why `stack` is not a stack name (one line), or None when it is one.
+
+    The name becomes a file name (stacks/Pulumi.STACK.yaml, out/STACK/, a path
+    inside a git revision): no paths.
+    """
+    if _STACK_NAME.fullmatch(stack):
+        return None
+    return f"not a stack name: {stack!r}; stack names take letters, digits, '-', '_' and '.'"
+
+
 def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:
     """Synthesize `stack` from its stack file (or `config_file`).
 
@@ -343,11 +354,9 @@ def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:
     """
     from infra.config import load_stack_file
 
-    if not _STACK_NAME.fullmatch(stack):
-        # The name becomes a file name (stacks/Pulumi.STACK.yaml, out/STACK/): no paths.
-        raise StackNotFound(
-            f"not a stack name: {stack!r}; stack names take letters, digits, '-', '_' and '.'"
-        )
+    problem = stack_name_problem(stack)
+    if problem is not None:
+        raise StackNotFound(problem)
     path = config_file or stack_file(stack)
     try:
         exists = path.exists()
@@ -391,6 +400,7 @@ __all__ = [
     "engine_config",
     "run_program",
     "stack_file",
+    "stack_name_problem",
     "synthesize",
     "synthesize_stack",
     "write_plan",

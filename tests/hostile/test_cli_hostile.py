@@ -1,5 +1,5 @@
-"""`llmp synth` and `llmp verify storage` on hostile input: exit 2, one line on stderr,
-no traceback, nothing written."""
+"""`llmp synth`, `llmp verify storage` and the JSON files of `llmp policy` and `llmp cost`
+on hostile input: exit 2, one line on stderr, no traceback, nothing written."""
 
 from __future__ import annotations
 
@@ -219,6 +219,30 @@ def test_verify_a_plan_that_is_not_utf8_or_too_deep(tmp_path: Path, text: bytes)
     plan = tmp_path / "plan.json"
     plan.write_bytes(text)
     assert_bad_input(invoke("verify", "storage", "pretrain", "--plan", str(plan)))
+
+
+@pytest.mark.parametrize(
+    "text", [b'{"resources": []}\xff', b"[" * 100_000], ids=["not-utf8", "too-deep"]
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("policy", "{file}"),
+        ("policy", "--config", "{file}", "{plan}"),
+        ("cost", "--plan", "{file}"),
+    ],
+    ids=["policy-plan", "policy-config", "cost-plan"],
+)
+def test_json_files_that_are_not_utf8_or_too_deep_are_one_line(
+    tmp_path: Path, text: bytes, command: tuple[str, ...]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(text)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"stack": "x", "resources": []}))
+    args = [part.format(file=bad, plan=plan) for part in command]
+    line = assert_bad_input(invoke(*args))
+    assert str(bad) in line, line
 
 
 # ---------------------------------------------------------------------------

@@ -116,7 +116,6 @@ def report_of(result: Any) -> dict[str, Any]:
 
 def test_measures_the_servers_delays_and_errors(fake: FakeServer) -> None:
     fake.configure(error_every=4)
-    started = time.monotonic()
     result = invoke(
         fake.url,
         "--api-key",
@@ -134,7 +133,6 @@ def test_measures_the_servers_delays_and_errors(fake: FakeServer) -> None:
         "--json",
     )
     assert result.exit_code == 0, result.output
-    assert time.monotonic() - started < 10
     r = report_of(result)
     assert r["requests"] == 16 and fake.count == 16
     assert r["errors"] == 4 and r["error_kinds"] == {"HTTP 500": 4}
@@ -187,20 +185,22 @@ def test_every_request_failing_is_a_failure(fake: FakeServer) -> None:
 
 
 def test_duration_bounds_the_run(fake: FakeServer) -> None:
+    """--duration, not the default of 100 requests, ends the run: about 17 requests of
+    70 ms fit in 0.6 s at concurrency 2."""
     fake.configure(ttft_s=0.05, itl_s=0.01, tokens=3)
-    started = time.monotonic()
-    result = invoke(fake.url, "--api-key", API_KEY, "--duration", "0.6", "--concurrency", "2")
-    took = time.monotonic() - started
+    result = invoke(
+        fake.url, "--api-key", API_KEY, "--duration", "0.6", "--concurrency", "2", "--json"
+    )
     assert result.exit_code == 0, result.output
-    assert 0.6 <= took < 2.0
+    r = report_of(result)
+    assert 2 <= fake.count == r["requests"] < 100
+    assert r["wall_s"] >= 0.6  # the tool kept sending until the duration was up
 
 
 def test_a_trickling_server_is_cut_off_by_the_timeout(fake: FakeServer) -> None:
     fake.configure(ttft_s=0.05, itl_s=0.3, tokens=20)  # 6 s per request
-    started = time.monotonic()
     result = invoke(fake.url, "--api-key", API_KEY, "--requests", "2", "--timeout", "0.5")
-    assert time.monotonic() - started < 3
-    assert result.exit_code == 1  # all requests failed
+    assert result.exit_code == 1  # both requests cut off: without the timeout they succeed
     assert "timeout: 2" in result.stdout
 
 

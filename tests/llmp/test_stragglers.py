@@ -141,6 +141,24 @@ def test_what_if_by_hand() -> None:
     assert report.by_node[0].name == "b" and report.by_node[0].lost_s == 1.0
 
 
+@pytest.mark.parametrize("seed", [11, 12])
+def test_the_per_rank_fast_path_equals_the_what_if_of_one_rank(seed: int) -> None:
+    """_score_ranks (one sort per step) against _score's definition, rank by rank: on
+    ties, a step holding a single rank, and steps where ranks are missing."""
+    rng = random.Random(seed)
+    trace = st.Trace()
+    for step in range(60):
+        present = [r for r in range(7) if rng.random() > 0.2] or [0]
+        for r in present:
+            trace.add(step, r, round(rng.uniform(0.9, 1.3), 1), node_of(r))
+    trace.add(60, 3, 2.0, node_of(3))  # a step with one rank
+    ranks = sorted({r for times in trace.steps.values() for r in times})
+    fast = st._score_ranks(trace, ranks, 0.05, 0.5)
+    assert sorted(fast) == ranks
+    for r in ranks:
+        assert fast[r] == pytest.approx(st._score(trace, {r}, 0.05, 0.5)), r
+
+
 def test_human_report_renders(tmp_path: Path) -> None:
     rows, _ = generate(5, {5: 1.3})
     result = CliRunner().invoke(app, ["stragglers", str(write_jsonl(tmp_path / "t.jsonl", rows))])
