@@ -49,12 +49,11 @@ from rich.text import Text
 from infra.catalog import catalog
 from infra.config import PlatformConfig
 from workloads.jobs import dcgm_diag, fabric
-from workloads.jobs.pod import POOL_LABEL
+from workloads.jobs.pod import JOB_NAME_LABEL, POOL_LABEL
 from workloads.kueue import LOCAL_QUEUE
 
 RUN_LABEL = "llm-platform/accept-run"
 CHECK_LABEL = "llm-platform/accept-check"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 NAME_LIMIT = 40
 """Both job builders cap names at 40: pod host names are <job>-<index> under a DNS label."""
@@ -622,6 +621,17 @@ def _log(apis: KubeApis, pod: Any, container: str) -> str:
     return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
 
 
+def _read_log(apis: KubeApis, pod: Any, container: str) -> tuple[str | None, str]:
+    """(the log, "") or (None, why it could not be read); a cluster gone or refusing is fatal."""
+    try:
+        return _log(apis, pod, container), ""
+    except Exception as exc:
+        if fatal := _api_error(exc, apis.host, "read pod logs"):
+            raise fatal from None
+        reason = f"{_status(exc)} {_api_message(exc)}" if _status(exc) else _one_line(str(exc))
+        return None, f"could not read the log: {reason}"
+
+
 def _by_index(pods: list[Any]) -> dict[int, Any]:
     """The newest pod of each completion index."""
     newest: dict[int, Any] = {}
@@ -656,12 +666,8 @@ def judge_dcgm(apis: KubeApis, job: AcceptJob) -> list[Finding]:
         if reason := _unfinished(job, pod):
             findings.append(Finding(job.target.pool, "dcgm", subject, "fail", reason, job.name))
             continue
-        try:
-            text = _log(apis, pod, dcgm_diag.CONTAINER)
-        except Exception as exc:
-            if fatal := _api_error(exc, apis.host, "read pod logs"):
-                raise fatal from None
-            why = f"could not read the log: {_status(exc) or ''} {_api_message(exc)}".strip()
+        text, why = _read_log(apis, pod, dcgm_diag.CONTAINER)
+        if text is None:
             findings.append(Finding(job.target.pool, "dcgm", subject, "fail", why, job.name))
             continue
         verdict = dcgm_diag.judge(text, job.target.instance_type, job.level, node=subject)
@@ -684,12 +690,9 @@ def judge_fabric(apis: KubeApis, job: AcceptJob) -> list[Finding]:
     if reason := _unfinished(job, launcher):
         return row("fail", reason)
     assert launcher is not None
-    try:
-        text = _log(apis, launcher, "nccl-tests")
-    except Exception as exc:
-        if fatal := _api_error(exc, apis.host, "read pod logs"):
-            raise fatal from None
-        return row("fail", f"could not read the log: {_api_message(exc)}")
+    text, why = _read_log(apis, launcher, "nccl-tests")
+    if text is None:
+        return row("fail", why)
     try:
         verdict = fabric.evaluate(text, job.target.instance_type)
     except ValueError as exc:
@@ -936,19 +939,19 @@ def verdict_line(report: AcceptReport) -> str:
     return f"not accepted: {parts}"
 
 
-def load_stack_config(stack: str, config_file: str | None = None) -> PlatformConfig:
+def load_stack_config(stack: str) -> PlatformConfig:
     """The stack file's validated config: pools, instance types, sizes, tenants."""
     from infra.config import ConfigError, load_config, load_stack_file
-    from llmp.synth import REPO_ROOT, STACKS_DIR, stack_file
+    from llmp.synth import REPO_ROOT, STACKS_DIR, stack_file, stack_name_problem
 
-    if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}", stack):
-        raise AcceptError(f"not a stack name: {stack!r}")
-    path = config_file or str(stack_file(stack))
-    if not os.path.exists(path):
+    if problem := stack_name_problem(stack):
+        raise AcceptError(problem)
+    path = stack_file(stack)
+    if not path.exists():
         known = sorted(p.name.split(".")[1] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
-        shown = os.path.relpath(path, REPO_ROOT) if config_file is None else path
+        shown = path.relative_to(REPO_ROOT)
         raise AcceptError(f"no stack file {shown}; known stacks: {', '.join(known)}")
     try:
-        return load_config(load_stack_file(path))
+        return load_config(load_stack_file(str(path)))
     except ConfigError as exc:
         raise AcceptError(str(exc)) from None

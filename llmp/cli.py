@@ -879,9 +879,11 @@ def dr_plan_command(
     """
     from infra.config import ConfigError, load_stack_file
     from llmp import dr
-    from llmp.synth import STACKS_DIR, StackNotFound, SynthError, stack_file
+    from llmp.synth import STACKS_DIR, StackNotFound, SynthError, stack_file, stack_name_problem
 
     try:
+        if problem := stack_name_problem(source):
+            raise StackNotFound(f"--from: {problem}")
         if not stack_file(source).exists():
             raise StackNotFound(f"no stack file stacks/{stack_file(source).name} for --from")
         source_raw = load_stack_file(str(stack_file(source)))

@@ -126,17 +126,11 @@ class RecoveryConfig:
     """Secure config keys not copied (encrypted for the source stack only)."""
 
 
-_STACK_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}$")
-
-
 def load_outputs(path: Path) -> dict[str, Any]:
     """`pulumi stack output --json` of the source stack; DrError (one line) if it is not."""
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise DrError(f"cannot read --outputs {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise DrError(f"--outputs {path} is not JSON: {exc}") from None
+    from llmp.verify import read_json_file
+
+    doc = read_json_file(path, "--outputs", "is", DrError)
     if not isinstance(doc, dict):
         raise DrError(
             f"--outputs {path} is not `pulumi stack output --json` (a JSON object of outputs)"
@@ -168,9 +162,11 @@ def build_recovery_config(
 
     Raises ConfigError for an invalid source, DrError for options that cannot work.
     """
+    from llmp.synth import stack_name_problem
+
     source = load_config(source_raw)
     region = options.region
-    if not _STACK_NAME.match(options.stack_name):
+    if stack_name_problem(options.stack_name) is not None:
         raise DrError(
             f"--stack {options.stack_name!r}: stack names take letters, digits, '-', '_', '.'"
         )
@@ -642,8 +638,6 @@ unexplained and fails the equivalence."""
 
 _OPTION_FIELDS = ("protect", "retain_on_delete", "import_id")
 _ADOPTED_TAG = "llm-platform/adopted"
-_ACM = re.compile(r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]{36}$")
-_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _KUEUE = "kubernetes:kueue.x-k8s.io/"
 _QUOTA = "kubernetes:core/v1:ResourceQuota"
 _BUCKET = "aws:s3/bucket:Bucket"
@@ -1178,9 +1172,9 @@ def _input_differences(
             translated, applied = ctx.translate(x)
             if translated == y:
                 rules = applied
-            elif _ACM.match(x) and _ACM.match(y):
+            elif _CERT_ARN.match(x) and _CERT_ARN.match(y):
                 rules = {CERTIFICATE_RULE}
-            elif _RESERVATION_ID.match(x) and _RESERVATION_ID.match(y):
+            elif _RESERVATION.match(x) and _RESERVATION.match(y):
                 rules = {RESERVATION_RULE}
         if rules and replication:
             rules.add(REPLICATION_RULE)

@@ -242,7 +242,7 @@ def read_json_file(path: Path, what: str, are: str, error: type[Exception]) -> A
     except ValueError as exc:
         raise error(f"{what} {path} {are} not JSON: {exc}") from None
     except RecursionError:
-        raise error(f"{what} {path} {are} nested too deeply to be {what}") from None
+        raise error(f"{what} {path} {are} JSON nested too deeply to read") from None
 
 
 def load_plan_file(path: Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ real program in infra/, run under Pulumi's mock runtime.
 from __future__ import annotations
 
 import copy
+import json
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,6 +91,17 @@ def inputs_of(plan: Plan, type_: str, name: str) -> dict[str, Any]:
     return plan.one(type_, name)["inputs"]
 
 
+def config_error(raw: dict[str, Any]) -> str:
+    """The ConfigError `raw` gives, asserted to be one line."""
+    from infra.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config(raw)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
 def use_dummy_credentials(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, region: str = "us-east-1"
 ) -> None:
@@ -112,3 +124,30 @@ def reset_moto(url: str) -> str:
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 200
     return url
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Dummy credentials for one test (`use_dummy_credentials`); a module that talks to
+    moto throughout says `pytestmark = pytest.mark.usefixtures("aws_env")`."""
+    use_dummy_credentials(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def endpoint(moto_server: str) -> str:
+    """The moto server, emptied: every test starts from an empty account."""
+    return reset_moto(moto_server)
+
+
+@pytest.fixture
+def plan(plans: Callable[[str], Plan], request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The plan of the requesting module's `STACK`, as `llmp synth --json` writes it."""
+    return plans(request.module.STACK).to_dict()
+
+
+@pytest.fixture
+def plan_file(plan: dict[str, Any], tmp_path: Path) -> Path:
+    """`plan` written to a file, for the commands that take `--plan FILE`."""
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path

@@ -283,6 +283,20 @@ def test_a_refused_create_fails_that_job_and_the_rest_still_runs() -> None:
     assert [d[2] for d in fake.deleted] == [f"dcgm-h100-{RUN}"]
 
 
+def test_a_log_that_cannot_be_read_fails_its_rows_with_the_reason() -> None:
+    fake = cluster()
+    fake.fail["read_namespaced_pod_log"] = api_error(
+        500, "Internal Server Error", "Get https://10.10.0.10:10250/containerLogs: EOF"
+    )
+    report = run(fake, pools=("h100",))
+    failed = [f for f in report.findings if f.check in ("dcgm", "fabric")]
+    assert len(failed) == 17 and {f.result for f in failed} == {"fail"}
+    assert {f.detail for f in failed} == {
+        "could not read the log: 500 Get https://10.10.0.10:10250/containerLogs: EOF"
+    }
+    assert fake.jobs == {} and fake.services == {}
+
+
 def test_interrupting_the_wait_still_deletes_the_jobs() -> None:
     fake = cluster()
 
@@ -457,6 +471,9 @@ def test_cli_exits_2_on_bad_input(fake_cli: FakeCluster) -> None:
     result = CliRunner().invoke(app, ["accept", "no-such-stack"])
     assert result.exit_code == 2
     assert result.stderr.startswith("accept: no stack file ") and result.stderr.count("\n") == 1
+    result = CliRunner().invoke(app, ["accept", "../pretrain"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("accept: not a stack name: '../pretrain'; stack names take")
     result = CliRunner().invoke(app, ["accept", "pretrain", "--pool", "nope"])
     assert result.exit_code == 2
     assert result.stderr == "accept: no node pool nope in the stack; its pools: h100, h100-block\n"

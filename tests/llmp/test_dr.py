@@ -165,6 +165,29 @@ def test_options_that_cannot_work_are_one_line_errors(overrides, message) -> Non
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "is not JSON: "),
+        (b"\xff", "is not UTF-8 text (byte 0)"),
+        ("[" * 100_000, "nested too deeply"),
+        ("[1]", "is not `pulumi stack output --json` (a JSON object of outputs)"),
+    ],
+)
+def test_outputs_that_are_no_stack_outputs_are_one_line_errors(
+    text: str | bytes, message: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "outputs.json"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    with pytest.raises(dr.DrError) as exc:
+        dr.load_outputs(path)
+    assert str(exc.value).startswith(f"--outputs {path} ") and message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
 def test_a_reservation_bought_in_the_region_keeps_the_block_pool() -> None:
     rc = dr.build_recovery_config(
         raw_stack("pretrain"), options(reservations={"h100-block": "cr-0fedcba9876543210"})
@@ -736,6 +759,7 @@ def test_dr_plan_writes_the_stack_file_and_runbook(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--from", "nope", "--region", "us-west-2"], "no stack file"),
+        (["--from", "../pretrain", "--region", "us-west-2"], "--from: not a stack name"),
         (["--from", "pretrain", "--region", "us-east-1"], "own region"),
         (["--from", "pretrain", "--region", "us-west-2", "--reservation", "x"], "POOL=cr-"),
         (

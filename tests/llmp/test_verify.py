@@ -21,7 +21,6 @@ from typer.testing import CliRunner
 
 from llmp import verify
 from llmp.cli import app
-from tests.conftest import reset_moto, use_dummy_credentials
 
 STACK = "pretrain"
 PRIMARY, DR = "us-east-1", "us-west-2"
@@ -30,33 +29,14 @@ CHECKPOINTS = "acme-llm-pretrain-checkpoints"
 MODELS_REPLICA = "acme-llm-pretrain-models-us-west-2"
 SUBNET = "subnet-0123456789abcdef0"
 
+# Dummy credentials for every test; `endpoint`, `plan` (of STACK) and `plan_file` are the
+# shared fixtures of tests/conftest.py.
+pytestmark = pytest.mark.usefixtures("aws_env")
+
 
 # ---------------------------------------------------------------------------
 # A moto server, and an account built from the plan
 # ---------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    use_dummy_credentials(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def endpoint(moto_server: str) -> str:
-    """The moto server, emptied: every test starts from an empty account."""
-    return reset_moto(moto_server)
-
-
-@pytest.fixture
-def plan(plans) -> dict[str, Any]:
-    return plans(STACK).to_dict()
-
-
-@pytest.fixture
-def plan_file(plan: dict[str, Any], tmp_path: Path) -> Path:
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan))
-    return path
 
 
 def client(service: str, endpoint: str, region: str) -> Any:
@@ -414,7 +394,7 @@ def assert_one_line_error(result: Any, *fragments: str) -> None:
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     for fragment in fragments:
-        assert fragment in lines[0]
+        assert fragment in lines[0], lines[0]
 
 
 def test_a_malformed_plan_is_bad_input(tmp_path: Path, endpoint) -> None:

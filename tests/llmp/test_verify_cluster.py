@@ -31,14 +31,15 @@ from typer.testing import CliRunner
 
 from llmp import cli, verify
 from llmp.cli import app
-from tests.conftest import reset_moto, use_dummy_credentials
 from tests.llmp.test_verify import (
     ACCOUNT,
     PRIMARY,
     STACK,
     SUBNET,
+    assert_one_line_error,
     client,
     deploy_storage,
+    findings_of,
     provider_regions,
 )
 
@@ -51,27 +52,9 @@ KEY_ALIAS = "alias/llm-platform-pretrain-eks-secrets"
 Edit = Callable[[str, str, dict[str, Any]], dict[str, Any] | None]
 """(kind, name, create kwargs) -> the kwargs to create with, or None to leave it out."""
 
-
-@pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    use_dummy_credentials(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def endpoint(moto_server: str) -> str:
-    return reset_moto(moto_server)
-
-
-@pytest.fixture
-def plan(plans) -> dict[str, Any]:
-    return plans(STACK).to_dict()
-
-
-@pytest.fixture
-def plan_file(plan: dict[str, Any], tmp_path: Path) -> Path:
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan))
-    return path
+# Dummy credentials for every test; `endpoint`, `plan` (of STACK) and `plan_file` are the
+# shared fixtures of tests/conftest.py.
+pytestmark = pytest.mark.usefixtures("aws_env")
 
 
 # ---------------------------------------------------------------------------
@@ -273,11 +256,6 @@ def run_verify(*args: str) -> Any:
     return CliRunner().invoke(app, ["verify", *args])
 
 
-def rows_of(result: Any) -> list[dict[str, str]]:
-    assert result.stdout.lstrip().startswith("["), result.output
-    return json.loads(result.stdout)
-
-
 def by_key(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
     return {(r["resource"], r["check"]): r for r in rows}
 
@@ -286,7 +264,7 @@ def verify_json(plan_file: Path, endpoint: str, *extra: str) -> tuple[int, list[
     result = run_verify(
         STACK, "--plan", str(plan_file), "--endpoint-url", endpoint, "--json", *extra
     )
-    return result.exit_code, rows_of(result)
+    return result.exit_code, findings_of(result)
 
 
 def failures(rows: list[dict[str, str]]) -> dict[tuple[str, str], str]:
@@ -700,17 +678,8 @@ def test_verify_storage_is_verify_only_storage(plan, plan_file, endpoint) -> Non
         ],
     )
     code, new = verify_json(plan_file, endpoint, "--only", "storage")
-    assert (old.exit_code, rows_of(old)) == (code, new)
+    assert (old.exit_code, findings_of(old)) == (code, new)
     assert new and {r["area"] for r in new} == {"storage"}
-
-
-def assert_one_line_error(result: Any, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,8 @@ from workloads.jobs.pod import (
     FSX_MOUNT,
     Container,
     EnvVar,
-    K8s,
+    IndexedJob,
+    IndexedJobSpec,
     ObjectMeta,
     PodSpec,
     PodTemplate,
@@ -427,23 +428,6 @@ def _check_data_prep(spec: DataPrepSpec) -> None:
         raise ValueError(f"output root {spec.output_root} must be under {FSX_MOUNT}/ (FSx)")
 
 
-class JobTemplateSpec(K8s):
-    completion_mode: Literal["Indexed"] = "Indexed"
-    completions: int
-    parallelism: int
-    backoff_limit_per_index: int
-    ttl_seconds_after_finished: int = 7 * 24 * 3600
-    suspend: bool | None = None
-    template: PodTemplate
-
-
-class Job(K8s):
-    api_version: Literal["batch/v1"] = "batch/v1"
-    kind: Literal["Job"] = "Job"
-    metadata: ObjectMeta
-    spec: JobTemplateSpec
-
-
 def data_prep_job(spec: DataPrepSpec) -> dict[str, Any]:
     """The batch/v1 Job body. Each pod reads JOB_COMPLETION_INDEX (set by the Job controller
     for Indexed Jobs) as its `--index`, so the pods differ only in that variable."""
@@ -478,12 +462,13 @@ def data_prep_job(spec: DataPrepSpec) -> dict[str, Any]:
     job_labels = {"app.kubernetes.io/part-of": "llm-platform"}
     if spec.queue_name:
         job_labels["kueue.x-k8s.io/queue-name"] = spec.queue_name
-    job = Job(
+    job = IndexedJob(
         metadata=ObjectMeta(name=spec.name, namespace=spec.namespace, labels=job_labels),
-        spec=JobTemplateSpec(
+        spec=IndexedJobSpec(
             completions=spec.count,
             parallelism=min(spec.parallelism or spec.count, spec.count),
             backoff_limit_per_index=spec.backoff_limit_per_index,
+            ttl_seconds_after_finished=7 * 24 * 3600,
             suspend=True if spec.queue_name else None,
             template=PodTemplate(
                 metadata=ObjectMeta(labels=labels),

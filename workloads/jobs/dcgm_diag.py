@@ -70,13 +70,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.catalog import DcgmDiagnostic, catalog
 from workloads.jobs.pod import (
+    JOB_NAME_LABEL,
     Affinity,
     Capabilities,
     Container,
     ContainerSecurityContext,
     EmptyDirSource,
     EnvVar,
-    K8s,
+    IndexedJob,
+    IndexedJobSpec,
     LabelSelector,
     ObjectMeta,
     PodAffinityTerm,
@@ -92,7 +94,6 @@ from workloads.jobs.pod import (
     node_placement,
 )
 
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 COMPONENT = "dcgm-diagnostic"
 CONTAINER = "dcgm-diag"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
@@ -134,8 +135,7 @@ class DcgmDiagSpec(BaseModel):
 
     @property
     def gpus(self) -> int:
-        acc = catalog().instance(self.instance_type).accelerator
-        return acc.count if acc else 0
+        return catalog().instance(self.instance_type).gpu_count
 
     @property
     def deadline(self) -> int:
@@ -186,25 +186,6 @@ def diag_script(level: int) -> str:
     )
 
 
-class DiagJobSpec(K8s):
-    completion_mode: Literal["Indexed"] = "Indexed"
-    completions: int
-    parallelism: int
-    backoff_limit_per_index: int = 0
-    max_failed_indexes: int
-    active_deadline_seconds: int
-    ttl_seconds_after_finished: int = 24 * 3600
-    suspend: bool | None = None
-    template: PodTemplate
-
-
-class DiagJob(K8s):
-    api_version: Literal["batch/v1"] = "batch/v1"
-    kind: Literal["Job"] = "Job"
-    metadata: ObjectMeta
-    spec: DiagJobSpec
-
-
 def dcgm_diag_manifests(spec: DcgmDiagSpec) -> list[dict[str, Any]]:
     """The Indexed Job of one diagnostic run (a list, like `fabric_manifests`)."""
     _check(spec)
@@ -243,13 +224,15 @@ def dcgm_diag_manifests(spec: DcgmDiagSpec) -> list[dict[str, Any]]:
     }
     if spec.queue_name:
         job_labels["kueue.x-k8s.io/queue-name"] = spec.queue_name
-    job = DiagJob(
+    job = IndexedJob(
         metadata=ObjectMeta(name=spec.name, namespace=spec.namespace, labels=job_labels),
-        spec=DiagJobSpec(
+        spec=IndexedJobSpec(
             completions=spec.nodes,
             parallelism=spec.nodes,
+            backoff_limit_per_index=0,
             max_failed_indexes=spec.nodes,
             active_deadline_seconds=spec.deadline,
+            ttl_seconds_after_finished=24 * 3600,
             suspend=True if spec.queue_name else None,
             template=PodTemplate(
                 metadata=ObjectMeta(labels=labels),
@@ -604,8 +587,7 @@ def judge(text: str, instance_type: str, level: int | None = None, node: str = "
     level = entry.default_level if level is None else level
     if level not in entry.levels:
         raise ValueError(f"DCGM level {level} is not in the catalog")
-    acc = catalog().instance(instance_type).accelerator
-    expected = acc.count if acc else 0
+    expected = catalog().instance(instance_type).gpu_count
     node = node or "node"
     try:
         run = parse(text)

@@ -45,9 +45,12 @@ from workloads.jobs.pod import (
     EFA_RESOURCE,
     HUGEPAGES,
     HUGEPAGES_SIZE,
+    JOB_NAME_LABEL,
     Container,
     ContainerPort,
     ContainerSecurityContext,
+    IndexedJob,
+    IndexedJobSpec,
     K8s,
     ObjectMeta,
     PodSecurityContext,
@@ -55,6 +58,8 @@ from workloads.jobs.pod import (
     PodTemplate,
     ResourceRequirements,
     SecretSource,
+    SuccessPolicy,
+    SuccessPolicyRule,
     Volume,
     VolumeMount,
     check_dns_label,
@@ -72,7 +77,6 @@ ALL_REDUCE_PERF = "/opt/nccl-tests/build/all_reduce_perf"
 OPENMPI = "/opt/amazon/openmpi"
 """The EFA installer's OpenMPI. `--prefix` makes the remote orted findable over a
 non-interactive ssh shell, whose PATH does not include it."""
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 class FabricSpec(BaseModel):
@@ -175,33 +179,6 @@ class Service(K8s):
     spec: ServiceSpec
 
 
-class SuccessPolicyRule(K8s):
-    succeeded_indexes: str
-
-
-class SuccessPolicy(K8s):
-    rules: list[SuccessPolicyRule]
-
-
-class FabricJobSpec(K8s):
-    completion_mode: Literal["Indexed"] = "Indexed"
-    completions: int
-    parallelism: int
-    backoff_limit: int = 0
-    active_deadline_seconds: int
-    ttl_seconds_after_finished: int = 24 * 3600
-    success_policy: SuccessPolicy
-    suspend: bool | None = None
-    template: PodTemplate
-
-
-class FabricJob(K8s):
-    api_version: Literal["batch/v1"] = "batch/v1"
-    kind: Literal["Job"] = "Job"
-    metadata: ObjectMeta
-    spec: FabricJobSpec
-
-
 def fabric_manifests(spec: FabricSpec) -> list[dict[str, Any]]:
     """The headless Service and the Indexed Job of one acceptance run."""
     _check(spec)
@@ -239,12 +216,14 @@ def fabric_manifests(spec: FabricSpec) -> list[dict[str, Any]]:
             selector={JOB_NAME_LABEL: spec.name}, ports=[ServicePort(name="ssh", port=SSH_PORT)]
         ),
     )
-    job = FabricJob(
+    job = IndexedJob(
         metadata=ObjectMeta(name=spec.name, namespace=spec.namespace, labels=job_labels),
-        spec=FabricJobSpec(
+        spec=IndexedJobSpec(
             completions=spec.nodes,
             parallelism=spec.nodes,
+            backoff_limit=0,
             active_deadline_seconds=spec.deadline_seconds,
+            ttl_seconds_after_finished=24 * 3600,
             success_policy=SuccessPolicy(rules=[SuccessPolicyRule(succeeded_indexes="0")]),
             suspend=True if spec.queue_name else None,
             template=PodTemplate(

@@ -298,3 +298,44 @@ def shm_volume(size: str) -> tuple[Volume, VolumeMount]:
         Volume(name="dshm", empty_dir=EmptyDirSource(medium="Memory", size_limit=size)),
         VolumeMount(name="dshm", mount_path="/dev/shm"),
     )
+
+
+# --- batch/v1 Jobs ---------------------------------------------------------------------
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+"""The label the Job controller puts on a Job's pods (and a selector of them may use)."""
+
+
+class SuccessPolicyRule(K8s):
+    succeeded_indexes: str
+
+
+class SuccessPolicy(K8s):
+    rules: list[SuccessPolicyRule]
+
+
+class IndexedJobSpec(K8s):
+    """The spec of an Indexed batch/v1 Job, with the fields the platform's Jobs set.
+
+    Each Job fills in the retry knobs it needs (a whole-Job `backoff_limit`, or per-index
+    `backoff_limit_per_index` with `max_failed_indexes`); the unset ones stay off the wire.
+    """
+
+    completion_mode: Literal["Indexed"] = "Indexed"
+    completions: int
+    parallelism: int
+    backoff_limit: int | None = None
+    backoff_limit_per_index: int | None = None
+    max_failed_indexes: int | None = None
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int
+    success_policy: SuccessPolicy | None = None
+    suspend: bool | None = None
+    template: PodTemplate
+
+
+class IndexedJob(K8s):
+    api_version: Literal["batch/v1"] = "batch/v1"
+    kind: Literal["Job"] = "Job"
+    metadata: ObjectMeta
+    spec: IndexedJobSpec
