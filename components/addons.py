@@ -49,11 +49,10 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.iam import pod_identity_trust
+from components.iam import pod_identity_role
 from infra.catalog import catalog
 from infra.config import AddonsConfig
 from workloads import kueue
@@ -310,25 +309,14 @@ class Addons(pulumi.ComponentResource):
 
         self.lbc_role_arn = None
         if cfg.load_balancer_controller:
-            role = aws.iam.Role(
+            role, association = pod_identity_role(
                 f"{name}-lbc",
-                assume_role_policy=pod_identity_trust(),
+                parent=self,
                 description="AWS Load Balancer Controller through EKS Pod Identity",
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            aws.iam.RolePolicy(
-                f"{name}-lbc",
-                role=role.name,
                 policy=json.dumps(lbc_policy()),
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            association = aws.eks.PodIdentityAssociation(
-                f"{name}-lbc",
                 cluster_name=args.cluster_name,
                 namespace="kube-system",
                 service_account=LBC_SERVICE_ACCOUNT,
-                role_arn=role.arn,
-                opts=pulumi.ResourceOptions(parent=self),
             )
             region = args.region
             # The service account comes from the association: Pod Identity injects

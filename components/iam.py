@@ -1,8 +1,11 @@
-"""Trust policies shared by the components' IAM roles."""
+"""Trust policies shared by the components' IAM roles, and the Pod Identity role they build."""
 
 from __future__ import annotations
 
 import json
+
+import pulumi
+import pulumi_aws as aws
 
 POD_IDENTITY = "pods.eks.amazonaws.com"
 """EKS Pod Identity assumes roles as this service, and tags the session."""
@@ -24,3 +27,38 @@ def service_trust(service: str, *, tag_session: bool = False) -> str:
 def pod_identity_trust() -> str:
     """The trust policy of a role handed to pods through EKS Pod Identity."""
     return service_trust(POD_IDENTITY, tag_session=True)
+
+
+def pod_identity_role(
+    name: str,
+    *,
+    parent: pulumi.Resource,
+    description: str,
+    policy: pulumi.Input[str],
+    cluster_name: pulumi.Input[str],
+    namespace: str,
+    service_account: str,
+    policy_name: str | None = None,
+) -> tuple[aws.iam.Role, aws.eks.PodIdentityAssociation]:
+    """A role with one inline policy that pods of `namespace/service_account` assume
+    through EKS Pod Identity: the role, its policy (`policy_name`, default `name`) and
+    the association, all children of `parent`.
+
+    Pod Identity injects credentials only into pods created after their association
+    exists, so whatever runs those pods should wait on the association returned.
+    """
+    child = pulumi.ResourceOptions(parent=parent)
+    role = aws.iam.Role(
+        name, assume_role_policy=pod_identity_trust(), description=description, opts=child
+    )
+    aws.iam.RolePolicy(policy_name or name, role=role.name, policy=policy, opts=child)
+    association = aws.eks.PodIdentityAssociation(
+        name,
+        cluster_name=cluster_name,
+        # Plain names: an association needs neither object to exist.
+        namespace=namespace,
+        service_account=service_account,
+        role_arn=role.arn,
+        opts=child,
+    )
+    return role, association

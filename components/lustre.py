@@ -116,26 +116,20 @@ class LustreFileSystem(pulumi.ComponentResource):
         for low, high in LUSTRE_PORTS:
             ports = f"{low}" if low == high else f"{low}-{high}"
             for peer, who in ((sg.id, "self"), (args.client_security_group_id, "nodes")):
-                aws.vpc.SecurityGroupIngressRule(
-                    f"{name}-in-{who}-{ports}",
-                    security_group_id=sg.id,
-                    referenced_security_group_id=peer,
-                    ip_protocol="tcp",
-                    from_port=low,
-                    to_port=high,
-                    description=f"Lustre {ports} from {who}",
-                    opts=child,
-                )
-                aws.vpc.SecurityGroupEgressRule(
-                    f"{name}-out-{who}-{ports}",
-                    security_group_id=sg.id,
-                    referenced_security_group_id=peer,
-                    ip_protocol="tcp",
-                    from_port=low,
-                    to_port=high,
-                    description=f"Lustre {ports} to {who}",
-                    opts=child,
-                )
+                for rule, direction, preposition in (
+                    (aws.vpc.SecurityGroupIngressRule, "in", "from"),
+                    (aws.vpc.SecurityGroupEgressRule, "out", "to"),
+                ):
+                    rule(
+                        f"{name}-{direction}-{who}-{ports}",
+                        security_group_id=sg.id,
+                        referenced_security_group_id=peer,
+                        ip_protocol="tcp",
+                        from_port=low,
+                        to_port=high,
+                        description=f"Lustre {ports} {preposition} {who}",
+                        opts=child,
+                    )
             # Lustre servers also open connections back to their clients.
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-nodes-from-fs-{ports}",

@@ -60,7 +60,7 @@ from pulumi_kubernetes.core.v1 import (
 )
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
-from components.iam import pod_identity_trust
+from components.iam import pod_identity_role, pod_identity_trust
 from infra.catalog import Chart, MonitoringPins, catalog
 from infra.config import MonitoringConfig
 from monitoring import rules
@@ -532,13 +532,14 @@ class Monitoring(pulumi.ComponentResource):
                 retention_in_days=cfg.log_retention_days,
                 opts=child,
             )
-            association = self._pod_identity(
-                name,
-                "fluent-bit",
-                "Fluent Bit writing container logs to CloudWatch Logs",
-                group.arn.apply(log_policy),
-                args.cluster_name,
-                FLUENT_BIT_SERVICE_ACCOUNT,
+            _, association = pod_identity_role(
+                f"{name}-fluent-bit",
+                parent=self,
+                description="Fluent Bit writing container logs to CloudWatch Logs",
+                policy=group.arn.apply(log_policy),
+                cluster_name=args.cluster_name,
+                namespace=NAMESPACE,
+                service_account=FLUENT_BIT_SERVICE_ACCOUNT,
             )
             release(
                 FLUENT_BIT,
@@ -550,16 +551,16 @@ class Monitoring(pulumi.ComponentResource):
         if cfg.traces:
             deps: list[pulumi.Resource] = [ns, *args.system_nodes]
             if cfg.traces_exporter == "xray":
-                deps.append(
-                    self._pod_identity(
-                        name,
-                        "otel",
-                        "OpenTelemetry collector exporting traces to AWS X-Ray",
-                        xray_policy(),
-                        args.cluster_name,
-                        OTEL_SERVICE_ACCOUNT,
-                    )
+                _, otel_association = pod_identity_role(
+                    f"{name}-otel",
+                    parent=self,
+                    description="OpenTelemetry collector exporting traces to AWS X-Ray",
+                    policy=xray_policy(),
+                    cluster_name=args.cluster_name,
+                    namespace=NAMESPACE,
+                    service_account=OTEL_SERVICE_ACCOUNT,
                 )
+                deps.append(otel_association)
             release(OTEL, otel_values(cfg, args.region), deps)
 
         self.register_outputs(
@@ -568,30 +569,4 @@ class Monitoring(pulumi.ComponentResource):
                 "releases": sorted(self.releases),
                 "log_group_name": self.log_group_name,
             }
-        )
-
-    def _pod_identity(
-        self,
-        name: str,
-        role: str,
-        description: str,
-        policy: pulumi.Input[str],
-        cluster_name: pulumi.Input[str],
-        service_account: str,
-    ) -> aws.eks.PodIdentityAssociation:
-        child = pulumi.ResourceOptions(parent=self)
-        created = aws.iam.Role(
-            f"{name}-{role}",
-            assume_role_policy=pod_identity_trust(),
-            description=description,
-            opts=child,
-        )
-        aws.iam.RolePolicy(f"{name}-{role}", role=created.name, policy=policy, opts=child)
-        return aws.eks.PodIdentityAssociation(
-            f"{name}-{role}",
-            cluster_name=cluster_name,
-            namespace=NAMESPACE,
-            service_account=service_account,
-            role_arn=created.arn,
-            opts=child,
         )

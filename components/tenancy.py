@@ -57,7 +57,7 @@ from pulumi_kubernetes.rbac.v1 import (
     SubjectArgs,
 )
 
-from components.iam import pod_identity_trust
+from components.iam import pod_identity_role
 from infra.catalog import catalog
 from infra.config import TenantConfig
 from workloads import kueue, volumes
@@ -365,29 +365,18 @@ class Tenancy(pulumi.ComponentResource):
                 opts=child,
             )
             if args.buckets is not None and cfg.s3_prefixes:
-                role = aws.iam.Role(
+                role, _ = pod_identity_role(
                     f"{prefix}-workload",
-                    assume_role_policy=pod_identity_trust(),
+                    parent=self,
                     description=f"Tenant {tenant}: service account {WORKLOAD_SERVICE_ACCOUNT}",
-                    opts=child,
-                )
-                aws.iam.RolePolicy(
-                    f"{prefix}-workload-s3",
-                    role=role.name,
                     policy=pulumi.Output.all(args.buckets.kms_key_arn, *args.buckets.arns).apply(
                         # Bound now (a closure would see the loop's last tenant).
                         functools.partial(_s3_policy_json, list(cfg.s3_prefixes), args.region)
                     ),
-                    opts=child,
-                )
-                aws.eks.PodIdentityAssociation(
-                    f"{prefix}-workload",
+                    policy_name=f"{prefix}-workload-s3",
                     cluster_name=args.cluster_name,
-                    # Plain names: an association needs neither object to exist.
                     namespace=tenant,
                     service_account=WORKLOAD_SERVICE_ACCOUNT,
-                    role_arn=role.arn,
-                    opts=child,
                 )
                 self.workload_role_arns[tenant] = role.arn
 

@@ -156,6 +156,11 @@ def _sorted_names(names: Iterable[str]) -> str:
     return ", ".join(sorted(names))
 
 
+def _not_in(what: str, where: str, names: Iterable[str]) -> str:
+    """The message of a reference to nothing: `not a pool in node_pools (h100, a100)`."""
+    return f"not a {what} in {where} ({', '.join(names) or 'none'})"
+
+
 # ---------------------------------------------------------------------------
 # Sections
 # ---------------------------------------------------------------------------
@@ -1303,7 +1308,7 @@ class PlatformConfig(_Section):
                 raise FieldError(
                     (*here, "node_pool"),
                     model.node_pool,
-                    f"not a pool in node_pools ({', '.join(self.node_pools) or 'none'})",
+                    _not_in("pool", "node_pools", self.node_pools),
                 )
             gpus = catalog().instance(pool.instance_type).gpu_count
             if model.gpus_per_replica > gpus:
@@ -1349,7 +1354,7 @@ class PlatformConfig(_Section):
                     raise FieldError(
                         ("tenants", name, key, pool),
                         pool,
-                        f"not a pool in node_pools ({', '.join(pools) or 'none'})",
+                        _not_in("pool", "node_pools", pools),
                     )
                 promised[pool] = promised.get(pool, 0) + gpus
                 if promised[pool] > self.pool_gpus(pool):
@@ -1400,7 +1405,7 @@ class PlatformConfig(_Section):
                 raise FieldError(
                     ("storage", "lustre", "node_pool"),
                     lustre.node_pool,
-                    f"not a pool in node_pools ({', '.join(self.node_pools) or 'none'})",
+                    _not_in("pool", "node_pools", self.node_pools),
                 )
             if len(self.pool_zones(pool)) != 1:
                 raise FieldError(
@@ -1413,9 +1418,7 @@ class PlatformConfig(_Section):
             refs.append((("storage", "model_weights", "bucket"), storage.model_weights.bucket))
         for path, key in refs:
             if key not in buckets:
-                raise FieldError(
-                    path, key, f"not a bucket in storage.buckets ({', '.join(buckets) or 'none'})"
-                )
+                raise FieldError(path, key, _not_in("bucket", "storage.buckets", buckets))
 
     def _adoption_refs(self, storage: StorageConfig, adoption: AdoptionConfig) -> None:
         here = ("storage", "adoption")
@@ -1431,7 +1434,7 @@ class PlatformConfig(_Section):
                 raise FieldError(
                     (*here, "buckets", key),
                     key,
-                    f"not a bucket in storage.buckets ({', '.join(storage.buckets) or 'none'})",
+                    _not_in("bucket", "storage.buckets", storage.buckets),
                 )
             if key == "logs":
                 raise FieldError(

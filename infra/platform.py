@@ -45,11 +45,6 @@ def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, st
     }
 
 
-def _kind(instance_type: str) -> str | None:
-    acc = catalog().instance(instance_type).accelerator
-    return acc.kind if acc else None
-
-
 def pool_capacities(cfg: PlatformConfig) -> list[kueue.PoolCapacity]:
     """Each GPU pool at its max size, for Kueue's flavors and the cohort's capacity."""
     out = []
@@ -170,9 +165,9 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         TenancyArgs(
             tenants=cfg.tenants,
             gpu_resources={
-                name: catalog().accelerator_kinds[kind].resource
+                name: kind.resource
                 for name, pool in cfg.node_pools.items()
-                if (kind := _kind(pool.instance_type))
+                if (kind := catalog().accelerator_kind(pool.instance_type))
             },
             cluster_name=cluster.name,
             region=cfg.region,

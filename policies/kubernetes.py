@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from pulumi_policy import (
+    PolicyResource,
     ResourceValidationArgs,
     StackValidationArgs,
 )
 
-from policies.props import Report, get, is_map, items, known, of_type, plain
+from policies.props import Report, depends_on, get, is_map, items, known, of_type, plain
 
 ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 GPU_TAINTS = ("nvidia.com/gpu", "aws.amazon.com/neuron")
@@ -252,16 +253,28 @@ def k8s_no_privileged(args: ResourceValidationArgs, report: Report) -> None:
                 report(f"container {get(container, 'name')} of {kind} {name} is privileged")
 
 
+def _uncovered(
+    namespaces: list[PolicyResource], objects: list[PolicyResource]
+) -> list[tuple[str, PolicyResource]]:
+    """(name, Namespace) of each namespace that none of the namespaced `objects` lives in.
+
+    An object names its namespace (none: `default`), or takes it from the Namespace (a
+    dependency edge).
+    """
+    covered = {known(lambda o=o: _namespace(o.props), None) for o in objects}
+    out = []
+    for ns in namespaces:
+        name = known(lambda ns=ns: get(ns.props, "metadata", "name"), None) or ns.name
+        if name not in covered and not any(depends_on(o, ns) for o in objects):
+            out.append((name, ns))
+    return out
+
+
 def k8s_namespace_quota(args: StackValidationArgs, report: Report) -> None:
     """Every namespace the stack creates has a ResourceQuota (no tenant takes every GPU)."""
     quotas = of_type(args.resources, RESOURCE_QUOTA)
-    named = {known(lambda q=q: _namespace(q.props), None) for q in quotas}
-    for ns in of_type(args.resources, NAMESPACE):
-        name = known(lambda ns=ns: get(ns.props, "metadata", "name"), None) or ns.name
-        # A quota names its namespace, or takes it from the Namespace (a dependency).
-        linked = any(any(d.urn == ns.urn for d in q.dependencies) for q in quotas)
-        if name not in named and not linked:
-            report(f"namespace {name} has no ResourceQuota", ns.urn)
+    for name, ns in _uncovered(of_type(args.resources, NAMESPACE), quotas):
+        report(f"namespace {name} has no ResourceQuota", ns.urn)
 
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -294,15 +307,10 @@ def helm_chart_pinned(args: ResourceValidationArgs, report: Report) -> None:
             report(f"{directory} has no fixed ?ref= (a tag or commit); it follows a branch")
 
 
-def _is_local_queue(resource_type: str) -> bool:
+def _is_kueue(resource_type: str, kind: str) -> bool:
+    """A Kueue object of `kind`, at any API version."""
     return resource_type.startswith("kubernetes:kueue.x-k8s.io/") and resource_type.endswith(
-        ":LocalQueue"
-    )
-
-
-def _is_cluster_queue(resource_type: str) -> bool:
-    return resource_type.startswith("kubernetes:kueue.x-k8s.io/") and resource_type.endswith(
-        ":ClusterQueue"
+        f":{kind}"
     )
 
 
@@ -312,18 +320,16 @@ TENANT_LABEL = "llm-platform/tenant"
 def kueue_local_queue_per_namespace(args: StackValidationArgs, report: Report) -> None:
     """Where Kueue runs (a ClusterQueue exists), every tenant namespace (label
     `llm-platform/tenant`) has a LocalQueue, so its jobs are queued and held to quota."""
-    if not any(_is_cluster_queue(r.resource_type) for r in args.resources):
+    if not any(_is_kueue(r.resource_type, "ClusterQueue") for r in args.resources):
         return
-    queues = [r for r in args.resources if _is_local_queue(r.resource_type)]
-    queued = {known(lambda q=q: get(q.props, "metadata", "namespace"), None) for q in queues}
-    for ns in of_type(args.resources, NAMESPACE):
-        labels = known(lambda ns=ns: _labels(get(ns.props, "metadata")), {})
-        if TENANT_LABEL not in labels:
-            continue
-        name = known(lambda ns=ns: get(ns.props, "metadata", "name"), None) or ns.name
-        linked = any(any(d.urn == ns.urn for d in q.dependencies) for q in queues)
-        if name not in queued and not linked:
-            report(f"tenant namespace {name} has no Kueue LocalQueue", ns.urn)
+    queues = [r for r in args.resources if _is_kueue(r.resource_type, "LocalQueue")]
+    tenants = [
+        ns
+        for ns in of_type(args.resources, NAMESPACE)
+        if TENANT_LABEL in known(lambda ns=ns: _labels(get(ns.props, "metadata")), {})
+    ]
+    for name, ns in _uncovered(tenants, queues):
+        report(f"tenant namespace {name} has no Kueue LocalQueue", ns.urn)
 
 
 INGRESS = "kubernetes:networking.k8s.io/v1:Ingress"

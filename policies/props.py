@@ -125,15 +125,16 @@ def deps_of_type(resource: PolicyResource, *types: str) -> list[PolicyResource]:
     return [d for d in resource.dependencies if d.resource_type in types]
 
 
+def depends_on(resource: PolicyResource, target: PolicyResource) -> bool:
+    """Whether `resource` has a data or ordering edge to `target`."""
+    return any(d.urn == target.urn for d in resource.dependencies)
+
+
 def dependents(
     resources: Iterable[PolicyResource], target: PolicyResource, *types: str
 ) -> list[PolicyResource]:
     """The resources of `types` that depend on `target`."""
-    return [
-        r
-        for r in resources
-        if r.resource_type in types and any(d.urn == target.urn for d in r.dependencies)
-    ]
+    return [r for r in resources if r.resource_type in types and depends_on(r, target)]
 
 
 def tags_of(props: Any, key: str = "tags") -> dict[str, str]:

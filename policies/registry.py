@@ -45,6 +45,16 @@ def _r(
     return Rule(name, description, level, kind, validate, domain, config or {})
 
 
+def _tag_keys(description: str) -> dict[str, Any]:
+    """The `tags` property of a tag rule: a list of tag keys, by default the platform's."""
+    return {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": description,
+        "default": tags.DEFAULT_REQUIRED,
+    }
+
+
 M: Level = "mandatory"
 A: Level = "advisory"
 RES: Kind = "resource"
@@ -126,28 +136,14 @@ RULES: list[Rule] = [
         M,
         RES,
         tags.required_tags,
-        {
-            "tags": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "Tag keys every taggable AWS resource carries.",
-                "default": tags.DEFAULT_REQUIRED,
-            }
-        },
+        {"tags": _tag_keys("Tag keys every taggable AWS resource carries.")},
     ),
     _r(
         "launch-template-tag-specifications",
         M,
         RES,
         tags.launch_template_tag_specifications,
-        {
-            "tags": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "Tag keys instances and volumes carry.",
-                "default": tags.DEFAULT_REQUIRED,
-            }
-        },
+        {"tags": _tag_keys("Tag keys instances and volumes carry.")},
     ),
     # Cost
     _r("spot-requires-checkpointing", M, RES, cost.spot_requires_checkpointing),

@@ -97,12 +97,19 @@ def _log_targets(resources: Sequence[PolicyResource]) -> set[str]:
     return targets
 
 
+def _named_precious(bucket: PolicyResource) -> bool:
+    """A checkpoints or models bucket, by its resource or physical name."""
+    names = [bucket.name, _physical(bucket) or ""]
+    return any(n.rstrip("-").endswith(PRECIOUS_SUFFIXES) for n in names)
+
+
+def _tagged_replica(bucket: PolicyResource) -> bool:
+    return tags_of(bucket.props).get("llm-platform/bucket-role") == "replica"
+
+
 def is_precious(resources: Sequence[PolicyResource], bucket: PolicyResource) -> bool:
     """Checkpoints, models, and both ends of a replication rule."""
-    names = [bucket.name, _physical(bucket) or ""]
-    if any(n.rstrip("-").endswith(PRECIOUS_SUFFIXES) for n in names):
-        return True
-    if tags_of(bucket.props).get("llm-platform/bucket-role") == "replica":
+    if _named_precious(bucket) or _tagged_replica(bucket):
         return True
     # The source (its `bucket`) and the replica (its destination) both feed the rule.
     return bool(_attached(resources, bucket, REPLICATION))
@@ -321,10 +328,7 @@ def precious_replicated(args: StackValidationArgs, report: Report) -> None:
     """Checkpoint and model buckets replicate to another region: without a replica a region
     loss takes them with it, and a recovery stack has nothing to adopt (unbounded RPO)."""
     for bucket in _buckets(args):
-        names = [bucket.name, _physical(bucket) or ""]
-        if not any(n.rstrip("-").endswith(PRECIOUS_SUFFIXES) for n in names):
-            continue
-        if tags_of(bucket.props).get("llm-platform/bucket-role") == "replica":
+        if not _named_precious(bucket) or _tagged_replica(bucket):
             continue
         if _attached(args.resources, bucket, REPLICATION):
             continue

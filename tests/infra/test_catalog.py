@@ -5,11 +5,8 @@ from __future__ import annotations
 import datetime
 
 import botocore.session
-import pytest
 
 from infra.catalog import catalog
-from infra.config import load_config
-from tests.conftest import STACKS, raw_stack
 
 _session = botocore.session.get_session()
 EC2 = _session.get_service_model("ec2")
@@ -77,13 +74,6 @@ def test_vpc_cni_supports_efa_only_interfaces() -> None:
     floor = _semver(eks.vpc_cni_min_version_for_efa_only)
     for pins in eks.versions.values():
         assert _semver(pins.addons["vpc-cni"].version) >= floor
-
-
-@pytest.mark.parametrize("stack", STACKS)
-def test_stacks_use_only_catalog_instance_types(stack: str) -> None:
-    cfg = load_config(raw_stack(stack))
-    for pool in cfg.node_pools.values():
-        assert pool.instance_type in catalog().instances
 
 
 FSX = _session.get_service_model("fsx")

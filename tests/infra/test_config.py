@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any
 
 import pytest
 import yaml
 
-from infra.config import ConfigError, PlatformConfig, load_config
-from tests.conftest import STACKS, merge, raw_stack, with_section
-
-
-def error_for(raw: dict[str, Any]) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_config(raw)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
+from infra.config import PlatformConfig, load_config
+from tests.conftest import STACKS, config_error, merge, raw_stack, with_section
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -54,7 +45,7 @@ def test_defaults_are_safe_and_cheap() -> None:
 
 def test_unknown_instance_type_names_the_key_and_the_choices() -> None:
     raw = with_section("pretrain", "node_pools", {"h100": {"instance_type": "p5.49xlarge"}})
-    message = error_for(raw)
+    message = config_error(raw)
     assert message.startswith(
         "config error: llm-platform:node_pools.h100.instance_type = 'p5.49xlarge': "
         "not an instance type in the catalog; use one of "
@@ -66,7 +57,7 @@ def test_efa_on_a_type_without_efa() -> None:
     raw = with_section(
         "inference", "node_pools", {"l40s": {"efa": True, "availability_zones": ["us-east-1a"]}}
     )
-    assert error_for(raw).startswith(
+    assert config_error(raw).startswith(
         "config error: llm-platform:node_pools.l40s.efa = True: g6e.12xlarge has no EFA "
         "interfaces; set efa: false or use one of "
     )
@@ -76,7 +67,7 @@ def test_efa_pool_spread_over_two_subnets() -> None:
     raw = with_section(
         "pretrain", "node_pools", {"h100": {"availability_zones": ["us-east-1a", "us-east-1b"]}}
     )
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:node_pools.h100.availability_zones = "
         "['us-east-1a', 'us-east-1b']: an EFA pool must sit in one subnet (one AZ); "
         "list exactly one"
@@ -85,7 +76,7 @@ def test_efa_pool_spread_over_two_subnets() -> None:
 
 def test_efa_pool_without_an_az() -> None:
     raw = with_section("pretrain", "node_pools", {"h100": {"availability_zones": None}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:node_pools.h100.availability_zones = <missing>: "
         "an EFA pool sits in one subnet: name exactly one AZ"
     )
@@ -93,7 +84,7 @@ def test_efa_pool_without_an_az() -> None:
 
 def test_desired_size_outside_min_max() -> None:
     raw = with_section("pretrain", "node_pools", {"h100": {"desired_size": 20}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:node_pools.h100.desired_size = 20: "
         "must lie in min_size..max_size (16..16)"
     )
@@ -101,14 +92,14 @@ def test_desired_size_outside_min_max() -> None:
 
 def test_min_above_max() -> None:
     raw = with_section("finetune", "node_pools", {"h100": {"min_size": 3}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:node_pools.h100.min_size = 3: must not exceed max_size (2)"
     )
 
 
 def test_capacity_block_without_reservation_id() -> None:
     raw = with_section("pretrain", "node_pools", {"h100-block": {"capacity_reservation_id": None}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:node_pools.h100-block.capacity_reservation_id = <missing>: "
         "required with capacity_type CAPACITY_BLOCK: the block's id, cr-..."
     )
@@ -126,7 +117,7 @@ def test_capacity_block_on_a_type_not_sold_as_blocks() -> None:
             }
         },
     )
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:node_pools.l40s.capacity_type = 'CAPACITY_BLOCK': "
         "g6e.12xlarge is not sold as a capacity block; use ON_DEMAND or SPOT"
     )
@@ -136,7 +127,7 @@ def test_malformed_reservation_id() -> None:
     raw = with_section(
         "pretrain", "node_pools", {"h100-block": {"capacity_reservation_id": "block-1"}}
     )
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:node_pools.h100-block.capacity_reservation_id = 'block-1': "
         "not a capacity reservation id; e.g. cr-0123456789abcdef0"
     )
@@ -146,17 +137,17 @@ def test_spot_with_a_reservation() -> None:
     raw = with_section(
         "finetune", "node_pools", {"a100-spot": {"capacity_reservation_id": "cr-0123456789abcdef0"}}
     )
-    assert "spot capacity cannot use a reservation" in error_for(raw)
+    assert "spot capacity cannot use a reservation" in config_error(raw)
 
 
 def test_cidr_that_does_not_fit() -> None:
     raw = with_section("pretrain", "network", {"vpc_cidr": "10.10.0.0/20"})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:network.vpc_cidr = '10.10.0.0/20': "
         "a /18 private subnet is larger than the /20 VPC"
     )
     raw = with_section("pretrain", "network", {"vpc_cidr": "10.10.0.0/17"})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:network.vpc_cidr = '10.10.0.0/17': "
         "3 AZs x (/18 private + /24 public) need 49920 addresses but the /17 VPC has 32768; "
         "use a larger VPC or longer subnet prefixes"
@@ -165,21 +156,21 @@ def test_cidr_that_does_not_fit() -> None:
 
 def test_cidr_that_is_not_a_cidr() -> None:
     raw = with_section("pretrain", "network", {"vpc_cidr": "10.10.0.0/33"})
-    assert error_for(raw).startswith(
+    assert config_error(raw).startswith(
         "config error: llm-platform:network.vpc_cidr = '10.10.0.0/33': not an IPv4 CIDR"
     )
 
 
 def test_public_vpc_cidr_is_refused() -> None:
     raw = with_section("pretrain", "network", {"vpc_cidr": "8.8.0.0/16"})
-    assert "must be a private (RFC 1918) range" in error_for(raw)
+    assert "must be a private (RFC 1918) range" in config_error(raw)
 
 
 def test_az_outside_the_region() -> None:
     raw = with_section(
         "pretrain", "network", {"availability_zones": ["us-east-1a", "us-west-2b", "us-east-1c"]}
     )
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:network.availability_zones.1 = 'us-west-2b': "
         "is not in aws:region us-east-1"
     )
@@ -187,7 +178,7 @@ def test_az_outside_the_region() -> None:
 
 def test_pool_az_outside_the_network() -> None:
     raw = with_section("finetune", "node_pools", {"h100": {"availability_zones": ["us-west-2c"]}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:node_pools.h100.availability_zones.0 = 'us-west-2c': "
         "not one of network.availability_zones (us-west-2a, us-west-2b)"
     )
@@ -195,7 +186,7 @@ def test_pool_az_outside_the_network() -> None:
 
 def test_typo_in_a_key_lists_the_known_keys() -> None:
     raw = with_section("pretrain", "network", {"nat_gateway": "single"})
-    message = error_for(raw)
+    message = config_error(raw)
     assert message.startswith(
         "config error: llm-platform:network.nat_gateway = 'single': unknown key; known keys here: "
     )
@@ -204,14 +195,14 @@ def test_typo_in_a_key_lists_the_known_keys() -> None:
 
 def test_typo_in_a_section_name() -> None:
     raw = merge(raw_stack("pretrain"), {"llm-platform:node_pool": {}})
-    message = error_for(raw)
+    message = config_error(raw)
     assert message.startswith("config error: llm-platform:node_pool = {}: unknown key")
     assert "node_pools" in message
 
 
 def test_bad_literal_says_what_is_allowed() -> None:
     raw = with_section("finetune", "node_pools", {"a100-spot": {"capacity_type": "spot"}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:node_pools.a100-spot.capacity_type = 'spot': "
         "Input should be 'ON_DEMAND', 'SPOT' or 'CAPACITY_BLOCK'"
     )
@@ -220,18 +211,18 @@ def test_bad_literal_says_what_is_allowed() -> None:
 def test_missing_required_section() -> None:
     raw = raw_stack("pretrain")
     del raw["llm-platform:tags"]
-    assert error_for(raw) == "config error: llm-platform:tags = <missing>: required"
+    assert config_error(raw) == "config error: llm-platform:tags = <missing>: required"
 
 
 def test_missing_region() -> None:
     raw = raw_stack("pretrain")
     del raw["aws:region"]
-    assert error_for(raw) == "config error: aws:region = <missing>: required"
+    assert config_error(raw) == "config error: aws:region = <missing>: required"
 
 
 def test_public_endpoint_needs_cidrs_and_refuses_the_internet() -> None:
     raw = with_section("pretrain", "cluster", {"endpoint_public_access": True})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:cluster.public_access_cidrs = []: "
         "a public endpoint needs the CIDRs allowed to reach it"
     )
@@ -240,7 +231,7 @@ def test_public_endpoint_needs_cidrs_and_refuses_the_internet() -> None:
         "cluster",
         {"endpoint_public_access": True, "public_access_cidrs": ["0.0.0.0/0"]},
     )
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:cluster.public_access_cidrs.0 = '0.0.0.0/0': "
         "opens the API to the internet; list your CIDRs"
     )
@@ -248,7 +239,7 @@ def test_public_endpoint_needs_cidrs_and_refuses_the_internet() -> None:
 
 def test_audit_logs_cannot_be_turned_off() -> None:
     raw = with_section("pretrain", "cluster", {"log_types": ["api"]})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:cluster.log_types = ['api']: "
         "must include audit: who changed what is not optional"
     )
@@ -256,21 +247,25 @@ def test_audit_logs_cannot_be_turned_off() -> None:
 
 def test_unsupported_kubernetes_version() -> None:
     raw = with_section("pretrain", "cluster", {"version": "1.27"})
-    assert error_for(raw).startswith(
+    assert config_error(raw).startswith(
         "config error: llm-platform:cluster.version = '1.27': not a supported EKS version"
     )
 
 
 def test_cpu_type_in_a_gpu_pool_and_gpu_type_in_the_system_pool() -> None:
     raw = with_section("finetune", "node_pools", {"h100": {"instance_type": "m7i.4xlarge"}})
-    assert error_for(raw).endswith("has no accelerator; CPU nodes belong in system_pool")
+    assert config_error(raw).endswith("has no accelerator; CPU nodes belong in system_pool")
     raw = with_section("finetune", "system_pool", {"instance_type": "p4d.24xlarge"})
-    assert error_for(raw).endswith("is an accelerated type; the system pool runs CPU add-ons only")
+    assert config_error(raw).endswith(
+        "is an accelerated type; the system pool runs CPU add-ons only"
+    )
 
 
 def test_bad_pool_name() -> None:
     raw = with_section("finetune", "node_pools", {"H100_big": {"instance_type": "p5.48xlarge"}})
-    assert error_for(raw).startswith("config error: llm-platform:node_pools.H100_big = 'H100_big'")
+    assert config_error(raw).startswith(
+        "config error: llm-platform:node_pools.H100_big = 'H100_big'"
+    )
 
 
 def test_placement_group_defaults_follow_capacity() -> None:

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from infra.config import ConfigError, load_config
-from tests.conftest import raw_stack, with_section
-
-
-def error_for(raw: dict[str, Any]) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_config(raw)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
+from infra.config import load_config
+from tests.conftest import config_error, raw_stack, with_section
 
 
 def checkpoints_rule(*steps: tuple[int, str], expire: int | None = None) -> dict[str, Any]:
@@ -30,7 +20,7 @@ KEY = "config error: llm-platform:storage.buckets.checkpoints.lifecycle.0"
 
 def test_transitions_must_increase() -> None:
     raw = checkpoints_rule((40, "STANDARD_IA"), (30, "GLACIER_IR"))
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         f"{KEY}.transitions.1.days = 30: transitions must be in increasing days; "
         "step 0 is at 40 days"
     )
@@ -38,7 +28,7 @@ def test_transitions_must_increase() -> None:
 
 def test_standard_ia_before_30_days() -> None:
     raw = checkpoints_rule((14, "STANDARD_IA"))
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         f"{KEY}.transitions.0.days = 14: S3 moves objects to STANDARD_IA only after 30 days; "
         "use 30 or more"
     )
@@ -46,7 +36,7 @@ def test_standard_ia_before_30_days() -> None:
 
 def test_minimum_storage_duration_broken_by_the_next_step() -> None:
     raw = checkpoints_rule((30, "STANDARD_IA"), (45, "GLACIER_IR"))
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         f"{KEY}.transitions.1.days = 45: STANDARD_IA bills at least 30 days, so the move to "
         "GLACIER_IR before day 60 pays for storage it no longer has"
     )
@@ -54,7 +44,7 @@ def test_minimum_storage_duration_broken_by_the_next_step() -> None:
 
 def test_minimum_storage_duration_broken_by_expiry() -> None:
     raw = checkpoints_rule((14, "INTELLIGENT_TIERING"), (90, "GLACIER_IR"), expire=120)
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         f"{KEY}.expire_days = 120: GLACIER_IR bills at least 90 days, so expiry before day "
         "180 pays for storage it no longer has"
     )
@@ -62,17 +52,17 @@ def test_minimum_storage_duration_broken_by_expiry() -> None:
 
 def test_transition_against_the_waterfall() -> None:
     raw = checkpoints_rule((90, "GLACIER_IR"), (200, "STANDARD_IA"))
-    assert error_for(raw).startswith(
+    assert config_error(raw).startswith(
         f"{KEY}.transitions.1.storage_class = 'STANDARD_IA': S3 cannot move objects from "
         "GLACIER_IR to STANDARD_IA"
     )
     raw = checkpoints_rule((30, "ONEZONE_IA"), (90, "GLACIER_IR"))
-    assert "cannot move objects from ONEZONE_IA to GLACIER_IR" in error_for(raw)
+    assert "cannot move objects from ONEZONE_IA to GLACIER_IR" in config_error(raw)
 
 
 def test_unknown_storage_class() -> None:
     raw = checkpoints_rule((30, "GLACIER_DEEP"))
-    assert error_for(raw).startswith(
+    assert config_error(raw).startswith(
         f"{KEY}.transitions.0.storage_class = 'GLACIER_DEEP': Input should be "
     )
 
@@ -91,7 +81,7 @@ def test_precious_bucket_cannot_drop_versioning() -> None:
     raw = with_section(
         "pretrain", "storage", {"buckets": {"models": {"versioning": False, "replicate": False}}}
     )
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.buckets.models.versioning = False: "
         "a precious bucket is versioned; remove versioning: false"
     )
@@ -99,14 +89,14 @@ def test_precious_bucket_cannot_drop_versioning() -> None:
 
 def test_replication_needs_versioning_and_a_region() -> None:
     raw = with_section("inference", "storage", {"buckets": {"logs": {"replicate": True}}})
-    assert "S3 replicates only versioned buckets" in error_for(raw)
+    assert "S3 replicates only versioned buckets" in config_error(raw)
     raw = with_section("finetune", "storage", {"buckets": {"models": {"replicate": True}}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.replication.region = <missing>: "
         "buckets models replicate: name the disaster-recovery region"
     )
     raw = with_section("pretrain", "storage", {"replication": {"region": "us-east-1"}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.replication.region = 'us-east-1': "
         "is the stack's own region; replicate to another region than us-east-1"
     )
@@ -115,7 +105,7 @@ def test_replication_needs_versioning_and_a_region() -> None:
 def test_logs_bucket_is_required() -> None:
     raw = raw_stack("inference")
     del raw["llm-platform:storage"]["buckets"]["logs"]
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.buckets = {'models': {'precious': True, "
         "'initial_gb': 3000, 'daily_write_gb': 20}}: declare a `logs` bucket: every bucket "
         "sends its access logs there"
@@ -124,12 +114,12 @@ def test_logs_bucket_is_required() -> None:
 
 def test_lustre_capacity_and_throughput() -> None:
     raw = with_section("pretrain", "storage", {"lustre": {"storage_capacity_gib": 3000}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.lustre.storage_capacity_gib = 3000: "
         "PERSISTENT_2 takes 1200 GiB or a multiple of 2400 GiB"
     )
     raw = with_section("pretrain", "storage", {"lustre": {"throughput_per_tib": 200}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.lustre.throughput_per_tib = 200: "
         "Input should be 125, 250, 500 or 1000"
     )
@@ -137,19 +127,19 @@ def test_lustre_capacity_and_throughput() -> None:
 
 def test_lustre_metadata_iops() -> None:
     raw = with_section("pretrain", "storage", {"lustre": {"metadata_iops": 5000}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.lustre.metadata_iops = 5000: USER_PROVISIONED "
         "needs 1500, 3000, 6000, or a multiple of 12000 up to 192000"
     )
     raw = with_section(
         "pretrain", "storage", {"lustre": {"metadata_mode": "AUTOMATIC", "metadata_iops": 3000}}
     )
-    assert "only applies with metadata_mode: USER_PROVISIONED" in error_for(raw)
+    assert "only applies with metadata_mode: USER_PROVISIONED" in config_error(raw)
 
 
 def test_lustre_beside_a_single_az_pool_and_existing_buckets() -> None:
     raw = with_section("pretrain", "storage", {"lustre": {"datasets_bucket": "corpus"}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.lustre.datasets_bucket = 'corpus': not a bucket in "
         "storage.buckets (datasets, checkpoints, models, logs)"
     )
@@ -161,12 +151,12 @@ def test_lustre_beside_a_single_az_pool_and_existing_buckets() -> None:
             "lustre": {"node_pool": "l40s"},
         },
     )
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.lustre.node_pool = 'l40s': spans several AZs; "
         "the file system sits in one subnet beside one single-AZ pool"
     )
     raw = with_section("pretrain", "storage", {"lustre": {"node_pool": "a100"}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.lustre.node_pool = 'a100': not a pool in "
         "node_pools (h100, h100-block)"
     )
@@ -174,14 +164,14 @@ def test_lustre_beside_a_single_az_pool_and_existing_buckets() -> None:
 
 def test_bucket_name_prefix_must_be_a_valid_bucket_name() -> None:
     raw = with_section("pretrain", "storage", {"bucket_name_prefix": "Acme_LLM"})
-    assert error_for(raw).startswith(
+    assert config_error(raw).startswith(
         "config error: llm-platform:storage.bucket_name_prefix = 'Acme_LLM': bucket names take"
     )
 
 
 def test_namespaces_are_checked() -> None:
     raw = with_section("inference", "storage", {"model_weights": {"namespaces": ["Serving"]}})
-    assert error_for(raw) == (
+    assert config_error(raw) == (
         "config error: llm-platform:storage.model_weights.namespaces.0 = 'Serving': "
         "not a Kubernetes namespace name (RFC 1123 label)"
     )

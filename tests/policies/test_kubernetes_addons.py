@@ -49,6 +49,17 @@ def test_local_queue_rule_fires_for_a_tenant_namespace_without_a_queue(plan) -> 
     assert names(hits(p, "kueue-local-queue-per-namespace")) == {"tenancy-eval-ns"}
 
 
+def test_local_queue_rule_follows_the_queue_to_its_namespace(plan) -> None:
+    p = plan("finetune")
+    queue = res(p, "tenancy-eval-local-queue")
+    namespace = res(p, "tenancy-eval-ns")
+    queue["inputs"]["metadata"]["namespace"] = "eval-xyz"  # an auto-named namespace
+    assert namespace["urn"] in queue["dependencies"]
+    assert hits(p, "kueue-local-queue-per-namespace") == []
+    queue["dependencies"].remove(namespace["urn"])
+    assert names(hits(p, "kueue-local-queue-per-namespace")) == {"tenancy-eval-ns"}
+
+
 def test_local_queue_rule_ignores_other_namespaces_and_stacks_without_kueue(plan) -> None:
     p = plan("finetune")
     add(

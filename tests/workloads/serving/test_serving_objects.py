@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from infra.catalog import catalog
-from infra.config import ConfigError, ServingModelConfig, ServingScheduleConfig, load_config
-from tests.conftest import merge, raw_stack
+from infra.config import ServingModelConfig, ServingScheduleConfig, load_config
+from tests.conftest import config_error, merge, raw_stack
 from workloads.serving import gateway, keda, vllm
 
 
@@ -31,8 +31,9 @@ def test_vllm_args_carry_tensor_parallelism_length_and_quantization() -> None:
 def test_a_replica_takes_its_share_of_the_node() -> None:
     itype = catalog().instance("g6e.12xlarge")  # 48 vCPUs, 4 GPUs
     cpu, memory = vllm.replica_resources(_model(gpus_per_replica=2), itype)
-    assert 0 < cpu <= itype.vcpus / 2
-    assert 0 < memory <= itype.memory_gib / 2
+    # Half the node (2 of 4 GPUs), less the node's reserve: most of the half, never more.
+    assert 0.8 * itype.vcpus / 2 <= cpu <= itype.vcpus / 2
+    assert 0.8 * itype.memory_gib / 2 <= memory <= itype.memory_gib / 2
 
 
 def test_scaled_object_scales_to_zero_outside_hours_and_to_min_inside() -> None:
@@ -105,14 +106,6 @@ def _serving(**overrides: Any) -> dict[str, Any]:
     return raw
 
 
-def _error(raw: dict[str, Any]) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_config(raw)
-    text = str(info.value)
-    assert "\n" not in text
-    return text
-
-
 def test_the_inference_stack_serves_two_models() -> None:
     cfg = load_config(raw_stack("inference"))
     assert cfg.serving is not None
@@ -134,18 +127,18 @@ def test_model_errors_are_one_line_naming_the_key(change, key, words) -> None:
     raw = raw_stack("inference")
     models = raw["llm-platform:serving"]["models"]
     raw["llm-platform:serving"]["models"] = [{**models[0], **change}, *models[1:]]
-    text = _error(raw)
+    text = config_error(raw)
     assert f"llm-platform:{key} = " in text and words in text
 
 
 def test_section_errors() -> None:
-    assert "ACM certificate" in _error(_serving(certificate_arn="arn:aws:iam::1:role/x"))
-    assert "daily cron" in _error(_serving(schedule={"start": "*/5 * * * *"}))
-    assert "IANA" in _error(_serving(schedule={"timezone": "Mars/Olympus"}))
-    assert "twice" in _error(_serving(api={"clients": ["a", "a"]}))
+    assert "ACM certificate" in config_error(_serving(certificate_arn="arn:aws:iam::1:role/x"))
+    assert "daily cron" in config_error(_serving(schedule={"start": "*/5 * * * *"}))
+    assert "IANA" in config_error(_serving(schedule={"timezone": "Mars/Olympus"}))
+    assert "twice" in config_error(_serving(api={"clients": ["a", "a"]}))
     raw = raw_stack("inference")
     raw["llm-platform:storage"] = merge(raw["llm-platform:storage"], {"model_weights": None})
-    assert "storage.model_weights" in _error(raw)
+    assert "storage.model_weights" in config_error(raw)
     raw = raw_stack("inference")
     raw["llm-platform:addons"] = {"load_balancer_controller": False}
-    assert "Load Balancer Controller" in _error(raw)
+    assert "Load Balancer Controller" in config_error(raw)
