@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.config import AlertThresholds
+from monitoring.rules import ERROR_RATIO_WINDOWS, FAST_BURN, SLOW_BURN, error_ratio
 
 DASHBOARDS_DIR = Path(__file__).with_name("dashboards")
 SCHEMA_VERSION = 39
@@ -44,6 +45,13 @@ def _target(expr: str, legend: str, ref: str) -> dict[str, Any]:
 
 def _targets(queries: list[tuple[str, str]]) -> list[dict[str, Any]]:
     return [_target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)]
+
+
+def _by(label: str, aggregation: str, expr: str, suffix: str = "") -> tuple[str, str]:
+    """`aggregation by (label) (expr)` with the legend `{{label}}`: one series per value of the
+    grouping label, named by it, so the query and its legend cannot name different labels."""
+    legend = f"{{{{{label}}}}} {suffix}" if suffix else f"{{{{{label}}}}}"
+    return f"{aggregation} by ({label}) ({expr})", legend
 
 
 def timeseries(
@@ -204,7 +212,7 @@ def _dashboard(
 
 
 def cluster_gpus() -> dict[str, Any]:
-    by_node = "by (Hostname)"
+    node = "Hostname"
     nvlink_errors = [
         ("REPLAY", "replay"),
         ("RECOVERY", "recovery"),
@@ -214,27 +222,28 @@ def cluster_gpus() -> dict[str, Any]:
     gpus = [
         timeseries(
             "GPU utilisation per node (mean of its GPUs)",
-            [(f"avg {by_node} (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}")],
+            [_by(node, "avg", "DCGM_FI_DEV_GPU_UTIL")],
             unit="percent",
             minimum=0,
             maximum=100,
         ),
         timeseries(
             "GPU temperature per node (hottest GPU)",
-            [(f"max {by_node} (DCGM_FI_DEV_GPU_TEMP)", "{{Hostname}}")],
+            [_by(node, "max", "DCGM_FI_DEV_GPU_TEMP")],
             unit="celsius",
         ),
         timeseries(
             "GPU power per node",
-            [(f"sum {by_node} (DCGM_FI_DEV_POWER_USAGE)", "{{Hostname}}")],
+            [_by(node, "sum", "DCGM_FI_DEV_POWER_USAGE")],
             unit="watt",
         ),
         timeseries(
             "GPU memory used per node",
             [
                 (
-                    f"sum {by_node} (DCGM_FI_DEV_FB_USED) / "
-                    f"(sum {by_node} (DCGM_FI_DEV_FB_USED) + sum {by_node} (DCGM_FI_DEV_FB_FREE))",
+                    f"sum by ({node}) (DCGM_FI_DEV_FB_USED) / "
+                    f"(sum by ({node}) (DCGM_FI_DEV_FB_USED) "
+                    f"+ sum by ({node}) (DCGM_FI_DEV_FB_FREE))",
                     "{{Hostname}}",
                 )
             ],
@@ -244,12 +253,12 @@ def cluster_gpus() -> dict[str, Any]:
         ),
         timeseries(
             "GPU memory free per node",
-            [(f"sum {by_node} (DCGM_FI_DEV_FB_FREE)", "{{Hostname}}")],
+            [_by(node, "sum", "DCGM_FI_DEV_FB_FREE")],
             unit="mbytes",
         ),
         timeseries(
             "SM clock per node (slowest GPU)",
-            [(f"min {by_node} (DCGM_FI_DEV_SM_CLOCK)", "{{Hostname}}")],
+            [_by(node, "min", "DCGM_FI_DEV_SM_CLOCK")],
             unit="rotmhz",
             description="A drop at full load means thermal or power throttling.",
         ),
@@ -268,14 +277,8 @@ def cluster_gpus() -> dict[str, Any]:
         timeseries(
             "ECC errors per node",
             [
-                (
-                    f"sum {by_node} (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{RATE}]))",
-                    "{{Hostname}} double-bit",
-                ),
-                (
-                    f"sum {by_node} (increase(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL[{RATE}]))",
-                    "{{Hostname}} single-bit",
-                ),
+                _by(node, "sum", f"increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{RATE}])", "double-bit"),
+                _by(node, "sum", f"increase(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL[{RATE}])", "single-bit"),
             ],
             description="Any double-bit error: drain the node.",
         ),
@@ -296,29 +299,31 @@ def cluster_gpus() -> dict[str, Any]:
     fabric = [
         timeseries(
             "NVLink bandwidth per node",
-            [(f"sum {by_node} (rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL[{RATE}]))", "{{Hostname}}")],
+            [_by(node, "sum", f"rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL[{RATE}])")],
             description="Rate of DCGM's NVLink bandwidth counter, all links of all GPUs.",
         ),
         timeseries(
             "PCIe bandwidth per node",
             [
-                (f"sum {by_node} (DCGM_FI_PROF_PCIE_TX_BYTES)", "{{Hostname}} tx"),
-                (f"sum {by_node} (DCGM_FI_PROF_PCIE_RX_BYTES)", "{{Hostname}} rx"),
+                _by(node, "sum", "DCGM_FI_PROF_PCIE_TX_BYTES", "tx"),
+                _by(node, "sum", "DCGM_FI_PROF_PCIE_RX_BYTES", "rx"),
             ],
             unit="Bps",
         ),
         timeseries(
             "EFA traffic per node",
             [
-                (
-                    "sum by (instance) "
-                    f"(rate(node_infiniband_port_data_received_bytes_total[{RATE}]))",
-                    "{{instance}} rx",
+                _by(
+                    "instance",
+                    "sum",
+                    f"rate(node_infiniband_port_data_received_bytes_total[{RATE}])",
+                    "rx",
                 ),
-                (
-                    "sum by (instance) "
-                    f"(rate(node_infiniband_port_data_transmitted_bytes_total[{RATE}]))",
-                    "{{instance}} tx",
+                _by(
+                    "instance",
+                    "sum",
+                    f"rate(node_infiniband_port_data_transmitted_bytes_total[{RATE}])",
+                    "tx",
                 ),
             ],
             unit="Bps",
@@ -349,12 +354,7 @@ def cluster_gpus() -> dict[str, Any]:
     nodes = [
         timeseries(
             "Nodes per pool",
-            [
-                (
-                    "count by (label_llm_platform_pool) (kube_node_labels)",
-                    "{{label_llm_platform_pool}}",
-                )
-            ],
+            [_by("label_llm_platform_pool", "count", "kube_node_labels")],
             stack=True,
             description="Needs kube-state-metrics to allow-list the llm-platform/pool node label.",
         ),
@@ -380,6 +380,7 @@ def training_job() -> dict[str, Any]:
     step = f"llmp_train_step_seconds{{{job}}}"
     median = f"quantile by (job) (0.5, {step})"
     pods = 'pod=~"$job-worker-.*"'
+    checkpoint_age = f"time() - llmp_checkpoint_last_success_timestamp_seconds{{{job}}}"
     throughput = [
         timeseries(
             "Tokens per second",
@@ -388,7 +389,7 @@ def training_job() -> dict[str, Any]:
         ),
         stat(
             "Last checkpoint age",
-            [(f"time() - llmp_checkpoint_last_success_timestamp_seconds{{{job}}}", "age")],
+            [(checkpoint_age, "age")],
             unit="s",
             thresholds=[(None, "green"), (3600, "orange"), (7200, "red")],
         ),
@@ -412,28 +413,28 @@ def training_job() -> dict[str, Any]:
         ),
         timeseries(
             "Checkpoint age",
-            [(f"time() - llmp_checkpoint_last_success_timestamp_seconds{{{job}}}", "age")],
+            [(checkpoint_age, "age")],
             unit="s",
         ),
     ]
     gpus = [
         timeseries(
             "GPU utilisation of the job's pods",
-            [(f"avg by (pod) (DCGM_FI_DEV_GPU_UTIL{{{pods}}})", "{{pod}}")],
+            [_by("pod", "avg", f"DCGM_FI_DEV_GPU_UTIL{{{pods}}}")],
             unit="percent",
             minimum=0,
             maximum=100,
         ),
         timeseries(
             "Least busy GPU per pod",
-            [(f"min by (pod) (DCGM_FI_DEV_GPU_UTIL{{{pods}}})", "{{pod}}")],
+            [_by("pod", "min", f"DCGM_FI_DEV_GPU_UTIL{{{pods}}}")],
             unit="percent",
             minimum=0,
             maximum=100,
         ),
         timeseries(
             "GPU memory used per pod",
-            [(f"sum by (pod) (DCGM_FI_DEV_FB_USED{{{pods}}})", "{{pod}}")],
+            [_by("pod", "sum", f"DCGM_FI_DEV_FB_USED{{{pods}}}")],
             unit="mbytes",
         ),
     ]
@@ -461,21 +462,16 @@ def inference_slo() -> dict[str, Any]:
     traffic = [
         timeseries(
             "Requests per second per model",
-            [
-                (
-                    f"sum by (model_name) (rate(vllm:request_success_total{{{model}}}[{RATE}]))",
-                    "{{model_name}}",
-                )
-            ],
+            [_by("model_name", "sum", f"rate(vllm:request_success_total{{{model}}}[{RATE}])")],
             unit="reqps",
         ),
         timeseries(
             "Queue depth (waiting requests)",
-            [(f"sum by (model_name) (vllm:num_requests_waiting{{{model}}})", "{{model_name}}")],
+            [_by("model_name", "sum", f"vllm:num_requests_waiting{{{model}}}")],
         ),
         timeseries(
             "Running requests",
-            [(f"sum by (model_name) (vllm:num_requests_running{{{model}}})", "{{model_name}}")],
+            [_by("model_name", "sum", f"vllm:num_requests_running{{{model}}}")],
         ),
     ]
     latency = [
@@ -498,7 +494,7 @@ def inference_slo() -> dict[str, Any]:
         ),
         timeseries(
             "KV cache use",
-            [(f"max by (model_name) (vllm:gpu_cache_usage_perc{{{model}}})", "{{model_name}}")],
+            [_by("model_name", "max", f"vllm:gpu_cache_usage_perc{{{model}}}")],
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -508,25 +504,22 @@ def inference_slo() -> dict[str, Any]:
     errors = [
         timeseries(
             "Error ratio (5xx share)",
-            [
-                (f"llmp:vllm_error_ratio:rate{w}", f"{{{{namespace}}}} {w}")
-                for w in ("5m", "1h", "6h")
-            ],
+            [(error_ratio(w), f"{{{{namespace}}}} {w}") for w in ("5m", "1h", "6h")],
             unit="percentunit",
         ),
         timeseries(
             "Error budget burn rate",
             [
-                (f"llmp:vllm_error_ratio:rate{w} / {budget:g}", f"{{{{namespace}}}} {w}")
-                for w in ("5m", "30m", "1h", "6h")
+                (f"{error_ratio(w)} / {budget:g}", f"{{{{namespace}}}} {w}")
+                for w in ERROR_RATIO_WINDOWS
             ],
             unit="none",
             description="1 spends the budget in exactly the SLO window; the fast-burn alert "
-            "fires at 14.4 (1h and 5m), the slow one at 6 (6h and 30m).",
+            f"fires at {FAST_BURN:g} (1h and 5m), the slow one at {SLOW_BURN:g} (6h and 30m).",
         ),
         stat(
             "Availability (last 1h)",
-            [("1 - max(llmp:vllm_error_ratio:rate1h)", "availability")],
+            [(f"1 - max({error_ratio('1h')})", "availability")],
             unit="percentunit",
             thresholds=[(None, "red"), (t.inference_availability, "green")],
         ),

@@ -20,6 +20,8 @@
 
 from __future__ import annotations
 
+from monitoring.rules import ERROR_RATIO_WINDOWS, error_ratio
+
 INVENTORY: dict[str, frozenset[str]] = {
     "dcgm": frozenset(
         {
@@ -100,14 +102,7 @@ INVENTORY: dict[str, frozenset[str]] = {
             "llmp_checkpoint_last_success_timestamp_seconds",
         }
     ),
-    "recording": frozenset(
-        {
-            "llmp:vllm_error_ratio:rate5m",
-            "llmp:vllm_error_ratio:rate30m",
-            "llmp:vllm_error_ratio:rate1h",
-            "llmp:vllm_error_ratio:rate6h",
-        }
-    ),
+    "recording": frozenset(error_ratio(w) for w in ERROR_RATIO_WINDOWS),
 }
 
 ALL_METRICS: frozenset[str] = frozenset().union(*INVENTORY.values())

@@ -18,7 +18,6 @@ Choices:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -26,7 +25,17 @@ from infra.config import AlertThresholds
 from monitoring.models import Metadata, PrometheusRule, Rule, RuleGroup, RuleSpec
 
 RULES_DIR = Path(__file__).with_name("rules")
-RUNBOOKS = "https://github.com/acme/llm-platform/blob/main/docs/runbooks.md"
+ERROR_RATIO_WINDOWS = ("5m", "30m", "1h", "6h")
+"""Windows of the recorded 5xx ratio: the long and short window of each burn-rate alert."""
+FAST_BURN = 14.4
+"""Error budget burn factor of the fast alert, over 1h and 5m (SRE workbook)."""
+SLOW_BURN = 6.0
+"""Error budget burn factor of the slow alert, over 6h and 30m (SRE workbook)."""
+
+
+def error_ratio(window: str) -> str:
+    """The series of the inference 5xx ratio over `window` (a recording rule)."""
+    return f"llmp:vllm_error_ratio:rate{window}"
 
 
 def _alert(
@@ -177,11 +186,11 @@ def inference_rules(t: AlertThresholds) -> list[RuleGroup]:
     total = "http_requests_total"
     recording = [
         Rule(
-            record=f"llmp:vllm_error_ratio:rate{w}",
+            record=error_ratio(w),
             expr=f"sum by (namespace) (rate({errors}[{w}])) / "
             f"sum by (namespace) (rate({total}[{w}]))",
         )
-        for w in ("5m", "30m", "1h", "6h")
+        for w in ERROR_RATIO_WINDOWS
     ]
     alerts = [
         _alert(
@@ -196,8 +205,8 @@ def inference_rules(t: AlertThresholds) -> list[RuleGroup]:
         ),
         _alert(
             "InferenceErrorBudgetFastBurn",
-            f"llmp:vllm_error_ratio:rate1h > {_num(14.4 * budget)} and "
-            f"llmp:vllm_error_ratio:rate5m > {_num(14.4 * budget)}",
+            f"{error_ratio('1h')} > {_num(FAST_BURN * budget)} and "
+            f"{error_ratio('5m')} > {_num(FAST_BURN * budget)}",
             "2m",
             "critical",
             "Inference burns its error budget 14x too fast.",
@@ -205,8 +214,8 @@ def inference_rules(t: AlertThresholds) -> list[RuleGroup]:
         ),
         _alert(
             "InferenceErrorBudgetSlowBurn",
-            f"llmp:vllm_error_ratio:rate6h > {_num(6 * budget)} and "
-            f"llmp:vllm_error_ratio:rate30m > {_num(6 * budget)}",
+            f"{error_ratio('6h')} > {_num(SLOW_BURN * budget)} and "
+            f"{error_ratio('30m')} > {_num(SLOW_BURN * budget)}",
             "15m",
             "warning",
             "Inference burns its error budget 6x too fast.",
@@ -266,7 +275,3 @@ def write(directory: Path = RULES_DIR) -> list[Path]:
 
 def expressions(groups: list[RuleGroup]) -> list[str]:
     return [r.expr for g in groups for r in g.rules]
-
-
-def as_dict(groups: list[RuleGroup]) -> list[dict[str, Any]]:
-    return [g.dump() for g in groups]

@@ -23,11 +23,11 @@ The platform's queueing layout, built by `platform_queues`:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-API_VERSION = "kueue.x-k8s.io/v1beta2"
+API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 COHORT = "llm-platform"
 SPARE_QUEUE = "spare"
 CPU_FLAVOR = "cpu"
@@ -108,9 +108,7 @@ class LocalQueueSpec(_Model):
 
 
 class _Resource(_Model):
-    api_version: Literal["kueue.x-k8s.io/v1beta2"] = Field(
-        "kueue.x-k8s.io/v1beta2", alias="apiVersion"
-    )
+    api_version: Literal["kueue.x-k8s.io/v1beta2"] = Field(API_VERSION, alias="apiVersion")
     metadata: Metadata
 
     def manifest(self) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 from pulumi_kubernetes.scheduling.v1 import PriorityClassInitArgs
 
+from workloads.volumes import PART_OF
+
 
 @dataclass(frozen=True)
 class Priority:
@@ -38,9 +40,7 @@ PRIORITIES: tuple[Priority, ...] = (
 
 def priority_class_args(priority: Priority) -> PriorityClassInitArgs:
     return PriorityClassInitArgs(
-        metadata=ObjectMetaArgs(
-            name=priority.name, labels={"app.kubernetes.io/part-of": "llm-platform"}
-        ),
+        metadata=ObjectMetaArgs(name=priority.name, labels=PART_OF),
         value=priority.value,
         global_default=False,
         description=priority.description,

@@ -62,13 +62,12 @@ from workloads.jobs.pod import (
     shm_volume,
 )
 from workloads.priorities import PRIORITIES
+from workloads.volumes import PART_OF
 
 API_VERSION: Final = "kubeflow.org/v1"
 KIND: Final = "PyTorchJob"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TRAINING_SERVICE_ACCOUNT = "training"
-RDZV_PORT = 29400
-"""torchrun's c10d rendezvous port, which the operator opens on worker 0."""
 CONTAINER_NAME = "pytorch"
 """The training operator finds the training container by this name."""
 METRICS_PORT = 9300
@@ -308,7 +307,7 @@ def pytorch_job(spec: JobSpec) -> dict[str, Any]:
         metadata=ObjectMeta(
             name=spec.name,
             namespace=spec.namespace,
-            labels={QUEUE_LABEL: spec.queue_name, "app.kubernetes.io/part-of": "llm-platform"},
+            labels={QUEUE_LABEL: spec.queue_name, **PART_OF},
         ),
         spec=PyTorchJobSpec(
             elastic_policy=ElasticPolicy(

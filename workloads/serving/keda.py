@@ -15,14 +15,14 @@ that `kubernetes.apiextensions.CustomResource` takes.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from infra.config import ServingModelConfig, ServingScheduleConfig
 from workloads.serving import NAMESPACE
 
-API_VERSION = "keda.sh/v1alpha1"
+API_VERSION: Final = "keda.sh/v1alpha1"
 WAITING_METRIC = "vllm:num_requests_waiting"
 
 
@@ -58,7 +58,7 @@ class ScaledObjectSpec(_Obj):
 
 
 class ScaledObject(_Obj):
-    api_version: Literal["keda.sh/v1alpha1"] = Field("keda.sh/v1alpha1", alias="apiVersion")
+    api_version: Literal["keda.sh/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
     kind: Literal["ScaledObject"] = "ScaledObject"
     metadata: Metadata
     spec: ScaledObjectSpec

@@ -211,7 +211,9 @@ def vllm_container(
     )
 
 
-def gateway_container(model: str) -> ContainerArgs:
+def gateway_container() -> ContainerArgs:
+    """The Envoy sidecar, alike for every model: the per-model configuration is the key
+    `<model>.yaml` of the gateway Secret, which the pod mounts as its `envoy.yaml`."""
     pins = catalog().serving
     assert pins is not None, "catalog.yaml has no serving section"
     return ContainerArgs(
@@ -272,7 +274,7 @@ def deployment_args(
         termination_grace_period_seconds=GRACE_S,
         containers=[
             vllm_container(model, instance_type, gpu_resource),
-            gateway_container(model.name),
+            gateway_container(),
         ],
         tolerations=[TolerationArgs(key=taint_key, operator="Exists", effect="NoSchedule")],
         affinity=AffinityArgs(

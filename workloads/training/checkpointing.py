@@ -36,7 +36,6 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +48,12 @@ from workloads.training.completeness import (
     COMPLETE,
     LATEST,
     MANIFEST,
+    STEP_RE,
+    TMP_RE,
     Verdict,
     judge_checkpoint,
 )
 
-_STEP_RE = re.compile(r"^step-(\d+)$")
-_TMP_RE = re.compile(r"^tmp-step-(\d+)$")
 _UNI_RE = re.compile(r"^universal-step-(\d+)$")
 
 
@@ -191,7 +190,7 @@ def prune(root: str | Path, keep_last: int) -> list[Path]:
     for p in root.iterdir():
         if not p.is_dir():
             continue
-        m_step, m_tmp, m_uni = _STEP_RE.match(p.name), _TMP_RE.match(p.name), _UNI_RE.match(p.name)
+        m_step, m_tmp, m_uni = STEP_RE.match(p.name), TMP_RE.match(p.name), _UNI_RE.match(p.name)
         stale = (
             (m_step and int(m_step.group(1)) not in keep and int(m_step.group(1)) < newest)
             or (m_tmp and int(m_tmp.group(1)) <= newest)
@@ -324,9 +323,3 @@ class AsyncCheckpointEngine(TorchCheckpointEngine):
     def cleanup(self) -> None:
         self.wait()
         self._pool.shutdown(wait=True)
-
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0

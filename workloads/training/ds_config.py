@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.training.model import ModelConfig
 
@@ -69,12 +69,6 @@ class JobConfig(_Strict):
     extra_ds: dict[str, Any] = Field(
         default_factory=dict, description="deep-merged into the DeepSpeed config"
     )
-
-    @model_validator(mode="after")
-    def _offload_needs_zero(self) -> JobConfig:
-        if self.offload_optimizer and self.zero_stage < 1:
-            raise ValueError("optimizer offload needs ZeRO stage >= 1")
-        return self
 
     def peak_tflops(self) -> float | None:
         """Peak dense BF16 TFLOPS of one accelerator: explicit, else from the platform catalog."""

@@ -25,7 +25,8 @@ from workloads.training.data import TokenShards, write_synthetic_shards
 from workloads.training.model import GPT, ModelConfig
 
 BUCKET = "models"
-REGION = "us-east-1"
+# Dummy credentials in every test (tests/conftest.py): no profile or instance metadata.
+pytestmark = pytest.mark.usefixtures("aws_env")
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +50,6 @@ def heldout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("heldout")
     write_synthetic_shards(path, n_shards=1, tokens_per_shard=4_000, vocab=256, seed=99)
     return path
-
-
-@pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
 
 
 @pytest.fixture
