@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +36,15 @@ class FakeServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.bodies: list[dict[str, Any]] = []
         self.paths: list[str] = []
+        self.errors: list[BaseException] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that stops reading mid-stream (a run's deadline) breaks the handler's
+        # pipe. socketserver would print the traceback to whatever sys.stderr is then,
+        # which may be a later test's captured stderr: keep it here instead.
+        error = sys.exc_info()[1]
+        if error is not None:
+            self.errors.append(error)
 
     def configure(self, **kw: Any) -> None:
         for k, v in kw.items():
