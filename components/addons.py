@@ -132,12 +132,6 @@ def dcgm_metrics_csv() -> str:
     return "\n".join(lines) + "\n"
 
 
-def accelerator_tolerations() -> list[dict[str, str]]:
-    """Tolerate every accelerator taint of the catalog (NoSchedule)."""
-    keys = sorted({k.taint_key for k in catalog().accelerator_kinds.values()})
-    return [{"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in keys]
-
-
 def gpu_operator_values() -> dict[str, Any]:
     nvidia = catalog().accelerator_kinds["nvidia"].taint_key
     tolerations = [{"key": nvidia, "operator": "Exists", "effect": "NoSchedule"}]
@@ -161,7 +155,7 @@ def gpu_operator_values() -> dict[str, Any]:
 def efa_plugin_values() -> dict[str, Any]:
     return {
         "nodeSelector": {"llm-platform/efa": "true"},
-        "tolerations": accelerator_tolerations(),
+        "tolerations": catalog().accelerator_tolerations(),
     }
 
 

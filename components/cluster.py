@@ -8,7 +8,13 @@ Owns:
   configured CIDRs, audit logs, access entries (API authentication mode);
 - the node role shared by every pool;
 - managed add-ons: vpc-cni (with its own Pod Identity role), kube-proxy and
-  the Pod Identity agent before any node, CoreDNS after the system pool;
+  the Pod Identity agent before any node, CoreDNS after the system pool, and
+  where the stack has accelerated pools the EKS node monitoring agent: it sets
+  the `AcceleratedHardwareReady` node condition (DCGM health, XIDs, NVLink)
+  that node auto-repair acts on; without it repair sees only NotReady. Its
+  DCGM host engine DaemonSet tolerates no taint by default, so it is given the
+  accelerator taints (it runs beside the GPU operator's exporter, whose engine
+  is embedded and takes no host port);
 - the CPU system pool that runs add-ons and controllers;
 - a Kubernetes provider built from the cluster's outputs.
 
@@ -27,10 +33,11 @@ import pulumi_kubernetes as k8s
 
 from components.iam import pod_identity_trust, service_trust
 from components.node_group import launch_template, managed_node_group
-from infra.catalog import catalog
+from infra.catalog import Addon, catalog
 from infra.config import ClusterConfig, SystemPoolConfig
 
 _MANAGED = "arn:aws:iam::aws:policy"
+NODE_MONITORING_AGENT = "eks-node-monitoring-agent"
 _CLUSTER_ADMIN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
 
@@ -48,6 +55,8 @@ class ClusterArgs:
     """Subnets of the control-plane ENIs and the system pool."""
     tags: dict[str, str]
     """Tags for instances and volumes the system pool launches."""
+    accelerated: bool = False
+    """The stack has accelerated pools: install the EKS node monitoring agent."""
 
 
 class Cluster(pulumi.ComponentResource):
@@ -194,12 +203,13 @@ class Cluster(pulumi.ComponentResource):
             wait_for: list[pulumi.Resource] | None = None,
             pod_identity: list[aws.eks.AddonPodIdentityAssociationArgs] | None = None,
             configuration: dict[str, object] | None = None,
+            pin: Addon | None = None,
         ) -> aws.eks.Addon:
             return aws.eks.Addon(
                 f"{name}-{addon_name}",
                 cluster_name=cluster.name,
                 addon_name=addon_name,
-                addon_version=versions.addons[addon_name].version,
+                addon_version=(pin or versions.addons[addon_name]).version,
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 pod_identity_associations=pod_identity,
@@ -253,6 +263,15 @@ class Cluster(pulumi.ComponentResource):
         )
         # CoreDNS is a Deployment: it only becomes ACTIVE once nodes can run it.
         addon("coredns", wait_for=[system_group])
+        if args.accelerated:
+            # Its node agent runs on every node, the system pool's included: ACTIVE once
+            # they run. GPU pools need not wait for it; nodes that join later get it.
+            addon(
+                NODE_MONITORING_AGENT,
+                wait_for=[system_group],
+                configuration={"dcgmAgent": {"tolerations": catalog().accelerator_tolerations()}},
+                pin=catalog().gpu_node_addons[cfg.version][NODE_MONITORING_AGENT],
+            )
         self.system_nodes = system_group
 
         self.name = cluster.name

@@ -147,11 +147,6 @@ def dashboard_files(directory: Path = DASHBOARDS_DIR) -> list[Path]:
     return sorted(directory.glob("*.json")) if directory.is_dir() else []
 
 
-def accelerator_tolerations() -> list[dict[str, str]]:
-    keys = sorted({k.taint_key for k in catalog().accelerator_kinds.values()})
-    return [{"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in keys]
-
-
 def storage_class_args() -> k8s.storage.v1.StorageClassInitArgs:
     return k8s.storage.v1.StorageClassInitArgs(
         metadata=ObjectMetaArgs(name=STORAGE_CLASS, labels=PART_OF),
@@ -222,7 +217,7 @@ def kube_prometheus_stack_values(
         },
         "prometheus-node-exporter": {
             "extraArgs": list(NODE_EXPORTER_ARGS),
-            "tolerations": accelerator_tolerations(),
+            "tolerations": catalog().accelerator_tolerations(),
         },
     }
 
@@ -241,7 +236,7 @@ def fluent_bit_values(region: str, log_group: str) -> dict[str, Any]:
         "firehose": {"enabled": False},
         "kinesis": {"enabled": False},
         "elasticsearch": {"enabled": False},
-        "tolerations": accelerator_tolerations(),
+        "tolerations": catalog().accelerator_tolerations(),
     }
 
 

@@ -7,12 +7,14 @@ literals, so a price change or a new instance type is a one-line data edit.
 
 from __future__ import annotations
 
+import datetime
 import functools
+import re
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -78,9 +80,39 @@ class PlatformPrices(_Data):
     waf_usd_per_million_requests: float
 
 
+_PULL_REQUEST = re.compile(r"pull[ /-]request|/pull/|refs/pull|\bPR\b", re.IGNORECASE)
+_COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
+
+
+class Verified(_Data):
+    """Where a pin was seen published, and when: the catalog's rule for every version.
+
+    A chart version counts when the chart repository's published index lists it; an image
+    tag, a manifest tag or an add-on build when a release tag (or the EKS add-on version
+    list) names it. A branch head or a pull request's commit is no evidence that the
+    version will ever be published, so `where` may name neither.
+    """
+
+    against: Literal["chart index", "release tag", "EKS add-on versions"]
+    where: str = Field(description="the index or tag read, with its own date")
+    checked: datetime.date = Field(description="the day it was checked")
+
+    @field_validator("where")
+    @classmethod
+    def _published(cls, v: str) -> str:
+        if _PULL_REQUEST.search(v):
+            raise ValueError(f"{v!r}: a pull request is not a publication; cite the index or tag")
+        if commit := _COMMIT.search(v):
+            raise ValueError(
+                f"{v!r}: names commit {commit.group()}; cite the index or release tag instead"
+            )
+        return v
+
+
 class Addon(_Data):
     version: str
     source: str
+    verified: Verified
 
 
 class EksVersion(_Data):
@@ -133,6 +165,7 @@ class Chart(_Data):
     repository: str
     version: str
     source: str
+    verified: Verified
 
 
 class Manifests(_Data):
@@ -141,6 +174,7 @@ class Manifests(_Data):
     url: str
     ref: str
     source: str
+    verified: Verified
 
     @property
     def directory(self) -> str:
@@ -157,6 +191,7 @@ class FabricAcceptance(_Data):
 
     image: str
     image_source: str
+    image_verified: Verified
     thresholds: dict[str, FabricThreshold]
 
 
@@ -172,6 +207,7 @@ class DcgmDiagnostic(_Data):
 
     image: str
     image_source: str
+    image_verified: Verified
     default_level: int
     levels: dict[int, DcgmLevel]
     levels_source: str
@@ -188,8 +224,10 @@ class ServingPins(_Data):
 
     vllm_image: str
     vllm_source: str
+    vllm_verified: Verified
     gateway_image: str
     gateway_source: str
+    gateway_verified: Verified
     keda: Chart
 
 
@@ -198,6 +236,7 @@ class CrdManifest(_Data):
 
     url: str
     source: str
+    verified: Verified
 
 
 class MonitoringPins(_Data):
@@ -314,6 +353,10 @@ class Catalog(_Data):
     storage: Storage
     charts: dict[str, Chart]
     storage_addons: dict[str, dict[str, Addon]]
+    gpu_node_addons: dict[str, dict[str, Addon]] = Field(
+        default_factory=dict,
+        description="EKS add-ons of clusters with accelerated pools, per Kubernetes version",
+    )
     addon_charts: dict[str, Chart] = Field(default_factory=dict)
     addon_manifests: dict[str, Manifests] = Field(default_factory=dict)
     fabric_acceptance: FabricAcceptance
@@ -330,8 +373,21 @@ class Catalog(_Data):
             raise ValueError(f"fabric_acceptance thresholds for unknown types: {unknown}")
         return self
 
+    @model_validator(mode="after")
+    def _gpu_node_addons_pinned(self) -> Catalog:
+        missing = sorted(set(self.eks.versions) - set(self.gpu_node_addons))
+        if missing:
+            raise ValueError(f"gpu_node_addons pins nothing for EKS {', '.join(missing)}")
+        return self
+
     def instance(self, name: str) -> InstanceType:
         return self.instances[name]
+
+    def accelerator_tolerations(self) -> list[dict[str, str]]:
+        """Tolerate every accelerator taint of the catalog (NoSchedule): what a DaemonSet
+        that must also run on GPU and Neuron nodes needs."""
+        keys = sorted({k.taint_key for k in self.accelerator_kinds.values()})
+        return [{"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in keys]
 
     def ami_type(self, instance_type: str) -> str:
         acc = self.instances[instance_type].accelerator

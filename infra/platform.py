@@ -95,6 +95,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             region=cfg.region,
             private_subnet_ids=list(private_subnets.values()),
             tags=tags,
+            accelerated=bool(cfg.node_pools),
         ),
         on_aws,
     )

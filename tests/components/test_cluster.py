@@ -76,9 +76,37 @@ def test_core_addons_are_pinned_from_the_catalog(plans) -> None:
         for a in plan.by_type(ADDON)
         if a["name"].startswith("cluster-")
     }
-    assert set(addons) == set(pins)
+    gpu_pins = catalog().gpu_node_addons[catalog().eks.default_version]
+    assert set(addons) == set(pins) | set(gpu_pins)  # pretrain has GPU pools
     for name, inputs in addons.items():
-        assert inputs["addonVersion"] == pins[name].version
+        assert inputs["addonVersion"] == (pins.get(name) or gpu_pins[name]).version
+
+
+def test_stacks_with_gpu_pools_run_the_node_monitoring_agent_on_gpu_nodes_too(
+    plans, synth
+) -> None:
+    # Node auto-repair acts on GPU faults only through the agent's AcceleratedHardwareReady
+    # condition; its DCGM host engine must tolerate the accelerator taints to run there.
+    for stack in ("pretrain", "finetune", "inference"):
+        plan = plans(stack)
+        agent = inputs_of(plan, ADDON, "cluster-eks-node-monitoring-agent")
+        pin = catalog().gpu_node_addons["1.35"]["eks-node-monitoring-agent"]
+        assert agent["addonVersion"] == pin.version
+        tolerations = json.loads(agent["configurationValues"])["dcgmAgent"]["tolerations"]
+        assert {t["key"] for t in tolerations} == {"nvidia.com/gpu", "aws.amazon.com/neuron"}
+        system = plan.one(NODE_GROUP, "cluster-system")["urn"]
+        depends = plan.one(ADDON, "cluster-eks-node-monitoring-agent")["dependencies"]
+        assert system in depends
+    cpu_only = synth(
+        {
+            "aws:region": "us-east-1",
+            "llm-platform:tags": {"team": "t", "cost_center": "c"},
+            "llm-platform:network": {"availability_zones": ["us-east-1a", "us-east-1b"]},
+        }
+    )
+    assert not [
+        a for a in cpu_only.by_type(ADDON) if a["inputs"]["addonName"] == "eks-node-monitoring-agent"
+    ]
 
 
 def test_vpc_cni_uses_its_own_pod_identity_role(plans) -> None:

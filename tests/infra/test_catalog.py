@@ -109,3 +109,72 @@ def test_fsx_prices_cover_every_throughput_tier() -> None:
 
     tiers = set(get_args(LustreConfig.model_fields["throughput_per_tib"].annotation))
     assert set(catalog().storage.fsx_lustre_persistent2_usd_per_gb_month) == tiers
+
+
+PIN_FIELDS = {"version", "ref", "url", "image", "vllm_image", "gateway_image"}
+"""Fields that name something an upstream publishes (the Verified rule's subject)."""
+
+
+def _pins(node: object, path: str = "") -> list[tuple[str, object]]:
+    """(path, model) of every catalog entry that pins something published: a chart or
+    manifest version, an add-on build, an image tag."""
+    from pydantic import BaseModel
+
+    found: list[tuple[str, object]] = []
+    if isinstance(node, BaseModel):
+        fields = type(node).model_fields
+        if PIN_FIELDS & set(fields):
+            found.append((path, node))
+        for name in fields:
+            found += _pins(getattr(node, name), f"{path}.{name}" if path else name)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            found += _pins(value, f"{path}.{key}")
+    return found
+
+
+def test_every_pin_records_where_it_was_published_and_when() -> None:
+    pins = _pins(catalog())
+    # charts, manifests, add-on builds and images: 22 entries today
+    assert len(pins) >= 20
+    for path, pin in pins:
+        verified = [
+            getattr(pin, name)
+            for name in type(pin).model_fields  # type: ignore[attr-defined]
+            if name.endswith("verified")
+        ]
+        assert verified, f"{path} pins a version with no `verified` record"
+        for record in verified:
+            assert record.against in {"chart index", "release tag", "EKS add-on versions"}
+            assert datetime.date(2026, 1, 1) <= record.checked <= datetime.date.today()
+
+
+def test_a_pull_request_or_a_commit_is_no_verification() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from infra.catalog import Verified
+
+    good = {"against": "chart index", "where": "aws/eks-charts gh-pages index.yaml"}
+    assert Verified.model_validate({**good, "checked": "2026-12-01"}).where == good["where"]
+    for where in (
+        "aws/eks-charts refs/pull/1305/head, Chart.yaml version 0.2.1",
+        "an unmerged pull request of open-telemetry/opentelemetry-helm-charts",
+        "Chart.yaml at 0028bf0",
+    ):
+        with pytest.raises(ValidationError):
+            Verified.model_validate({**good, "where": where, "checked": "2026-12-01"})
+
+
+def test_nccl_tests_image_is_tagged_as_its_build_spec_pushes_it() -> None:
+    # awsome-distributed-training micro-benchmarks/nccl-tests/buildspec.yaml:
+    # cuda<CUDA>-efa<EFA>-ofi<OFI>-nccl<NCCL>-tests<TESTS>
+    import re
+
+    image = catalog().fabric_acceptance.image
+    tag = image.rsplit(":", 1)[1]
+    scheme = r"cuda(\d+\.\d+\.\d+)-efa([\d.]+)-ofi(v[\d.]+)-nccl(v[\d.]+-\d+)-tests(v[\d.]+)"
+    match = re.fullmatch(scheme, tag)
+    assert match, f"{tag} does not follow the build spec's tag scheme"
+    for version in match.groups():
+        assert version.lstrip("v") in catalog().fabric_acceptance.image_source

@@ -371,6 +371,7 @@ def test_what_moto_lacks_is_not_checked_and_not_faked(plan, plan_file, endpoint)
         "coredns",
         "eks-pod-identity-agent",
         "aws-ebs-csi-driver",
+        "eks-node-monitoring-agent",
     }
     assert {(r["check"], r["status"], r["reason"]) for r in addons.values()} == {
         ("status", "not checked", verify.ADDONS_NOT_IMPLEMENTED)
@@ -545,7 +546,7 @@ def test_nothing_deployed_fails_the_cluster_and_everything_in_it(plan_file, endp
     assert code == 1
     assert failures(rows)[(CLUSTER, "exists")] == f"no EKS cluster {CLUSTER} in {PRIMARY}"
     inside = [r for r in rows if r["area"] in ("nodegroups", "addons")]
-    assert len(inside) == 3 + 5
+    assert len(inside) == 3 + 6  # node groups, add-ons
     assert {(r["status"], r["reason"]) for r in inside} == {
         ("fail", f"its cluster {CLUSTER}: no EKS cluster {CLUSTER} in {PRIMARY}")
     }
@@ -942,7 +943,11 @@ def test_every_stack_declares_what_verify_compares(plans, stack: str) -> None:
         else:
             assert template.interfaces == ()
     addons = verify.expected_addons(plan)
-    assert {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"} <= {
-        a.name for a in addons
-    }
+    assert {
+        "vpc-cni",
+        "coredns",
+        "kube-proxy",
+        "eks-pod-identity-agent",
+        "eks-node-monitoring-agent",
+    } <= {a.name for a in addons}
     assert all(a.version for a in addons)
