@@ -12,8 +12,10 @@ the node group. What it decides:
 - **One subnet.** EFA and reserved pools sit in one AZ (the config enforces
   it), so the group is given exactly one subnet.
 - **Capacity.** ON_DEMAND, SPOT, or CAPACITY_BLOCK; a block sets the launch
-  template's market type `capacity-block` and targets the reservation. An
-  On-Demand reservation is targeted without the market type.
+  template's market type `capacity-block`, targets the reservation and carries
+  the instance type, which the node group then leaves out (EKS user guide,
+  "Capacity Blocks for ML"; terraform-aws-eks does the same). An On-Demand
+  reservation is targeted without the market type.
 - **Placement group** (cluster strategy): on by default for EFA pools without
   a reservation; off for blocks and reservations, which are already placed
   and would be starved by it.
@@ -104,6 +106,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 [args.cluster_security_group_id, args.efa_security_group_id],
             )
 
+        block = cfg.capacity_type == "CAPACITY_BLOCK"
         template = launch_template(
             f"{name}-nodes",
             parent=self,
@@ -111,8 +114,9 @@ class GpuNodePool(pulumi.ComponentResource):
             tags={**args.tags, "llm-platform/pool": args.pool_name},
             network_interfaces=interfaces,
             placement_group=placement.name if placement else None,
-            capacity_block=cfg.capacity_type == "CAPACITY_BLOCK",
+            capacity_block=block,
             capacity_reservation_id=cfg.capacity_reservation_id,
+            instance_type=cfg.instance_type if block else None,
             user_data=node_user_data(
                 raid0=cfg.local_nvme_raid0 and itype.nvme_disks > 0,
                 hugepages_2mi_mib=cfg.hugepages_2mi_reserved,
@@ -136,7 +140,7 @@ class GpuNodePool(pulumi.ComponentResource):
             node_role_arn=args.node_role_arn,
             subnet_ids=args.subnet_ids,
             template=template,
-            instance_type=cfg.instance_type,
+            instance_type=None if block else cfg.instance_type,
             ami_type=kind.ami_type,
             capacity_type=cfg.capacity_type,
             min_size=cfg.min_size,

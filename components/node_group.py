@@ -73,9 +73,14 @@ def launch_template(
     placement_group: pulumi.Input[str] | None = None,
     capacity_block: bool = False,
     capacity_reservation_id: str | None = None,
+    instance_type: str | None = None,
     user_data: str | None = None,
 ) -> aws.ec2.LaunchTemplate:
-    """A launch template for an EKS managed node group (no AMI id: EKS picks the AMI type's)."""
+    """A launch template for an EKS managed node group (no AMI id: EKS picks the AMI type's).
+
+    `instance_type` goes into the template only where EKS wants it there: a Capacity
+    Block node group takes its instance type from the template and none from the group.
+    """
     reservation = None
     if capacity_reservation_id:
         reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
@@ -104,6 +109,7 @@ def launch_template(
             http_tokens="required",
             http_put_response_hop_limit=1,
         ),
+        instance_type=instance_type,
         network_interfaces=list(network_interfaces) if network_interfaces else None,
         placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_group)
         if placement_group is not None
@@ -133,7 +139,7 @@ def managed_node_group(
     node_role_arn: pulumi.Input[str],
     subnet_ids: Sequence[pulumi.Input[str]],
     template: aws.ec2.LaunchTemplate,
-    instance_type: str,
+    instance_type: str | None,
     ami_type: str,
     capacity_type: str,
     min_size: int,
@@ -147,8 +153,10 @@ def managed_node_group(
 ) -> aws.eks.NodeGroup:
     """An EKS managed node group on `template`.
 
-    `wait_for` holds ordering edges that carry no data, such as the vpc-cni
-    add-on: nodes that join before it is ready stay NotReady.
+    `instance_type` None: the template names it (Capacity Blocks: EKS refuses a
+    capacity-block group with `instanceTypes`). `wait_for` holds ordering edges that
+    carry no data, such as the vpc-cni add-on: nodes that join before it is ready stay
+    NotReady.
     """
     return aws.eks.NodeGroup(
         name,
@@ -159,7 +167,7 @@ def managed_node_group(
         subnet_ids=list(subnet_ids),
         ami_type=ami_type,
         capacity_type=capacity_type,
-        instance_types=[instance_type],
+        instance_types=[instance_type] if instance_type else None,
         launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
             id=template.id,
             version=template.latest_version.apply(str),

@@ -529,6 +529,8 @@ class ExpectedLaunchTemplate:
     placement: ExpectedPlacementGroup | None
     market_type: str | None
     capacity_reservation_id: str | None
+    instance_type: str | None = None
+    """Declared in the template only for Capacity Block groups (their group names none)."""
 
     @property
     def efa_count(self) -> int:
@@ -723,6 +725,7 @@ def _launch_template(
         placement=placement,
         market_type=(inputs.get("instanceMarketOptions") or {}).get("marketType"),
         capacity_reservation_id=reservation.get("capacityReservationId"),
+        instance_type=inputs.get("instanceType"),
     )
 
 
@@ -1866,6 +1869,15 @@ def check_launch_template(
     data = ((resp.get("LaunchTemplateVersions") or [{}])[0]).get("LaunchTemplateData") or {}
     findings.extend(_check_interfaces(label, data, expected))
     findings.extend(_check_placement(ec2, label, data, expected, emulated))
+    if expected.instance_type or data.get("InstanceType"):
+        findings.append(
+            _compare(
+                label,
+                "template instance type",
+                data.get("InstanceType") or "none",
+                expected.instance_type or "none",
+            )
+        )
     market = (data.get("InstanceMarketOptions") or {}).get("MarketType")
     reservation = (
         (data.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}

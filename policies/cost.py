@@ -10,8 +10,8 @@ from __future__ import annotations
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
 from infra.catalog import catalog
-from policies.nodes import NODE_GROUP, accelerator_kind
-from policies.props import Report, get, items, known, of_type
+from policies.nodes import NODE_GROUP, accelerator_kind, instance_types
+from policies.props import Report, get, known, of_type
 
 CHECKPOINTING_LABEL = "llm-platform/checkpointing"
 BUDGET_KEY = "gpu-budget-usd-per-hour"
@@ -55,8 +55,8 @@ def gpu_budget(args: StackValidationArgs, report: Report) -> None:
         props = group.props
         max_size = known(lambda p=props: get(p, "scalingConfig", "maxSize"), None)
         capacity = known(lambda p=props: get(p, "capacityType"), None) or "ON_DEMAND"
-        types = known(lambda p=props: [t for t in items(get(p, "instanceTypes"))], [])
-        prices = [hourly_price(t, capacity) for t in types if isinstance(t, str)]
+        types = known(lambda g=group: instance_types(g), [])
+        prices = [hourly_price(t, capacity) for t in types]
         if not isinstance(max_size, int | float) or not prices or None in prices:
             report(
                 f"node group {group.name}: cannot price it (max size {max_size}, instance "

@@ -35,6 +35,17 @@ def accelerator_kind(props: object) -> str | None:
     return None
 
 
+def instance_types(group: PolicyResource) -> list[str]:
+    """A node group's instance types: its own, or its launch template's (a Capacity Block
+    group names its type only in the template)."""
+    own = [t for t in items(get(group.props, "instanceTypes")) if isinstance(t, str)]
+    if own:
+        return own
+    template = _template(group)
+    itype = get(template.props, "instanceType") if template is not None else None
+    return [itype] if isinstance(itype, str) else []
+
+
 def _has_efa(template_props: object) -> bool:
     return any(
         get(nic, "interfaceType") in EFA_TYPES

@@ -70,6 +70,17 @@ def test_capacity_block_pool_targets_its_reservation_without_a_placement_group(p
     assert group["subnetIds"] == ["network-private-us-east-1a-id"]
 
 
+def test_capacity_block_instance_type_is_in_the_template_not_the_node_group(plans) -> None:
+    # EKS refuses a capacity-block node group with instanceTypes: the launch template
+    # names the type (EKS user guide; terraform-aws-eks eks-managed-node-group).
+    plan = plans("pretrain")
+    assert inputs_of(plan, LT, "gpu-h100-block-nodes")["instanceType"] == "p5.48xlarge"
+    assert "instanceTypes" not in inputs_of(plan, NODE_GROUP, "gpu-h100-block-nodes")
+    # Every other pool keeps the type on the node group and none in its template.
+    assert inputs_of(plan, NODE_GROUP, "gpu-h100-nodes")["instanceTypes"] == ["p5.48xlarge"]
+    assert "instanceType" not in inputs_of(plan, LT, "gpu-h100-nodes")
+
+
 def test_on_demand_reservation_is_targeted_without_the_block_market(synth) -> None:
     plan = synth(
         with_section(

@@ -118,6 +118,8 @@ def launch_template_data(inputs: dict[str, Any]) -> dict[str, Any]:
     if "placement" in inputs:
         # The real placement group is auto-named too: another suffix than the mock's.
         data["Placement"] = {"GroupName": f"gpu-placement-{secrets.token_hex(4)}"}
+    if "instanceType" in inputs:
+        data["InstanceType"] = inputs["instanceType"]
     if "instanceMarketOptions" in inputs:
         data["InstanceMarketOptions"] = {
             "MarketType": inputs["instanceMarketOptions"]["marketType"]
@@ -219,7 +221,8 @@ def deploy_platform(plan: dict[str, Any], endpoint: str, edit: Edit = keep) -> D
                     "id": created["LaunchTemplateId"],
                     "version": str(created["LatestVersionNumber"]),
                 },
-                "instanceTypes": g["instanceTypes"],
+                # A Capacity Block group names its type in the template only.
+                **({"instanceTypes": g["instanceTypes"]} if "instanceTypes" in g else {}),
                 "amiType": g["amiType"],
                 "capacityType": g["capacityType"],
                 "scalingConfig": g["scalingConfig"],
@@ -320,7 +323,10 @@ def test_a_deployed_platform_passes_every_area(plan, plan_file, endpoint) -> Non
             "launch template",
             "placement group",
         ):
+            if (group, check) == (H100_BLOCK, "instance types"):
+                check = "template instance type"  # the group names none
             assert by[(group, check)]["status"] == "pass", (group, check)
+    assert (H100_BLOCK, "instance types") not in by
     for group in (H100, H100_BLOCK):
         assert by[(group, "EFA interfaces")] == {
             "area": "nodegroups",
@@ -338,6 +344,15 @@ def test_a_deployed_platform_passes_every_area(plan, plan_file, endpoint) -> Non
     assert by[(H100_BLOCK, "capacity reservation")]["reason"] == (
         "market capacity-block, reservation cr-0a1b2c3d4e5f60718"
     )
+    # A Capacity Block group's type lives in its template; other templates name none.
+    assert by[(H100_BLOCK, "template instance type")] == {
+        "area": "nodegroups",
+        "resource": H100_BLOCK,
+        "check": "template instance type",
+        "status": "pass",
+        "reason": "p5.48xlarge",
+    }
+    assert (H100, "template instance type") not in by
     assert by[(H100, "launch template")]["reason"].endswith(f"(Name={H100}) version 1, the latest")
 
 
@@ -934,7 +949,8 @@ def test_every_stack_declares_what_verify_compares(plans, stack: str) -> None:
     for group in groups:
         template = group.launch_template
         assert template is not None and template.name_tag == group.name
-        (instance_type,) = group.instance_types or ()
+        # A Capacity Block group names its type in the template only.
+        (instance_type,) = group.instance_types or (template.instance_type,)
         labels = group.labels or {}
         if labels.get("llm-platform/efa") == "true":
             # Every EFA interface the instance takes, behind one ENA primary interface.
