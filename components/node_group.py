@@ -31,15 +31,35 @@ spec:
       strategy: RAID0
 """
 
-# cloud-init runs user-data scripts before nodeadm starts the kubelet, which
-# then advertises the pages as the `hugepages-2Mi` resource training pods request.
-_HUGEPAGES = """Content-Type: text/x-shellscript; charset="us-ascii"
+HUGEPAGES_CONF = "/etc/sysctl.d/90-llm-platform-hugepages.conf"
+NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
 
-#!/bin/bash
-set -euo pipefail
-echo "vm.nr_hugepages = {pages}" > /etc/sysctl.d/90-llm-platform-hugepages.conf
-sysctl --load /etc/sysctl.d/90-llm-platform-hugepages.conf
-"""
+
+def hugepages_script(pages: int, *, conf: str = HUGEPAGES_CONF, proc: str = NR_HUGEPAGES) -> str:
+    """Raise the 2 MiB huge page reservation to at least `pages`, never lower it.
+
+    The accelerated AMIs' EFA installer (efa-config) already reserves huge pages at
+    boot, about 2 x vCPUs x 110 MiB (p5: ~42 GiB, allocatable 42242Mi): writing a smaller
+    `vm.nr_hugepages` would take them away from libfabric. The file is written only when
+    it raises the count, so it also wins on later boots. cloud-init runs user-data scripts
+    before nodeadm starts the kubelet, which then advertises the pages as `hugepages-2Mi`.
+    """
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "set -euo pipefail",
+            f"want={int(pages)}",
+            f'have="$(cat {proc})"',
+            'if [ "$have" -lt "$want" ]; then',
+            f'  echo "vm.nr_hugepages = $want" > {conf}',
+            f"  sysctl --load {conf}",
+            "fi",
+            "",
+        ]
+    )
+
+
+_SHELL_PART = 'Content-Type: text/x-shellscript; charset="us-ascii"\n\n'
 
 
 def node_user_data(*, raid0: bool, hugepages_2mi_mib: int) -> str | None:
@@ -47,14 +67,15 @@ def node_user_data(*, raid0: bool, hugepages_2mi_mib: int) -> str | None:
 
     - `raid0`: nodeadm assembles every instance-store NVMe disk as one RAID0 array for
       containerd and the kubelet, so multi-gigabyte image pulls do not hit the root volume.
-    - `hugepages_2mi_mib`: MiB of 2 MiB huge pages reserved at boot (libfabric/EFA and NCCL
-      use them; a pod cannot get huge pages the node did not reserve).
+    - `hugepages_2mi_mib`: at least this many MiB of 2 MiB huge pages reserved at boot
+      (libfabric's EFA provider uses them; a pod cannot get huge pages the node did not
+      reserve); a larger reservation already on the node is kept.
     """
     parts = []
     if raid0:
         parts.append(_NODEADM_RAID0)
     if hugepages_2mi_mib:
-        parts.append(_HUGEPAGES.format(pages=hugepages_2mi_mib // 2))
+        parts.append(_SHELL_PART + hugepages_script(hugepages_2mi_mib // 2))
     if not parts:
         return None
     body = f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{_BOUNDARY}"\n\n'

@@ -7,6 +7,7 @@ import base64
 import pytest
 
 from components.gpu_node_pool import efa_network_interfaces
+from components.node_group import hugepages_script
 from llmp.synth import autoname
 from tests.conftest import inputs_of, with_section
 
@@ -125,12 +126,12 @@ def test_local_nvme_is_assembled_as_raid0_by_nodeadm(plans) -> None:
     assert user_data.startswith("MIME-Version: 1.0")
 
 
-def test_efa_nodes_reserve_huge_pages_for_training_pods(plans) -> None:
+def test_efa_nodes_reserve_at_least_the_fabric_tests_huge_pages(plans) -> None:
     template = inputs_of(plans("pretrain"), LT, "gpu-h100-nodes")
     user_data = base64.b64decode(template["userData"]).decode()
-    # 5120 MiB of 2 MiB pages: what a training pod requests as hugepages-2Mi.
+    # 5120 MiB of 2 MiB pages: what the fabric test requests as hugepages-2Mi.
     assert 'Content-Type: text/x-shellscript; charset="us-ascii"' in user_data
-    assert "vm.nr_hugepages = 2560" in user_data
+    assert hugepages_script(2560) in user_data
     assert user_data.rstrip().endswith("--LLMP--")
     assert user_data.count("--LLMP\n") == 2
     inference = inputs_of(plans("inference"), LT, "gpu-l40s-nodes")
@@ -168,3 +169,35 @@ def test_inference_pools_spread_over_every_az_without_efa(plans) -> None:
         assert group["labels"]["llm-platform/efa"] == "false"
         assert "networkInterfaces" not in inputs_of(plan, LT, f"gpu-{pool}-nodes")
     assert not plan.by_type(PG)
+
+
+@pytest.mark.parametrize(
+    ("reserved", "after", "written"),
+    [
+        (21121, 21121, False),  # the EFA installer's reservation on a p5 (42242Mi): kept
+        (2560, 2560, False),
+        (0, 2560, True),  # nothing reserved: raised, and persisted for later boots
+        (1000, 2560, True),
+    ],
+)
+def test_huge_pages_are_raised_to_the_minimum_and_never_lowered(
+    tmp_path, reserved: int, after: int, written: bool
+) -> None:
+    import os
+    import subprocess
+
+    proc = tmp_path / "nr_hugepages"
+    proc.write_text(f"{reserved}\n")
+    conf = tmp_path / "90-llm-platform-hugepages.conf"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # `sysctl --load FILE` applies the file: here, into the stand-in for /proc.
+    sysctl = bin_dir / "sysctl"
+    sysctl.write_text(f'#!/bin/bash\nsed -n "s/^vm.nr_hugepages = //p" "$2" > {proc}\n')
+    sysctl.chmod(0o755)
+    script = tmp_path / "hugepages.sh"
+    script.write_text(hugepages_script(2560, conf=str(conf), proc=str(proc)))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(["bash", str(script)], check=True, env=env, timeout=30)
+    assert int(proc.read_text()) == after
+    assert conf.exists() is written

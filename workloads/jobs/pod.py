@@ -32,7 +32,9 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 HUGEPAGES = "hugepages-2Mi"
 HUGEPAGES_SIZE = "5120Mi"
-"""libfabric's EFA provider backs its bounce buffers with 2 MiB huge pages (FACTS.md)."""
+"""libfabric's EFA provider backs its bounce buffers with 2 MiB huge pages: what the
+fabric test (nccl-tests under MPI, no fork) requests. Training pods, whose DataLoader
+workers fork, turn that off (FI_EFA_USE_HUGE_PAGE=0) and request none."""
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 

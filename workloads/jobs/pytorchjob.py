@@ -40,8 +40,6 @@ from infra.catalog import catalog
 from workloads.jobs.pod import (
     EFA_RESOURCE,
     FSX_MOUNT,
-    HUGEPAGES,
-    HUGEPAGES_SIZE,
     Container,
     ContainerPort,
     EnvVar,
@@ -241,6 +239,12 @@ def training_env(spec: JobSpec) -> list[EnvVar]:
     ]
     if kind is not None and kind.kind == "nvidia":
         env = nccl_env() + env
+    if spec.efa:
+        # DataLoader workers fork. With libfabric's bounce buffers on huge pages, fork()
+        # fails with ENOMEM once the pool is used up (awsome-distributed-training's EFA
+        # cheatsheet); regular pages cost a little bandwidth. RDMAV_FORK_SAFE stays unset
+        # and FI_EFA_FORK_SAFE is not needed on kernels >= 5.15 (AL2023 runs 6.x).
+        env.append(EnvVar(name="FI_EFA_USE_HUGE_PAGE", value="0"))
     return env
 
 
@@ -249,12 +253,11 @@ def _resources(spec: JobSpec) -> ResourceRequirements:
     kind = catalog().accelerator_kind(spec.instance_type)
     assert kind is not None  # the spec's validator refuses instance types without one
     memory_gib = math.floor(itype.memory_gib * spec.memory_fraction)
-    # hugepages-2Mi must have request == limit, and a pod asking for huge pages
-    # must also request memory; memory request == limit keeps the kernel from
-    # OOM-killing a rank while it pins EFA buffers (those errors look like EFA faults).
+    # No hugepages-2Mi: libfabric is told not to use them (FI_EFA_USE_HUGE_PAGE=0, see
+    # training_env). Memory request == limit keeps the kernel from OOM-killing a rank
+    # while it pins EFA buffers (those errors look like EFA faults).
     both = {
         kind.resource: str(spec.gpus),
-        HUGEPAGES: HUGEPAGES_SIZE,
         "memory": f"{memory_gib}Gi",
     }
     if spec.efa:

@@ -81,7 +81,8 @@ def test_pod_lands_on_its_pool_with_whole_instance_resources() -> None:
     for section in ("limits", "requests"):
         assert res[section]["nvidia.com/gpu"] == "8"
         assert res[section]["vpc.amazonaws.com/efa"] == "32"
-        assert res[section]["hugepages-2Mi"] == "5120Mi"
+        # libfabric is told not to use huge pages (DataLoader workers fork): none requested
+        assert "hugepages-2Mi" not in res[section]
     assert res["requests"]["memory"] == res["limits"]["memory"]
     assert "cpu" not in res["limits"]
 
@@ -104,6 +105,10 @@ def test_environment_follows_the_efa_guidance() -> None:
     assert e["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith("/fsx/checkpoints/llama-8b/")
     for unset in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE", "FI_EFA_FORK_SAFE"):
         assert unset not in e
+    # awsome-distributed-training's EFA cheatsheet: DataLoader workers fork, and fork()
+    # fails with ENOMEM once libfabric's huge-page pool is used up.
+    assert e["FI_EFA_USE_HUGE_PAGE"] == "0"
+    assert "FI_EFA_USE_HUGE_PAGE" not in env(job(instance_type="g6e.12xlarge"))  # no EFA
 
 
 def test_security_context_is_restricted() -> None:
