@@ -182,6 +182,9 @@ def kueue_manager_config() -> dict[str, Any]:
         # Jobs stop holding quota if their pods are not all running in time (gang admission).
         "waitForPodsReady": {"timeout": "10m", "blockAdmission": False},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        # Requested by training and fabric pods but no queue's to share (why: the
+        # constant's docstring); a request neither covered nor excluded is never admitted.
+        "resources": {"excludeResourcePrefixes": list(kueue.EXCLUDED_RESOURCE_PREFIXES)},
     }
 
 
@@ -277,11 +280,8 @@ class Addons(pulumi.ComponentResource):
             kueue_release = release(KUEUE, "kueue-system", kueue_values(), on_system)
             self.kueue_ready = [kueue_release]
             after_crds = pulumi.ResourceOptions(parent=self, depends_on=self.kueue_ready)
-            objects: list[kueue.ResourceFlavor | kueue.ClusterQueue] = [
-                *kueue.resource_flavors(args.pools),
-                *(kueue.tenant_cluster_queue(t, args.pools) for t in args.tenants),
-                kueue.spare_cluster_queue(args.tenants, args.pools),
-            ]
+            flavors, queues = kueue.platform_queues(args.pools, args.tenants)
+            objects: list[kueue.ResourceFlavor | kueue.ClusterQueue] = [*flavors, *queues]
             for obj in objects:
                 manifest = obj.manifest()
                 k8s.apiextensions.CustomResource(

@@ -69,6 +69,14 @@ def pool_capacities(cfg: PlatformConfig) -> list[kueue.PoolCapacity]:
     return out
 
 
+def tenant_shares(cfg: PlatformConfig) -> list[kueue.TenantShare]:
+    """Each tenant's guaranteed share, for its ClusterQueue."""
+    return [
+        kueue.TenantShare(name=name, gpu_quota=t.gpu_quota, cpu=t.cpu, memory_gib=t.memory_gib)
+        for name, t in cfg.tenants.items()
+    ]
+
+
 def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     tags = standard_tags(cfg, project, stack)
     cluster_name = cfg.cluster.name or f"{project}-{stack}"
@@ -130,12 +138,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             region=cfg.region,
             vpc_id=network.vpc_id,
             pools=pool_capacities(cfg),
-            tenants=[
-                kueue.TenantShare(
-                    name=name, gpu_quota=t.gpu_quota, cpu=t.cpu, memory_gib=t.memory_gib
-                )
-                for name, t in cfg.tenants.items()
-            ],
+            tenants=tenant_shares(cfg),
             efa=any(p.efa for p in cfg.node_pools.values()),
             system_nodes=[cluster.system_nodes],
         ),

@@ -22,7 +22,9 @@ The platform's queueing layout, built by `platform_queues`:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -247,9 +249,287 @@ def spare_cluster_queue(tenants: list[TenantShare], pools: list[PoolCapacity]) -
     )
 
 
+def platform_queues(
+    pools: list[PoolCapacity], tenants: list[TenantShare]
+) -> tuple[list[ResourceFlavor], list[ClusterQueue]]:
+    """The flavors and ClusterQueues a stack declares: a flavor per pool and `cpu`, a queue
+    per tenant, and the `spare` queue lending what no tenant was promised."""
+    queues = [tenant_cluster_queue(t, pools) for t in tenants]
+    return resource_flavors(pools), [*queues, spare_cluster_queue(tenants, pools)]
+
+
 def local_queue(namespace: str) -> LocalQueue:
     """The tenant namespace's LocalQueue, pointing at the tenant's ClusterQueue."""
     return LocalQueue(
         metadata=Metadata(name=LOCAL_QUEUE, namespace=namespace),
         spec=LocalQueueSpec(cluster_queue=namespace),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Resources Kueue ignores, and its admission rule
+# ---------------------------------------------------------------------------
+
+EXCLUDED_RESOURCE_PREFIXES: Final = ("vpc.amazonaws.com/efa", "hugepages-")
+"""Kueue's `resources.excludeResourcePrefixes`: requested by pods, but no queue's business.
+
+Kueue refuses a workload that requests a resource its ClusterQueue does not cover
+("resource ... unavailable in ClusterQueue"), so every resource a pod may request is
+either covered by the queues or excluded here:
+
+- `nvidia.com/gpu`, `aws.amazon.com/neuron`, `cpu`, `memory`: **covered**. They are what
+  tenants share and borrow; quotas come from the pools (GPUs) and the tenant config.
+- `vpc.amazonaws.com/efa`: **excluded**. EFA interfaces are a per-node device bound 1:1
+  to the pool's nodes: a job pinned to a pool (every job is, by node affinity and the
+  flavor's node label) cannot take more nodes than its GPU quota admits, and the kubelet
+  refuses a pod asking for more interfaces than its node has. Covering it would add a
+  second quota that can only ever agree with the GPU one, or disagree wrongly (a job
+  that uses 4 of 8 GPUs and every interface).
+- `hugepages-*`: **excluded**. Memory the node reserved at boot for libfabric; like EFA,
+  bound per node and enforced by the kubelet, and its size is the AMI's, not ours.
+"""
+
+
+class AdmissionError(ValueError):
+    """A manifest Kueue would not know how to admit (no pod sets)."""
+
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL: dict[str, Fraction] = {
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18),
+}  # fmt: skip
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE]?)$")
+
+
+def quantity(value: str | int | float) -> Fraction:
+    """A Kubernetes resource quantity ("5120Mi", "163", "500m", "1e3") as an exact number."""
+    match = _QUANTITY.match(str(value).strip())
+    if match is None:
+        raise AdmissionError(f"{value!r} is not a Kubernetes quantity")
+    number, suffix = Fraction(match.group(1)), match.group(2)
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        exponent = int(suffix[1:])
+        return number * 10**exponent if exponent >= 0 else number / 10**-exponent
+    return number * _DECIMAL[suffix]
+
+
+def pod_requests(pod_spec: dict[str, Any]) -> dict[str, Fraction]:
+    """What one pod requests, as Kueue counts it: each container's requests, its limits
+    where a request is missing; summed over containers, at least any init container's;
+    plus the pod's overhead."""
+
+    def of(container: dict[str, Any]) -> dict[str, Fraction]:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {name: quantity(v) for name, v in merged.items()}
+
+    total: dict[str, Fraction] = {}
+    for container in pod_spec.get("containers") or []:
+        for name, amount in of(container).items():
+            total[name] = total.get(name, Fraction(0)) + amount
+    for container in pod_spec.get("initContainers") or []:
+        for name, amount in of(container).items():
+            total[name] = max(total.get(name, Fraction(0)), amount)
+    for name, amount in (pod_spec.get("overhead") or {}).items():
+        total[name] = total.get(name, Fraction(0)) + quantity(amount)
+    return total
+
+
+@dataclass(frozen=True)
+class PodSet:
+    """A group of identical pods of one workload (Kueue's podSets)."""
+
+    name: str
+    count: int
+    template: dict[str, Any]
+    """The pod template: {"metadata": ..., "spec": ...}."""
+
+    def requests(self, excluded: tuple[str, ...] = ()) -> dict[str, Fraction]:
+        """Per pod, without the excluded prefixes and zero quantities."""
+        return {
+            name: amount
+            for name, amount in pod_requests(self.template.get("spec") or {}).items()
+            if amount and not name.startswith(tuple(excluded))
+        }
+
+
+def pod_sets(manifest: dict[str, Any]) -> list[PodSet]:
+    """The pod sets Kueue makes of a workload: a PyTorchJob's replica types (count =
+    replicas), or a batch/v1 Job's pods (count = parallelism)."""
+    kind, spec = manifest.get("kind"), manifest.get("spec") or {}
+    if kind == "PyTorchJob":
+        replicas = spec.get("pytorchReplicaSpecs") or {}
+        return [
+            PodSet(name=rtype.lower(), count=int(r.get("replicas", 1)), template=r["template"])
+            for rtype, r in replicas.items()
+        ]
+    if kind == "Job":
+        count = int(spec.get("parallelism", 1))
+        return [PodSet(name="main", count=count, template=spec["template"])]
+    raise AdmissionError(f"{kind} is not a kind this platform submits to Kueue")
+
+
+def _selector_terms(pod_spec: dict[str, Any], keys: set[str]) -> list[list[dict[str, Any]]]:
+    """The pod's node constraints on `keys` only, as OR-ed terms of AND-ed requirements."""
+    base = [
+        {"key": k, "operator": "In", "values": [v]}
+        for k, v in (pod_spec.get("nodeSelector") or {}).items()
+        if k in keys
+    ]
+    affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = [
+        [e for e in term.get("matchExpressions") or [] if e["key"] in keys]
+        for term in required.get("nodeSelectorTerms") or []
+    ]
+    return [base + term for term in terms] if terms else [base]
+
+
+def _matches(requirement: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op, values = requirement["key"], requirement["operator"], requirement.get("values") or []
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return False  # Gt, Lt: numeric labels, which no flavor of ours carries
+
+
+def flavor_selects(flavor: ResourceFlavor, pod_spec: dict[str, Any]) -> bool:
+    """Kueue's flavor fit: the pod's node selector and required node affinity, cut to
+    the flavor's label keys, match its labels (an empty term matches any flavor)."""
+    labels = flavor.spec.node_labels
+    terms = _selector_terms(pod_spec, set(labels))
+    return any(all(_matches(r, labels) for r in term) for term in terms)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What Kueue would do with a workload on an empty cluster: the flavor each pod set's
+    resources get, or why it waits."""
+
+    queue: str
+    flavors: dict[str, dict[str, str]]
+    """Pod set -> resource -> flavor."""
+    problems: list[str]
+    checked: list[tuple[str, str]]
+    """(pod set, resource) of every request looked at, excluded ones included."""
+
+    @property
+    def admitted(self) -> bool:
+        return not self.problems
+
+
+def _quota(queue: ClusterQueue, flavor: str, resource: str) -> ResourceQuota | None:
+    for group in queue.spec.resource_groups:
+        for fq in group.flavors:
+            if fq.name == flavor:
+                return next((rq for rq in fq.resources if rq.name == resource), None)
+    return None
+
+
+def _capacity(
+    queue: ClusterQueue, cohort: list[ClusterQueue], flavor: str, resource: str
+) -> Fraction:
+    """What `queue` can use of flavor/resource on an empty cluster: its nominal quota plus
+    what the other queues of its cohort lend (all of their nominal quota unless a lending
+    limit caps it), up to its own borrowing limit."""
+    mine = _quota(queue, flavor, resource)
+    own = quantity(mine.nominal_quota) if mine else Fraction(0)
+    if queue.spec.cohort_name is None:
+        return own
+    lent = Fraction(0)
+    for other in cohort:
+        if other.metadata.name == queue.metadata.name:
+            continue
+        if other.spec.cohort_name != queue.spec.cohort_name:
+            continue
+        theirs = _quota(other, flavor, resource)
+        if theirs is not None:
+            amount = quantity(theirs.nominal_quota)
+            if theirs.lending_limit is not None:
+                amount = min(amount, quantity(theirs.lending_limit))
+            lent += amount
+    if mine is not None and mine.borrowing_limit is not None:
+        lent = min(lent, quantity(mine.borrowing_limit))
+    return own + lent
+
+
+def admit(
+    sets: list[PodSet],
+    queue: ClusterQueue,
+    flavors: list[ResourceFlavor],
+    *,
+    cohort: list[ClusterQueue] | None = None,
+    excluded: tuple[str, ...] = EXCLUDED_RESOURCE_PREFIXES,
+) -> Admission:
+    """Kueue's admission rule for `sets` in `queue`, on an empty cluster.
+
+    As Kueue's flavor assigner does (pkg/scheduler/flavorassigner): requests without
+    the excluded prefixes; each must be covered by one of the queue's resource groups
+    ("resource X unavailable in ClusterQueue Q" otherwise); per group, the first flavor
+    whose node labels the pods select and whose quota (nominal plus what the cohort
+    lends) holds the pod set's total of every resource of the group.
+    """
+    by_name = {f.metadata.name: f for f in flavors}
+    assigned: dict[str, dict[str, str]] = {}
+    problems: list[str] = []
+    checked: list[tuple[str, str]] = []
+    used: dict[tuple[str, str], Fraction] = {}
+    for ps in sets:
+        every = pod_requests(ps.template.get("spec") or {})
+        checked += [(ps.name, r) for r in sorted(every) if every[r]]
+        wanted = {r: amount * ps.count for r, amount in ps.requests(excluded).items()}
+        assigned[ps.name] = {}
+        groups: list[ResourceGroup] = []
+        for resource in sorted(wanted):
+            group = next(
+                (g for g in queue.spec.resource_groups if resource in g.covered_resources), None
+            )
+            if group is None:
+                problems.append(
+                    f"{ps.name}: resource {resource} unavailable in ClusterQueue "
+                    f"{queue.metadata.name}"
+                )
+            elif group not in groups:
+                groups.append(group)
+        for group in groups:
+            need = {r: wanted[r] for r in group.covered_resources if r in wanted}
+            chosen = None
+            why: list[str] = []
+            for fq in group.flavors:
+                flavor = by_name.get(fq.name)
+                if flavor is None:
+                    why.append(f"flavor {fq.name} does not exist")
+                    continue
+                if not flavor_selects(flavor, ps.template.get("spec") or {}):
+                    continue
+                free = {
+                    r: _capacity(queue, cohort or [], fq.name, r) - used.get((fq.name, r), 0)
+                    for r in need
+                }
+                short = [f"{r} {need[r]} > {free[r]}" for r in need if need[r] > free[r]]
+                if short:
+                    why.append(f"{fq.name}: {', '.join(short)}")
+                    continue
+                chosen = fq.name
+                break
+            if chosen is None:
+                problems.append(
+                    f"{ps.name}: no flavor of ClusterQueue {queue.metadata.name} fits "
+                    f"({'; '.join(why) or 'none selects its nodes'})"
+                )
+                continue
+            for r, amount in need.items():
+                used[(chosen, r)] = used.get((chosen, r), Fraction(0)) + amount
+                assigned[ps.name][r] = chosen
+    return Admission(
+        queue=queue.metadata.name, flavors=assigned, problems=problems, checked=checked
     )

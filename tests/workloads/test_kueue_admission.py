@@ -1,0 +1,305 @@
+"""Kueue's admission rule over every pod template the platform's builders render.
+
+The journey this guards: a job is rendered by a builder (PyTorchJob, fabric test, DCGM
+diagnostic, data prep), submitted to the tenant's LocalQueue, and Kueue admits it
+against the ClusterQueues and flavors the stack declares, with the Configuration the
+stack installs. Kueue refuses a workload that requests a resource its queue neither
+covers nor excludes, so a job that asks for `vpc.amazonaws.com/efa` would wait forever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from components.addons import kueue_manager_config
+from infra.catalog import catalog
+from infra.config import PlatformConfig, load_config
+from infra.platform import pool_capacities, tenant_shares
+from workloads import kueue
+from workloads.jobs import pytorchjob
+from workloads.jobs.data_prep import DataPrepSpec, data_prep_job
+from workloads.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
+from workloads.jobs.fabric import FabricSpec, fabric_manifests
+
+TENANT = "team"
+POOL = "gpu"
+
+
+def excluded() -> tuple[str, ...]:
+    """What the stack's Kueue Configuration excludes (the chart value it installs)."""
+    return tuple(kueue_manager_config()["resources"]["excludeResourcePrefixes"])
+
+
+def accelerated_types() -> list[str]:
+    return sorted(n for n, t in catalog().instances.items() if t.accelerator is not None)
+
+
+def one_pool_stack(instance_type: str, nodes: int = 2) -> PlatformConfig:
+    """A stack with one pool of `instance_type` and one tenant guaranteed all of it."""
+    itype = catalog().instance(instance_type)
+    efa = itype.efa_interfaces > 0
+    pool: dict[str, Any] = {"instance_type": instance_type, "max_size": nodes, "efa": efa}
+    if efa:
+        pool["availability_zones"] = ["us-east-1a"]
+    return load_config(
+        {
+            "aws:region": "us-east-1",
+            "llm-platform:tags": {"team": "t", "cost_center": "c"},
+            "llm-platform:network": {"availability_zones": ["us-east-1a", "us-east-1b"]},
+            "llm-platform:node_pools": {POOL: pool},
+            "llm-platform:tenants": {
+                TENANT: {
+                    "gpu_quota": {POOL: itype.gpu_count * nodes},
+                    "cpu": 256,
+                    "memory_gib": 1024,
+                }
+            },
+        }
+    )
+
+
+def workloads_for(instance_type: str, nodes: int = 2) -> dict[str, dict[str, Any]]:
+    """Every workload a builder renders for this shape, queued to the tenant's LocalQueue."""
+    itype = catalog().instance(instance_type)
+    acc = itype.accelerator
+    assert acc is not None
+    out: dict[str, dict[str, Any]] = {
+        "pytorchjob": pytorchjob.build(
+            name="train",
+            namespace=TENANT,
+            image="registry.example.com/trainer:1.0",
+            command=["train.py"],
+            instance_type=instance_type,
+            node_pool=POOL,
+            nodes_min=1,
+            nodes_max=nodes,
+            checkpoint_dir="/fsx/checkpoints/train",
+            queue_name=kueue.LOCAL_QUEUE,
+        ),
+        "data-prep": data_prep_job(
+            DataPrepSpec(
+                name="prep",
+                namespace=TENANT,
+                image="registry.example.com/trainer:1.0",
+                dataset="web",
+                datasets_bucket="datasets",
+                count=4,
+                queue_name=kueue.LOCAL_QUEUE,
+            )
+        ),
+    }
+    if acc.kind == "nvidia":
+        (out["dcgm-diag"],) = dcgm_diag_manifests(
+            DcgmDiagSpec(
+                instance_type=instance_type,
+                node_pool=POOL,
+                namespace=TENANT,
+                nodes=nodes,
+                queue_name=kueue.LOCAL_QUEUE,
+            )
+        )
+        if instance_type in catalog().fabric_acceptance.thresholds:
+            _, out["fabric"] = fabric_manifests(
+                FabricSpec(
+                    instance_type=instance_type,
+                    node_pool=POOL,
+                    namespace=TENANT,
+                    nodes=nodes,
+                    queue_name=kueue.LOCAL_QUEUE,
+                )
+            )
+    return out
+
+
+def admission(
+    cfg: PlatformConfig, manifest: dict[str, Any], exclude: tuple[str, ...]
+) -> kueue.Admission:
+    flavors, queues = kueue.platform_queues(pool_capacities(cfg), tenant_shares(cfg))
+    # The LocalQueue `default` of a tenant's namespace points at the tenant's ClusterQueue.
+    assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == kueue.LOCAL_QUEUE
+    queue = next(q for q in queues if q.metadata.name == manifest["metadata"]["namespace"])
+    return kueue.admit(
+        kueue.pod_sets(manifest), queue, flavors, cohort=queues, excluded=exclude
+    )
+
+
+CASES = [(itype, kind) for itype in accelerated_types() for kind in workloads_for(itype)]
+
+
+@pytest.mark.parametrize(("instance_type", "kind"), CASES)
+def test_every_rendered_pod_is_admitted_by_the_queues_the_stack_declares(
+    instance_type: str, kind: str
+) -> None:
+    cfg = one_pool_stack(instance_type)
+    manifest = workloads_for(instance_type)[kind]
+    result = admission(cfg, manifest, excluded())
+    assert result.admitted, result.problems
+    flavor = "cpu" if kind == "data-prep" else kueue.flavor_name(POOL)
+    assert set(result.flavors["main" if manifest["kind"] == "Job" else "worker"].values()) == {
+        flavor
+    }
+
+
+def test_each_requested_resource_is_covered_or_excluded_for_every_shape() -> None:
+    """The rule the issue states, counted: every (pod shape, resource) pair any builder
+    requests is either covered by a ClusterQueue resource group or excluded."""
+    exclude = excluded()
+    checked = 0
+    seen: set[str] = set()
+    for instance_type in accelerated_types():
+        cfg = one_pool_stack(instance_type)
+        _, queues = kueue.platform_queues(pool_capacities(cfg), tenant_shares(cfg))
+        covered = {r for q in queues for g in q.spec.resource_groups for r in g.covered_resources}
+        for manifest in workloads_for(instance_type).values():
+            for ps in kueue.pod_sets(manifest):
+                for resource in kueue.pod_requests(ps.template["spec"]):
+                    checked += 1
+                    seen.add(resource)
+                    assert resource in covered or resource.startswith(exclude), (
+                        instance_type,
+                        manifest["kind"],
+                        resource,
+                    )
+    # GPUs, Neuron devices, EFA, huge pages, cpu and memory all occur.
+    assert {"nvidia.com/gpu", "aws.amazon.com/neuron", "vpc.amazonaws.com/efa"} <= seen
+    assert {"hugepages-2Mi", "cpu", "memory"} <= seen
+    print(f"\nkueue admission: {len(CASES)} pod shapes, {checked} (shape, resource) pairs")
+
+
+def test_without_the_exclusions_kueue_never_admits_an_efa_job() -> None:
+    # What the queues did before excludeResourcePrefixes: the job waits forever.
+    cfg = one_pool_stack("p5.48xlarge")
+    result = admission(cfg, workloads_for("p5.48xlarge")["pytorchjob"], exclude=())
+    assert not result.admitted
+    assert result.problems == [
+        "worker: resource vpc.amazonaws.com/efa unavailable in ClusterQueue team"
+    ]
+    fabric = admission(cfg, workloads_for("p5.48xlarge")["fabric"], exclude=())
+    assert {p.split(" unavailable")[0] for p in fabric.problems} == {
+        "main: resource hugepages-2Mi",
+        "main: resource vpc.amazonaws.com/efa",
+    }
+
+
+def test_a_job_larger_than_the_cohort_waits_and_says_why() -> None:
+    cfg = one_pool_stack("p5.48xlarge", nodes=2)
+    bigger = pytorchjob.build(
+        name="train",
+        namespace=TENANT,
+        image="registry.example.com/trainer:1.0",
+        command=["train.py"],
+        instance_type="p5.48xlarge",
+        node_pool=POOL,
+        nodes_min=1,
+        nodes_max=3,
+        checkpoint_dir="/fsx/checkpoints/train",
+        queue_name=kueue.LOCAL_QUEUE,
+    )
+    result = admission(cfg, bigger, excluded())
+    assert not result.admitted
+    (problem,) = result.problems
+    assert "pool-gpu: " in problem and "nvidia.com/gpu 24 > 16" in problem
+
+
+def test_a_tenant_borrows_idle_capacity_from_the_cohort() -> None:
+    # Two tenants of 8 GPUs each on 2 p5 nodes: a 2-node job of one tenant borrows the
+    # other's idle GPUs (the spare queue lends nothing here: the pool is fully promised).
+    cfg = one_pool_stack("p5.48xlarge")
+    raw_tenants = {
+        TENANT: {"gpu_quota": {POOL: 8}, "cpu": 64, "memory_gib": 256},
+        "other": {"gpu_quota": {POOL: 8}, "cpu": 64, "memory_gib": 256},
+    }
+    cfg = cfg.model_copy(
+        update={
+            "tenants": {
+                name: type(next(iter(cfg.tenants.values()))).model_validate(t)
+                for name, t in raw_tenants.items()
+            }
+        }
+    )
+    result = admission(cfg, workloads_for("p5.48xlarge")["pytorchjob"], excluded())
+    assert result.admitted, result.problems
+
+
+def test_quantities_are_read_as_kubernetes_does() -> None:
+    q = kueue.quantity
+    assert q("5120Mi") == 5120 * 2**20
+    assert q("500m") * 2 == 1
+    assert q("1e3") == 1000 and q("2k") == 2000
+    with pytest.raises(kueue.AdmissionError):
+        q("five")
+
+
+def test_limits_stand_in_for_missing_requests_and_init_containers_count() -> None:
+    spec = {
+        "containers": [
+            {"resources": {"limits": {"memory": "1Gi", "nvidia.com/gpu": "1"}}},
+            {"resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}},
+        ],
+        "initContainers": [{"resources": {"requests": {"cpu": "4"}}}],
+        "overhead": {"memory": "128Mi"},
+    }
+    got = kueue.pod_requests(spec)
+    assert got == {
+        "memory": kueue.quantity("1Gi") + kueue.quantity("128Mi"),
+        "nvidia.com/gpu": 1,
+        "cpu": 4,
+    }
+
+
+@pytest.mark.parametrize("stack", ["pretrain", "finetune"])
+def test_the_stacks_training_job_is_admitted_by_what_the_plan_declares(plans, stack) -> None:
+    """End to end on a stack file: Kueue's objects and configuration as the plan records
+    them (not as the builders would make them), and a job on each of the stack's pools
+    for each tenant with a quota there."""
+    plan = plans(stack)
+    manifests = plan.manifests()
+    flavors = [
+        kueue.ResourceFlavor.model_validate(m) for m in manifests if m["kind"] == "ResourceFlavor"
+    ]
+    queues = [
+        kueue.ClusterQueue.model_validate(m) for m in manifests if m["kind"] == "ClusterQueue"
+    ]
+    local = {
+        m["metadata"]["namespace"]: m["spec"]["clusterQueue"]
+        for m in manifests
+        if m["kind"] == "LocalQueue"
+    }
+    (release,) = [
+        r["inputs"]
+        for r in plan.by_type("kubernetes:helm.sh/v3:Release")
+        if r["inputs"]["name"] == "kueue"
+    ]
+    config = yaml.safe_load(release["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    exclude = tuple(config["resources"]["excludeResourcePrefixes"])
+    from tests.conftest import raw_stack
+
+    cfg = load_config(raw_stack(stack))
+    submitted = 0
+    for tenant, share in cfg.tenants.items():
+        for pool, gpus in share.gpu_quota.items():
+            itype = catalog().instance(cfg.node_pools[pool].instance_type)
+            nodes = max(1, gpus // itype.gpu_count)
+            job = pytorchjob.build(
+                name="train",
+                namespace=tenant,
+                image="registry.example.com/trainer:1.0",
+                command=["train.py"],
+                instance_type=cfg.node_pools[pool].instance_type,
+                node_pool=pool,
+                nodes_min=1,
+                nodes_max=nodes,
+                checkpoint_dir="/fsx/checkpoints/train",
+                queue_name=kueue.LOCAL_QUEUE,
+            )
+            queue = next(q for q in queues if q.metadata.name == local[tenant])
+            result = kueue.admit(
+                kueue.pod_sets(job), queue, flavors, cohort=queues, excluded=exclude
+            )
+            assert result.admitted, (tenant, pool, result.problems)
+            assert set(result.flavors["worker"].values()) == {kueue.flavor_name(pool)}
+            submitted += 1
+    assert submitted >= 2
