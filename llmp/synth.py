@@ -42,6 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PROGRAM_DIR = REPO_ROOT / "infra"
 STACKS_DIR = REPO_ROOT / "stacks"
 SECRET = "[secret]"
+SECRET_BASE64 = base64.b64encode(SECRET.encode()).decode()
 _ACCOUNT = "000000000000"
 
 
@@ -88,7 +89,13 @@ class Plan:
         for r in self.resources:
             inputs = r["inputs"]
             if r["custom"] and r["type"].startswith("kubernetes:") and "kind" in inputs:
-                out.append({k: v for k, v in inputs.items() if not k.startswith("__")})
+                manifest = {k: v for k, v in inputs.items() if not k.startswith("__")}
+                if manifest["kind"] == "Secret" and isinstance(manifest.get("data"), dict):
+                    # `data` values are base64: the placeholder is written encoded.
+                    manifest["data"] = {
+                        k: SECRET_BASE64 if v == SECRET else v for k, v in manifest["data"].items()
+                    }
+                out.append(manifest)
         return out
 
 
@@ -167,7 +174,7 @@ class _PlanMocks(pulumi_mocks.Mocks):
 def _redact(value: Any) -> Any:
     """Secrets become "[secret]"; whole floats become ints (the wire carries only doubles)."""
     if rpc.is_rpc_secret(value):
-        return SECRET
+        return _hidden(rpc.unwrap_rpc_secret(value))
     if isinstance(value, dict):
         return {k: _redact(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -177,6 +184,19 @@ def _redact(value: Any) -> Any:
     if isinstance(value, pulumi.Resource):
         return "<resource>"
     return value
+
+
+def _hidden(value: Any) -> Any:
+    """A secret with its shape kept and every value replaced: pulumi_kubernetes makes a
+    Secret's whole `stringData` map secret, and a manifest whose map became one string
+    would no longer apply or validate. Map keys are names, not secrets."""
+    if rpc.is_rpc_secret(value):
+        return _hidden(rpc.unwrap_rpc_secret(value))
+    if isinstance(value, dict):
+        return {k: _hidden(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hidden(v) for v in value]
+    return SECRET
 
 
 def _lifecycle_options(request: Any) -> dict[str, Any]:
