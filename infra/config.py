@@ -1,11 +1,14 @@
 """The stack-config schema: every key under the `llm-platform:` namespace, validated once.
 
 A stack file is read into `PlatformConfig` before any resource is declared.
-Bad config stops the program with exactly one line that names the key path,
-the value, and what would be right, e.g.
+Bad config stops the program with one line per problem, each naming the key
+path, the value, and what would be right, e.g.
 
     config error: llm-platform:node_pools.pretrain.efa = True: g6e.12xlarge has no
     EFA interfaces; set efa: false or use one of g5.12xlarge, g5.48xlarge, ...
+
+A key in a namespace the program does not read (CONFIG_NAMESPACES) is refused
+too: a typo there would drop a whole section without a word.
 
 Defaults are the safe and cheap choice: private endpoint only, one NAT
 gateway, no GPU nodes running until a pool asks for them.
@@ -13,6 +16,8 @@ gateway, no GPU nodes running until a pool asks for them.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import ipaddress
 import json
 import re
@@ -36,6 +41,76 @@ from infra.catalog import catalog
 
 NAMESPACE = "llm-platform"
 REGION_KEY = "aws:region"
+SERVING_KEYS_NAMESPACE = "llm-platform-serving"
+"""Secret API keys of the serving gateway: `llm-platform-serving:<client>`, one per client."""
+MONITORING_SECRETS_NAMESPACE = "llm-platform-monitoring"
+"""Secrets of the monitoring stack: `llm-platform-monitoring:grafanaAdminPassword`."""
+GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"
+
+CONFIG_NAMESPACES: dict[str, str] = {
+    NAMESPACE: "the platform's settings: PlatformConfig, the schema below",
+    "aws": (
+        "`aws:region` only: the program's AWS providers are explicit and read no other "
+        "`aws:*` setting (credentials and profiles come from the environment)"
+    ),
+    SERVING_KEYS_NAMESPACE: "secret API keys, `llm-platform-serving:<client>` per serving client",
+    MONITORING_SECRETS_NAMESPACE: f"the secret `{GRAFANA_PASSWORD_KEY}` of Grafana's admin",
+    "pulumi": "Pulumi's own settings (`pulumi:tags`, `pulumi:disable-default-providers`, ...)",
+}
+"""The namespaces a stack file's `config:` may use, and what each holds: the one list.
+
+A key in any other namespace is refused (a typo there would drop its whole section).
+"""
+
+AWS_PROVIDER_KEYS = frozenset(
+    {
+        "accessKey",
+        "allowedAccountIds",
+        "assumeRoleWithWebIdentity",
+        "assumeRoles",
+        "customCaBundle",
+        "defaultTags",
+        "ec2MetadataServiceEndpoint",
+        "ec2MetadataServiceEndpointMode",
+        "endpoints",
+        "forbiddenAccountIds",
+        "httpProxy",
+        "httpsProxy",
+        "ignoreTags",
+        "insecure",
+        "maxRetries",
+        "noProxy",
+        "profile",
+        "region",
+        "retryMode",
+        "s3UsEast1RegionalEndpoint",
+        "s3UsePathStyle",
+        "secretKey",
+        "sharedConfigFiles",
+        "sharedCredentialsFiles",
+        "skipCredentialsValidation",
+        "skipMetadataApiCheck",
+        "skipRegionValidation",
+        "skipRequestingAccountId",
+        "stsRegion",
+        "tagPolicyCompliance",
+        "token",
+        "tokenBucketRateLimiterCapacity",
+        "useDualstackEndpoint",
+        "useFipsEndpoint",
+        "userAgents",
+    }
+)
+"""The `aws:*` settings of Pulumi's AWS provider (pulumi-aws 7, `pulumi_aws.config`).
+
+Only `aws:region` is read by this program. Its AWS providers are explicit
+(infra/platform.py: region and default tags), and an explicit provider reads none of
+the `aws:*` config (pulumi/pulumi-aws#1307): an `aws:profile` or `aws:assumeRoles` in
+a stack file would be ignored while `pulumi up` deploys with whatever credentials the
+environment holds, perhaps into another account. So each of them is refused with a
+line that says where to set it instead; a key outside this list gets a suggestion. A
+test keeps the list equal to the installed pulumi-aws's.
+"""
 
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
@@ -44,24 +119,53 @@ _AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
 
 
 class ConfigError(Exception):
-    """A stack-config problem, rendered as one line: where, what, what would be right."""
+    """Stack-config problems, one line each: where, what, what would be right.
 
-    def __init__(self, path: tuple[str | int, ...], value: Any, expected: str):
+    The error is the first problem found; `others` holds the further ones found in
+    the same pass. str() gives every problem on a line of its own, the first first.
+    """
+
+    def __init__(
+        self,
+        path: tuple[str | int, ...],
+        value: Any,
+        expected: str,
+        *,
+        config_key: str | None = None,
+    ):
         self.path = path
         self.value = value
         self.expected = expected
-        super().__init__(str(self))
+        self.config_key = config_key
+        """The whole config key, for a key outside the `llm-platform` schema."""
+        self.others: list[ConfigError] = []
+        super().__init__(self.line())
 
     @property
     def key(self) -> str:
+        if self.config_key is not None:
+            return _clip(self.config_key, _MAX_KEY_PART * 2)
         if self.path and self.path[0] == "region":
             return REGION_KEY
         return f"{NAMESPACE}:" + ".".join(_clip(str(p), _MAX_KEY_PART) for p in self.path)
 
-    def __str__(self) -> str:
+    @property
+    def errors(self) -> list[ConfigError]:
+        """This problem and the others, in the order they are printed."""
+        return [self, *self.others]
+
+    def line(self) -> str:
+        """This one problem: `config error: KEY = VALUE: EXPECTED`."""
         value = "<missing>" if self.value is _MISSING else _show(self.value)
         expected = _clip(self.expected, _MAX_EXPECTED)
         return _one_line_text(f"config error: {self.key} = {value}: {expected}")
+
+    def __str__(self) -> str:
+        lines = list(dict.fromkeys(e.line() for e in self.errors))
+        if len(lines) > _MAX_ERRORS:
+            hidden = len(lines) - _MAX_ERRORS
+            lines = [*lines[:_MAX_ERRORS], f"config error: {hidden} more errors not shown"]
+        return "\n".join(lines)
 
 
 class StackFileError(ConfigError):
@@ -71,7 +175,7 @@ class StackFileError(ConfigError):
         self.file = file
         super().__init__((), _MISSING, problem)
 
-    def __str__(self) -> str:
+    def line(self) -> str:
         return _one_line_text(f"config error: {_clip(self.file, 300)}: {self.expected}")
 
 
@@ -79,6 +183,7 @@ class StackFileError(ConfigError):
 _MAX_VALUE = 200
 _MAX_KEY_PART = 64
 _MAX_EXPECTED = 1000
+_MAX_ERRORS = 50  # lines of one report: a file of 600 broken pools need not print 600
 
 
 class _Repr(reprlib.Repr):
@@ -159,6 +264,49 @@ def _sorted_names(names: Iterable[str]) -> str:
 def _not_in(what: str, where: str, names: Iterable[str]) -> str:
     """The message of a reference to nothing: `not a pool in node_pools (h100, a100)`."""
     return f"not a {what} in {where} ({', '.join(names) or 'none'})"
+
+
+@functools.cache
+def _partitions() -> dict[str, tuple[re.Pattern[str], tuple[str, ...]]]:
+    """Partition -> (its region-name pattern, its regions), from botocore's endpoint data.
+
+    The data ships inside botocore: offline, and about 0.1 s to read once. Every
+    partition counts (aws, aws-cn, aws-us-gov, ...), opt-in regions included.
+    """
+    from botocore.loaders import create_loader
+
+    data = create_loader().load_data("endpoints")
+    return {
+        p["partition"]: (re.compile(p.get("regionRegex") or "^$"), tuple(sorted(p["regions"])))
+        for p in data["partitions"]
+    }
+
+
+def aws_regions() -> list[str]:
+    """Every AWS region botocore knows, in every partition."""
+    return sorted(r for _, regions in _partitions().values() for r in regions)
+
+
+def _known_region(v: str) -> str:
+    if v in aws_regions():
+        return v
+    import botocore
+
+    # The regions of the partition the name looks like it belongs to, else all of them.
+    known = next(
+        (list(regions) for pattern, regions in _partitions().values() if pattern.match(v)),
+        aws_regions(),
+    )
+    guess = None
+    if len(v) <= 64:
+        stem = v.rsplit("-", 1)[0] + "-"
+        siblings = [r for r in known if r.startswith(stem)]
+        close = difflib.get_close_matches(v, aws_regions(), n=1, cutoff=0.6)
+        guess = siblings[0] if siblings else (close[0] if close else None)
+    hint = f"; did you mean {guess}?" if guess else ""
+    raise ValueError(
+        f"not an AWS region{hint} (known to botocore {botocore.__version__}: {', '.join(known)})"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -678,6 +826,11 @@ class ReplicationConfig(_Section):
     time_control: bool = Field(
         False, description="S3 Replication Time Control: 15-minute SLA, billed per GB."
     )
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, v: str | None) -> str | None:
+        return v if v is None else _known_region(v)
 
 
 _KMS_KEY_ARN = re.compile(
@@ -1241,6 +1394,8 @@ class PlatformConfig(_Section):
         None, description="Model serving (inference stack); none: no model servers."
     )
 
+    _region = field_validator("region")(_known_region)
+
     @field_validator("tenants")
     @classmethod
     def _tenant_names(cls, v: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
@@ -1324,6 +1479,15 @@ class PlatformConfig(_Section):
                     model.gpus_per_replica,
                     f"must divide the {gpus} GPUs of {pool.instance_type} (tensor parallel size)",
                 )
+        self._serving_capacity(serving)
+        cert_region = serving.certificate_arn.split(":")[3]
+        if cert_region != self.region:
+            raise FieldError(
+                ("serving", "certificate_arn"),
+                serving.certificate_arn,
+                f"is a certificate of {cert_region}; an ALB in {self.region} takes an ACM "
+                f"certificate of its own region: request or import one in {self.region}",
+            )
         weights = self.storage.model_weights if self.storage else None
         if weights is None or "serving" not in weights.namespaces:
             raise FieldError(
@@ -1336,12 +1500,63 @@ class PlatformConfig(_Section):
             raise FieldError(
                 ("serving",), "models", "runs in the `serving` tenant: declare tenants.serving"
             )
+        self._serving_quota(serving)
         if not self.addons.load_balancer_controller:
             raise FieldError(
                 ("addons", "load_balancer_controller"),
                 False,
                 "serving's Ingress needs the AWS Load Balancer Controller; set it to true",
             )
+
+    @staticmethod
+    def _serving_demand(serving: ServingConfig) -> dict[str, tuple[list[int], int, str]]:
+        """Pool -> (indexes of its models, GPUs they need at max_replicas, their list).
+
+        The list reads `llama-8b 8 x 1, llama-70b 4 x 4`: max_replicas x gpus_per_replica.
+        """
+        on_pool: dict[str, list[int]] = {}
+        for i, model in enumerate(serving.models):
+            on_pool.setdefault(model.node_pool, []).append(i)
+        demand = {}
+        for pool_name, indexes in on_pool.items():
+            models = [serving.models[i] for i in indexes]
+            need = sum(m.max_replicas * m.gpus_per_replica for m in models)
+            text = ", ".join(f"{m.name} {m.max_replicas} x {m.gpus_per_replica}" for m in models)
+            demand[pool_name] = (indexes, need, text)
+        return demand
+
+    def _serving_capacity(self, serving: ServingConfig) -> None:
+        """The replicas of a pool's models fit on the pool at its max size."""
+        for pool_name, (indexes, need, models) in self._serving_demand(serving).items():
+            have = self.pool_gpus(pool_name)
+            if need > have:
+                last = indexes[-1]
+                raise FieldError(
+                    ("serving", "models", last, "max_replicas"),
+                    serving.models[last].max_replicas,
+                    f"the models on pool {pool_name} need up to {need} GPUs at max_replicas "
+                    f"(replicas x GPUs: {models}), but {pool_name} has {have} at max_size; "
+                    f"lower max_replicas or raise node_pools.{pool_name}.max_size",
+                )
+
+    def _serving_quota(self, serving: ServingConfig) -> None:
+        """The replicas of a pool's models fit in the `serving` tenant's GPUs of that pool.
+
+        Model servers are Deployments in the `serving` namespace, outside Kueue:
+        its ResourceQuota (serving_gpus) would refuse the pods beyond it at run time.
+        """
+        granted = self.tenants["serving"].serving_gpus
+        for pool_name, (_, need, models) in self._serving_demand(serving).items():
+            have = granted.get(pool_name)
+            if need > (have or 0):
+                raise FieldError(
+                    ("tenants", "serving", "serving_gpus", pool_name),
+                    _MISSING if have is None else have,
+                    f"the models on pool {pool_name} need up to {need} GPUs at max_replicas "
+                    f"(replicas x GPUs: {models}), but the serving namespace's quota holds "
+                    f"{have or 0} of {pool_name} and would refuse the pods beyond; set it to "
+                    f"{need} or lower max_replicas",
+                )
 
     def _tenant_refs(self) -> None:
         pools = self.node_pools
@@ -1471,17 +1686,23 @@ def load_config(raw: Mapping[str, Any], secret_keys: Iterable[str] = ()) -> Plat
     """Validate a flat Pulumi config map (`{"llm-platform:network": {...}, "aws:region": ...}`).
 
     Values may be objects (a stack file read as YAML) or JSON strings (what the
-    Pulumi engine hands the program). Raises ConfigError. The values of
-    `secret_keys` (decrypted secrets) never appear in an error message.
+    Pulumi engine hands the program). Raises ConfigError, which reports every
+    problem found: keys outside CONFIG_NAMESPACES first, then the schema's. The
+    values of `secret_keys` (decrypted secrets) never appear in an error message.
     """
     if not isinstance(raw, Mapping):
         raise ConfigError((), raw, "the stack config must be a map of key: value")
     data: dict[str, Any] = {}
     secrets = set(secret_keys)
     prefix = f"{NAMESPACE}:"
+    problems: list[ConfigError] = []
     for key, value in raw.items():
         if not isinstance(key, str):
             continue  # not a Pulumi config key; load_stack_file names it
+        if not key.startswith(prefix):
+            problem = _foreign_key_problem(key, value, key in secrets or _is_secure(value))
+            if problem is not None:
+                problems.append(problem)
         if _is_secure(value) and (key.startswith(prefix) or key == REGION_KEY):
             path = ("region",) if key == REGION_KEY else (key[len(prefix) :],)
             raise ConfigError(
@@ -1497,22 +1718,141 @@ def load_config(raw: Mapping[str, Any], secret_keys: Iterable[str] = ()) -> Plat
     if REGION_KEY in raw:
         data["region"] = _decode(raw[REGION_KEY])
     try:
-        return PlatformConfig.model_validate(data)
+        cfg = PlatformConfig.model_validate(data)
     except ValidationError as exc:
-        raise _redact(_one_line(exc), raw, secrets) from None
+        # Refused keys first: a typo in a namespace is often why a section is missing.
+        raise _redact(_joined([*problems, *_config_errors(exc)]), raw, secrets) from None
     except RecursionError:  # input nested past what pydantic walks
         raise ConfigError((), _MISSING, "nested too deeply to be a stack config") from None
+    problems += _serving_key_problems(raw, cfg)
+    if problems:
+        raise _redact(_joined(problems), raw, secrets)
+    return cfg
+
+
+_CREDENTIAL_LIKE = re.compile(r"(?i)secret|token|passw|credential|key")
+
+
+def _foreign_key_problem(key: str, value: Any, secret: bool) -> ConfigError | None:
+    """Why a config key outside the `llm-platform` schema is refused; None when accepted.
+
+    The value is shown only where it cannot be a credential: a misspelt
+    `aws:secretkey` must not print its secret.
+    """
+    namespace, colon, name = key.partition(":")
+    shown = SECRET_VALUE if secret or _CREDENTIAL_LIKE.search(key) else _decode(value)
+    if colon and namespace == "pulumi":
+        return None
+    if colon and namespace == "aws":
+        if key == REGION_KEY:
+            return None
+        if name in AWS_PROVIDER_KEYS:
+            return ConfigError(
+                (),
+                shown,
+                "is not read: the program's AWS providers are explicit and take only "
+                f"{REGION_KEY} from the stack file; give credentials, profiles and roles "
+                "through the environment (AWS_PROFILE, AWS_ACCESS_KEY_ID, ...) and remove "
+                "this key",
+                config_key=key,
+            )
+        guess = _close(name, AWS_PROVIDER_KEYS)
+        hint = f"did you mean aws:{guess}?" if guess else "see pulumi-aws's configuration keys"
+        return ConfigError(
+            (),
+            shown,
+            f"not a setting of Pulumi's AWS provider; {hint} (this program reads "
+            f"{REGION_KEY} only)",
+            config_key=key,
+        )
+    if colon and namespace in (SERVING_KEYS_NAMESPACE, MONITORING_SECRETS_NAMESPACE):
+        if namespace == MONITORING_SECRETS_NAMESPACE and name != GRAFANA_PASSWORD_KEY:
+            return ConfigError(
+                (),
+                SECRET_VALUE,
+                f"unknown key; the program reads {namespace}:{GRAFANA_PASSWORD_KEY} only",
+                config_key=key,
+            )
+        if not secret:
+            return ConfigError(
+                (),
+                SECRET_VALUE,
+                f"is a secret in plain text; set it with `pulumi config set --secret {key}`",
+                config_key=key,
+            )
+        return None
+    guess = _suggested_key(key)
+    hint = f"; did you mean {guess}?" if guess else ""
+    namespaces = ", ".join(sorted(CONFIG_NAMESPACES))
+    what = f"unknown config namespace {namespace}" if colon else "not a namespace:name key"
+    return ConfigError(
+        (), shown, f"{what}{hint} (the namespaces read: {namespaces})", config_key=key
+    )
+
+
+def _close(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to `word`, ignoring case; None when none is close."""
+    if len(word) > 200:
+        return None
+    lower = {c.lower(): c for c in choices}
+    if word.lower() in lower:
+        return lower[word.lower()]
+    match = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)
+    return lower[match[0]] if match else None
+
+
+def _suggested_key(key: str) -> str | None:
+    """The accepted key a refused one most likely means (`llm_platform:tags` -> the real one)."""
+    namespace, colon, name = key.partition(":")
+    known = [
+        *(f"{NAMESPACE}:{field}" for field in PlatformConfig.model_fields if field != "region"),
+        REGION_KEY,
+        f"{MONITORING_SECRETS_NAMESPACE}:{GRAFANA_PASSWORD_KEY}",
+        *(f"aws:{name}" for name in sorted(AWS_PROVIDER_KEYS)),
+    ]
+    if not colon:  # `tags:` without its namespace
+        by_name = {k.partition(":")[2]: k for k in reversed(known)}
+        guess = _close(key, by_name)
+        return by_name[guess] if guess else None
+    guess = _close(key, known)
+    if guess:
+        return guess
+    near = _close(namespace, CONFIG_NAMESPACES)
+    return f"{near}:{name}" if near else None
+
+
+def _serving_key_problems(raw: Mapping[str, Any], cfg: PlatformConfig) -> list[ConfigError]:
+    """Keys under `llm-platform-serving:` that name no client: a key nobody ever uses."""
+    clients = cfg.serving.api.clients if cfg.serving is not None else []
+    problems = []
+    for key in raw:
+        if not isinstance(key, str) or not key.startswith(f"{SERVING_KEYS_NAMESPACE}:"):
+            continue
+        name = key.partition(":")[2]
+        if name in clients:
+            continue
+        guess = _close(name, clients)
+        hint = f"; did you mean {SERVING_KEYS_NAMESPACE}:{guess}?" if guess else ""
+        problems.append(
+            ConfigError(
+                (),
+                SECRET_VALUE,
+                f"{_not_in('client', 'serving.api.clients', clients)}{hint}; the gateway "
+                "reads the key of each listed client only",
+                config_key=key,
+            )
+        )
+    return problems
 
 
 def load_stack_file(path: str) -> dict[str, Any]:
     """Read the `config:` map of a Pulumi stack file.
 
     Raises StackFileError (a ConfigError: one line naming the file) when the
-    file cannot be read, is not UTF-8 YAML, or is not a map with a `config:` map.
+    file cannot be read, is not UTF-8 YAML, holds a key twice in one map, or is
+    not a map with a `config:` map.
     """
     import yaml
-
-    from infra.catalog import YAML_LOADER
 
     try:
         with open(path, "rb") as fh:
@@ -1530,7 +1870,13 @@ def load_stack_file(path: str) -> dict[str, Any]:
             path, f"not UTF-8 text (line {line}, column {column}: byte 0x{data[exc.start]:02x})"
         ) from None
     try:
-        doc = yaml.load(text, Loader=YAML_LOADER)
+        doc = yaml.load(text, Loader=_stack_file_loader())
+    except _DuplicateKey as exc:
+        raise StackFileError(
+            path,
+            f"duplicate key {_show(exc.key)} at line {exc.line} (first at line {exc.first_line}); "
+            "YAML would keep only the last one: merge them or remove one",
+        ) from None
     except yaml.MarkedYAMLError as exc:
         where = ""
         if exc.problem_mark is not None:
@@ -1548,6 +1894,16 @@ def load_stack_file(path: str) -> dict[str, Any]:
         raise StackFileError(
             path, f"must be a map with a `config:` map, not {_kind(doc)} at the top level"
         )
+    for key in doc:
+        if key not in STACK_FILE_KEYS:
+            guess = _close(str(key), STACK_FILE_KEYS)
+            hint = f"did you mean {guess}? " if guess else ""
+            raise StackFileError(
+                path,
+                f"top-level key {_show(key)} is not one of a Pulumi stack file's "
+                f"({', '.join(STACK_FILE_KEYS)}); {hint}(a misspelt `config` drops "
+                "every setting)",
+            )
     config = doc.get("config")
     if config is None:
         return {}
@@ -1559,6 +1915,50 @@ def load_stack_file(path: str) -> dict[str, Any]:
                 path, f"config key {_show(key)} is not a string like llm-platform:network"
             )
     return dict(config)
+
+
+STACK_FILE_KEYS = ("config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment")
+"""The top-level keys of a Pulumi stack file (Pulumi.<stack>.yaml): its config, the secrets
+provider's settings `pulumi stack init` writes, and the ESC environments it imports."""
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int, first_line: int):
+        super().__init__(key)
+        self.key = key
+        self.line = line
+        self.first_line = first_line
+
+
+@functools.cache
+def _stack_file_loader() -> type:
+    """The catalog's loader (libyaml's when present) that refuses a key twice in one map.
+
+    PyYAML keeps the last of two equal keys without a word: a second
+    `llm-platform:node_pools:` would silently drop the first.
+    """
+    from yaml.nodes import MappingNode
+
+    from infra.catalog import YAML_LOADER
+
+    class StackFileLoader(YAML_LOADER):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue  # `<<: *base` keys may be overridden: that is what they are for
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    try:
+                        if key in seen:
+                            raise _DuplicateKey(key, line, seen[key])
+                        seen[key] = line
+                    except TypeError:
+                        continue  # an unhashable key: the base constructor refuses it
+            return super().construct_mapping(node, deep=deep)
+
+    return StackFileLoader
 
 
 def from_pulumi() -> PlatformConfig:
@@ -1586,20 +1986,23 @@ def _redact(error: ConfigError, raw: Mapping[str, Any], secret_keys: set[str]) -
     if not present:
         return error
     prefix = f"{NAMESPACE}:"
-    top = error.path[0] if error.path else None
-    for key in present:
-        name = "region" if key == REGION_KEY else key.removeprefix(prefix)
-        if (key.startswith(prefix) or key == REGION_KEY) and top == name:
-            error.value = SECRET_VALUE
     texts: set[str] = set()
     for key in present:
         _strings(raw[key], texts)
         _strings(_decode(raw[key]), texts)
-    for text in sorted(texts, key=len, reverse=True):
-        if len(text) >= 4:
-            error.expected = error.expected.replace(text, "[secret]")
-    if isinstance(error.value, str) and error.value in texts:
-        error.value = SECRET_VALUE
+    for each in error.errors:
+        top = each.path[0] if each.path else None
+        for key in present:
+            name = "region" if key == REGION_KEY else key.removeprefix(prefix)
+            if (key.startswith(prefix) or key == REGION_KEY) and top == name:
+                each.value = SECRET_VALUE
+            if each.config_key == key:
+                each.value = SECRET_VALUE
+        for text in sorted(texts, key=len, reverse=True):
+            if len(text) >= 4:
+                each.expected = each.expected.replace(text, "[secret]")
+        if isinstance(each.value, str) and each.value in texts:
+            each.value = SECRET_VALUE
     return error
 
 
@@ -1628,29 +2031,36 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _one_line(exc: ValidationError) -> ConfigError:
-    errors = exc.errors()
-    first = errors[0]
-    path: tuple[str | int, ...] = tuple(first["loc"])
-    value: Any = first.get("input", _MISSING)
-    expected = first["msg"]
-    cause = (first.get("ctx") or {}).get("error")
+def _config_errors(exc: ValidationError) -> list[ConfigError]:
+    """Every problem pydantic found, as ConfigErrors, in the order it found them."""
+    return [_config_error(e) for e in exc.errors()]
+
+
+def _config_error(error: Any) -> ConfigError:
+    path: tuple[str | int, ...] = tuple(error["loc"])
+    value: Any = error.get("input", _MISSING)
+    expected = error["msg"]
+    cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, FieldError):
         path += cause.path
         value = cause.value
         expected = cause.expected
-    elif first["type"] == "value_error":
+    elif error["type"] == "value_error":
         expected = expected.removeprefix("Value error, ")
-    elif first["type"] == "missing":
+    elif error["type"] == "missing":
         value = _MISSING
         expected = "required"
-    elif first["type"] == "extra_forbidden":
+    elif error["type"] == "extra_forbidden":
         known = _known_keys(path[:-1])
         expected = f"unknown key; known keys here: {', '.join(known)}" if known else "unknown key"
-    error = ConfigError(path, value, expected)
-    if len(errors) > 1:
-        error.expected += f" (and {len(errors) - 1} more)"
-    return error
+    return ConfigError(path, value, expected)
+
+
+def _joined(errors: list[ConfigError]) -> ConfigError:
+    """One ConfigError that reports all of `errors` (not empty), the first first."""
+    first, *others = errors
+    first.others = [e for error in others for e in error.errors]
+    return first
 
 
 def _known_keys(path: tuple[str | int, ...]) -> list[str]:
@@ -1689,7 +2099,10 @@ def _model_of(annotation: Any) -> Any:
 def config_reference() -> str:
     """A Markdown table of every key, generated from the models (the README embeds it)."""
     rows = ["| key | type | default | description |", "|---|---|---|---|"]
-    rows.append(f"| `{REGION_KEY}` | string | required | The region the stack deploys to. |")
+    rows.append(
+        f"| `{REGION_KEY}` | string | required | The region the stack deploys to: one that "
+        "botocore knows, in any partition (aws, aws-cn, aws-us-gov, ...). |"
+    )
     for name, info in PlatformConfig.model_fields.items():
         if name == "region":
             continue

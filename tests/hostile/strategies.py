@@ -202,6 +202,15 @@ random_configs = st.dictionaries(
                 "llm-platform:guardrails",
                 "llm-platform:",
                 "llm-platform:nope",
+                # Keys outside the schema: accepted, refused, or secret-only namespaces.
+                "llm_platform:tags",
+                "aws:profile",
+                "aws:nope",
+                "pulumi:tags",
+                "llm-platform-serving:chat-app",
+                "llm-platform-monitoring:grafanaAdminPassword",
+                ":",
+                "",
             ]
         ),
         keys,

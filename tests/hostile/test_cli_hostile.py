@@ -1,5 +1,6 @@
 """`llmp synth`, `llmp verify storage` and the JSON files of `llmp policy` and `llmp cost`
-on hostile input: exit 2, one line on stderr, no traceback, nothing written."""
+on hostile input: exit 2, one line on stderr (one per problem for a stack config), no
+traceback, nothing written."""
 
 from __future__ import annotations
 
@@ -42,6 +43,17 @@ def assert_bad_input(result: Any) -> str:
     return lines[0]
 
 
+def assert_bad_config(result: Any) -> list[str]:
+    """Exit 2 and one `config error: ` line per problem on stderr, nothing else."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert lines, result.stderr
+    assert all(line.startswith("config error: ") for line in lines), result.stderr
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    return lines
+
+
 def assert_nothing_written(out: Path) -> None:
     assert not out.exists() or not any(out.rglob("*")), sorted(out.rglob("*"))
 
@@ -62,7 +74,7 @@ def write_yaml(path: Path, doc: Any) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(mutated_stack())
-def test_invalid_config_exits_2_with_one_line_and_writes_nothing(
+def test_invalid_config_exits_2_with_a_line_per_problem_and_writes_nothing(
     tmp_path_factory: pytest.TempPathFactory, raw: dict[str, Any]
 ) -> None:
     tmp = tmp_path_factory.mktemp("fuzz")
@@ -73,13 +85,12 @@ def test_invalid_config_exits_2_with_one_line_and_writes_nothing(
         assume(False)  # not representable as YAML
     try:
         load_config(load_stack_file(str(config_file)))
-    except ConfigError:
-        pass
+    except ConfigError as exc:
+        expected = str(exc).splitlines()
     else:
         assume(False)  # the mutation left a valid config
     result = invoke("synth", "x", "--config", str(config_file), "--out", str(out))
-    line = assert_bad_input(result)
-    assert line.startswith("config error: "), line
+    assert assert_bad_config(result) == expected
     assert_nothing_written(out)
 
 
@@ -141,10 +152,17 @@ def test_an_unreadable_file_as_config(tmp_path: Path) -> None:
     assert line == f"config error: {path}: cannot read it: Permission denied"
 
 
-def test_an_empty_file_is_missing_config(tmp_path: Path) -> None:
+def test_an_empty_file_is_missing_config_with_a_line_per_missing_key(tmp_path: Path) -> None:
     path = _config_as_text(tmp_path, "")
-    line = assert_bad_input(invoke("synth", "x", "--config", str(path), "--out", str(tmp_path)))
-    assert line == "config error: aws:region = <missing>: required (and 2 more)"
+    lines = assert_bad_config(
+        invoke("synth", "x", "--config", str(path), "--out", str(tmp_path / "out"))
+    )
+    assert lines == [
+        "config error: aws:region = <missing>: required",
+        "config error: llm-platform:tags = <missing>: required",
+        "config error: llm-platform:network = <missing>: required",
+    ]
+    assert_nothing_written(tmp_path / "out")
 
 
 def test_a_missing_stack(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Fuzzing the stack config: whatever a stack file holds, `load_config` returns a
-PlatformConfig or raises ConfigError with one printable line, never anything else."""
+PlatformConfig or raises ConfigError with one printable line per problem, never
+anything else."""
 
 from __future__ import annotations
 
@@ -29,16 +30,24 @@ FUZZ = settings(
 )
 
 
+MAX_LINES = 51  # 50 problems, then "config error: N more errors not shown"
+
+
 def check(raw: Any) -> PlatformConfig | None:
-    """The property: a config, or one line that starts `config error: `."""
+    """The property: a config, or lines that each start `config error: `, one per problem."""
     try:
         return load_config(raw)
     except ConfigError as exc:
         message = str(exc)
-        assert message.startswith("config error: "), message
-        assert len(message.splitlines()) == 1, message
-        assert message.isprintable(), message
-        assert len(message) <= 1600, message
+        lines = message.split("\n")
+        assert lines == message.splitlines(), message  # no other line break in a line
+        assert 1 <= len(lines) <= MAX_LINES, message
+        assert len(set(lines)) == len(lines), message
+        for line in lines:
+            assert line.startswith("config error: "), line
+            assert line.isprintable(), line
+            assert len(line) <= 1600, line
+        assert lines[0] == exc.line()
         return None
 
 

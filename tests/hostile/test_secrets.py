@@ -43,14 +43,18 @@ def _restore_runtime_config() -> Iterator[None]:
     runtime_config._SECRET_KEYS.set(secrets)
 
 
+GRAFANA = "llm-platform-monitoring:grafanaAdminPassword"
+
+
 def everything_written(target: Path) -> str:
     return "\n".join(p.read_text() for p in sorted(target.rglob("*")) if p.is_file())
 
 
 def with_secrets(stack: str) -> dict[str, Any]:
-    """A stack file as a user writes one: an encrypted key outside the llm-platform namespace."""
+    """A stack file as a user writes one: an encrypted key outside the llm-platform namespace
+    that the program reads (Grafana's admin password, which becomes a Kubernetes Secret)."""
     raw = raw_stack(stack)
-    raw["aws:secretKey"] = {"secure": CIPHERTEXT}
+    raw[GRAFANA] = {"secure": CIPHERTEXT}
     return raw
 
 
@@ -60,11 +64,10 @@ def test_a_decrypted_secret_stays_out_of_plan_manifests_and_logs(
     """What the engine hands the program: the plaintext, flagged secret."""
     caplog.set_level(logging.DEBUG)
     config, secret_keys = engine_config(with_secrets("pretrain"))
-    assert config["aws:secretKey"] == SECRET and secret_keys == ["aws:secretKey"]
-    config["aws:secretKey"] = CANARY  # decrypted, as under `pulumi up`
-    config["aws:accessKey"] = CANARY
-    set_all_config(config, [*secret_keys, "aws:accessKey"])
-    assert runtime_config.is_config_secret("aws:secretKey")
+    assert config[GRAFANA] == SECRET and secret_keys == [GRAFANA]
+    config[GRAFANA] = CANARY  # decrypted, as under `pulumi up`
+    set_all_config(config, secret_keys)
+    assert runtime_config.is_config_secret(GRAFANA)
     plan = run_program("pretrain", "us-east-1")
     target = write_plan(plan, tmp_path)
     written = everything_written(target)
@@ -113,8 +116,8 @@ def test_synth_cli_prints_and_writes_no_secret(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {
         **os.environ,
-        "PULUMI_CONFIG": json.dumps({"aws:token": CANARY, "aws:secretKey": CANARY}),
-        "PULUMI_CONFIG_SECRET_KEYS": json.dumps(["aws:token", "aws:secretKey"]),
+        "PULUMI_CONFIG": json.dumps({GRAFANA: CANARY}),
+        "PULUMI_CONFIG_SECRET_KEYS": json.dumps([GRAFANA]),
         "AWS_SECRET_ACCESS_KEY": CANARY,
         "AWS_SESSION_TOKEN": CANARY,
     }
@@ -163,13 +166,50 @@ def test_a_bad_secret_llm_platform_value_is_not_echoed_by_the_program() -> None:
 
 
 def test_a_secret_region_is_not_echoed_in_another_keys_error() -> None:
+    raw = raw_stack("inference")  # its zones are us-east-1's
+    raw["aws:region"] = "eu-central-2"
+    with pytest.raises(ConfigError) as info:
+        load_config(raw, secret_keys=["aws:region"])
+    message = str(info.value)
+    assert message.startswith("config error: llm-platform:network.availability_zones.0 = ")
+    assert "eu-central-2" not in message
+
+
+def test_a_secret_unknown_region_is_refused_without_showing_it() -> None:
     raw = raw_stack("inference")
     raw["aws:region"] = "eu-" + CANARY
     with pytest.raises(ConfigError) as info:
         load_config(raw, secret_keys=["aws:region"])
     message = str(info.value)
-    assert message.startswith("config error: llm-platform:network.availability_zones.0 = ")
+    assert message.startswith("config error: aws:region = [secret]: not an AWS region"), message
     assert CANARY not in message
+
+
+def test_secrets_stay_out_of_every_line_of_a_report() -> None:
+    """Several problems, one line each: the decrypted secret is in none of them."""
+    raw = raw_stack("inference")
+    raw["llm-platform:tags"] = {"team": CANARY, "cost_center": ["c"], "nope": CANARY}
+    raw["llm_platform:guardrails"] = {"gpu_budget_usd_per_hour": CANARY}
+    raw["aws:secretkey"] = CANARY  # a misspelt credential, not flagged secret
+    with pytest.raises(ConfigError) as info:
+        load_config(raw, secret_keys=["llm-platform:tags", "llm_platform:guardrails"])
+    lines = str(info.value).splitlines()
+    assert len(lines) == 4, lines
+    assert lines[0].startswith("config error: llm_platform:guardrails = [secret]: "), lines
+    assert lines[1].startswith("config error: aws:secretkey = [secret]: "), lines
+    assert all(line.startswith("config error: ") for line in lines), lines
+    assert not any(CANARY in line for line in lines), lines
+
+
+def test_a_plain_text_api_key_is_refused_without_showing_it() -> None:
+    raw = raw_stack("inference")
+    raw["llm-platform-serving:chat-app"] = CANARY
+    with pytest.raises(ConfigError) as info:
+        load_config(raw)
+    assert str(info.value) == (
+        "config error: llm-platform-serving:chat-app = [secret]: is a secret in plain text; "
+        "set it with `pulumi config set --secret llm-platform-serving:chat-app`"
+    )
 
 
 def test_synthesize_with_a_secure_key_keeps_the_ciphertext_out(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from infra.config import PlatformConfig, load_config
+from infra.config import ConfigError, PlatformConfig, load_config
 from tests.conftest import STACKS, config_error, merge, raw_stack, with_section
 
 
@@ -303,5 +303,220 @@ def test_cli_reports_a_config_error_in_one_line_and_exits_2(tmp_path) -> None:
         "config error: llm-platform:node_pools.h100.desired_size = 20: "
         "must lie in min_size..max_size (16..16)"
     ]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------
+# Regions: botocore's, in every partition
+# ---------------------------------------------------------------------------
+
+
+def test_an_unknown_region_is_refused_with_the_one_it_likely_means() -> None:
+    raw = raw_stack("pretrain")
+    raw["aws:region"] = "us-east-9"
+    [line] = config_error_lines(raw)
+    assert line.startswith(
+        "config error: aws:region = 'us-east-9': not an AWS region; did you mean us-east-1? "
+        "(known to botocore "
+    ), line
+    assert "us-west-2, " not in line and line.endswith("us-west-1, us-west-2)")
+
+
+def test_an_unknown_region_is_blamed_before_its_zones() -> None:
+    """Every zone of us-east-9 is wrong too: the region is what to fix."""
+    raw = raw_stack("pretrain")
+    raw["aws:region"] = "us-east-9"
+    raw["llm-platform:network"]["availability_zones"] = ["us-east-9a", "us-east-9b"]
+    lines = config_error_lines(raw)
+    assert lines[0].startswith("config error: aws:region = 'us-east-9': not an AWS region")
+    assert len(lines) == 1, lines
+
+
+def test_a_zone_of_another_region_is_blamed_on_the_zone() -> None:
+    raw = with_section("pretrain", "network", {"availability_zones": ["us-east-1a", "eu-west-1b"]})
+    assert config_error_lines(raw) == [
+        "config error: llm-platform:network.availability_zones.1 = 'eu-west-1b': "
+        "is not in aws:region us-east-1"
+    ]
+
+
+@pytest.mark.parametrize(
+    "region",
+    ["af-south-1", "ap-southeast-5", "mx-central-1", "us-gov-west-1", "cn-northwest-1"],
+    ids=["opt-in", "opt-in-new", "opt-in-mx", "aws-us-gov", "aws-cn"],
+)
+def test_every_region_botocore_knows_is_accepted(region: str) -> None:
+    raw = with_section(
+        "pretrain",
+        "network",
+        {"availability_zones": [f"{region}a", f"{region}b", f"{region}c"]},
+    )
+    raw["aws:region"] = region
+    raw["llm-platform:node_pools"]["h100"]["availability_zones"] = [f"{region}a"]
+    raw["llm-platform:node_pools"]["h100-block"]["availability_zones"] = [f"{region}a"]
+    del raw["llm-platform:storage"]["replication"]
+    for bucket in raw["llm-platform:storage"]["buckets"].values():
+        bucket.pop("replicate", None)
+    assert load_config(raw).region == region
+
+
+def test_an_unknown_replication_region_is_refused() -> None:
+    raw = with_section("pretrain", "storage", {"replication": {"region": "us-wset-2"}})
+    [line] = config_error_lines(raw)
+    assert line.startswith(
+        "config error: llm-platform:storage.replication.region = 'us-wset-2': not an AWS "
+        "region; did you mean us-west-2? "
+    ), line
+
+
+def test_the_region_check_reads_botocore_data_offline_without_boto3() -> None:
+    """The spec layer: botocore's bundled endpoint data, no boto3, no socket opened."""
+    code = (
+        "import socket, sys\n"
+        "def refuse(*a, **k): raise AssertionError('network')\n"
+        "socket.socket.connect = refuse\n"
+        "socket.create_connection = refuse\n"
+        "from infra.config import load_config\n"
+        "from tests.conftest import raw_stack\n"
+        "load_config(raw_stack('inference'))\n"
+        "assert 'boto3' not in sys.modules, 'the spec layer imported boto3'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------
+# Serving capacity: the pool, the serving tenant's quota, the certificate's region
+# ---------------------------------------------------------------------------
+
+
+def serving_models(**changes: dict[str, object]) -> dict[str, object]:
+    """The inference stack with its serving models changed by name."""
+    raw = raw_stack("inference")
+    for model in raw["llm-platform:serving"]["models"]:
+        model.update(changes.get(model["name"].replace("-", "_"), {}))
+    return raw
+
+
+def test_serving_models_beyond_the_pools_gpus_are_refused() -> None:
+    raw = serving_models(llama_8b={"max_replicas": 24, "gpus_per_replica": 2})
+    assert config_error_lines(raw) == [
+        "config error: llm-platform:serving.models.0.max_replicas = 24: the models on pool "
+        "l40s need up to 48 GPUs at max_replicas (replicas x GPUs: llama-8b 24 x 2), but l40s "
+        "has 32 at max_size; lower max_replicas or raise node_pools.l40s.max_size"
+    ]
+
+
+def test_models_sharing_a_pool_are_summed() -> None:
+    raw = serving_models(llama_70b={"node_pool": "l40s", "max_replicas": 7})
+    assert config_error_lines(raw) == [
+        "config error: llm-platform:serving.models.1.max_replicas = 7: the models on pool "
+        "l40s need up to 36 GPUs at max_replicas (replicas x GPUs: llama-8b 8 x 1, "
+        "llama-70b 7 x 4), but l40s has 32 at max_size; lower max_replicas or raise "
+        "node_pools.l40s.max_size"
+    ]
+
+
+def test_serving_models_beyond_the_serving_tenants_gpus_are_refused() -> None:
+    raw = raw_stack("inference")
+    raw["llm-platform:tenants"]["serving"]["serving_gpus"]["h200"] = 12
+    assert config_error_lines(raw) == [
+        "config error: llm-platform:tenants.serving.serving_gpus.h200 = 12: the models on pool "
+        "h200 need up to 16 GPUs at max_replicas (replicas x GPUs: llama-70b 4 x 4), but the "
+        "serving namespace's quota holds 12 of h200 and would refuse the pods beyond; set it "
+        "to 16 or lower max_replicas"
+    ]
+
+
+def test_serving_on_a_pool_the_serving_tenant_has_no_gpus_of() -> None:
+    raw = raw_stack("inference")
+    del raw["llm-platform:tenants"]["serving"]["serving_gpus"]["l40s"]
+    [line] = config_error_lines(raw)
+    assert line.startswith(
+        "config error: llm-platform:tenants.serving.serving_gpus.l40s = <missing>: the models "
+        "on pool l40s need up to 8 GPUs at max_replicas (replicas x GPUs: llama-8b 8 x 1), "
+        "but the serving namespace's quota holds 0 of l40s"
+    ), line
+
+
+def test_a_certificate_of_another_region_is_refused() -> None:
+    raw = raw_stack("inference")
+    arn = raw["llm-platform:serving"]["certificate_arn"].replace("us-east-1", "us-west-2")
+    raw["llm-platform:serving"]["certificate_arn"] = arn
+    assert config_error_lines(raw) == [
+        f"config error: llm-platform:serving.certificate_arn = '{arn}': is a certificate of "
+        "us-west-2; an ALB in us-east-1 takes an ACM certificate of its own region: request "
+        "or import one in us-east-1"
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Several problems: one line each
+# ---------------------------------------------------------------------------
+
+
+def config_error_lines(raw: dict[str, object]) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(raw)
+    return str(info.value).splitlines()
+
+
+def test_several_problems_are_one_line_each_the_first_as_before() -> None:
+    raw = with_section("pretrain", "node_pools", {"h100": {"desired_size": 20}})
+    alone = config_error_lines(raw)
+    raw["llm-platform:network"]["nat_gateways"] = "many"
+    raw["llm-platform:tags"]["team"] = ""
+    assert config_error_lines(raw) == [
+        "config error: llm-platform:tags.team = '': String should have at least 1 character",
+        "config error: llm-platform:network.nat_gateways = 'many': Input should be 'single' "
+        "or 'per_az'",
+        *alone,
+    ]
+    assert alone == [
+        "config error: llm-platform:node_pools.h100.desired_size = 20: "
+        "must lie in min_size..max_size (16..16)"
+    ]
+
+
+def test_a_flood_of_problems_is_cut_at_fifty_lines() -> None:
+    raw = raw_stack("pretrain")
+    pools = raw["llm-platform:node_pools"]
+    for i in range(80):
+        pools[f"pool-{i}"] = {"instance_type": "p5.48xlarge", "max_size": 0}
+    lines = config_error_lines(raw)
+    assert len(lines) == 51
+    assert lines[-1] == "config error: 30 more errors not shown"
+    assert all(
+        line.startswith("config error: llm-platform:node_pools.pool-") for line in lines[:50]
+    )
+
+
+def test_the_cli_prints_each_problem_on_its_own_line(tmp_path) -> None:
+    raw = with_section("pretrain", "node_pools", {"h100": {"desired_size": 20}})
+    raw["llm_platform:guardrails"] = raw.pop("llm-platform:guardrails")
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(yaml.safe_dump({"config": raw}))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmp.cli",
+            "synth",
+            "bad",
+            "--config",
+            str(bad),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == config_error_lines(raw)
+    assert len(result.stderr.splitlines()) == 2
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()

@@ -82,10 +82,11 @@ def test_every_aws_resource_uses_the_explicit_tagged_provider(plans) -> None:
 
 
 def test_secret_config_and_secret_outputs_never_reach_the_plan(tmp_path) -> None:
-    raw = merge(raw_stack("pretrain"), {"aws:accessKey": {"secure": "v1:c2VjcmV0LXZhbHVl"}})
+    password = "llm-platform-monitoring:grafanaAdminPassword"
+    raw = merge(raw_stack("pretrain"), {password: {"secure": "v1:c2VjcmV0LXZhbHVl"}})
     config, secret_keys = engine_config(raw)
-    assert config["aws:accessKey"] == SECRET
-    assert secret_keys == ["aws:accessKey"]
+    assert config[password] == SECRET
+    assert secret_keys == [password]
     plan = synthesize("pretrain", raw)
     assert plan.outputs["kubeconfig"] == SECRET
     text = (write_plan(plan, tmp_path) / "plan.json").read_text()
