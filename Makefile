@@ -17,6 +17,7 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 	touch $@
 
 ## make preview STACK=pretrain: offline synthesis of a stack (tree, counts, cost, out/STACK/)
+## and its policy pack: exit 1 on a mandatory violation (over the GPU budget, say)
 preview: $(VENV)/.runtime
 	$(BIN)/llmp synth $(STACK)
 

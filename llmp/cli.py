@@ -7,6 +7,7 @@ arguments). Errors are one line on stderr.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -21,18 +22,68 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Markdown reflows a docstring's paragraphs to the terminal's width ("rich" keeps the
+    # source's line breaks after the first paragraph, which wrap badly at 80 columns).
+    rich_markup_mode="markdown",
     help="Operate the llm-platform stacks: synthesize offline, inspect, check.",
 )
-out = Console()
+
+
+class _PipeConsole(Console):
+    """stdout that a reader may close early (`llmp cost pretrain | head`): the rest of
+    the output is dropped and the command ends with its own exit code. rich's default
+    exits 1, which here says that a check failed."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        # Python flushes stdout at exit: into /dev/null, not into the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+out = _PipeConsole()
 err = Console(stderr=True)
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 
+DR_OUT_DIR = Path("out") / "dr"
+"""Where `llmp dr plan` writes by default, relative to the working directory like `llmp
+synth`'s out/: not stacks/, whose every file the tests and CI synthesize."""
+
 
 def _fail(message: str, code: int) -> typer.Exit:
     err.print(message, markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("llm-platform")
+    except PackageNotFoundError:
+        installed = "unknown (the llm-platform package is not installed: pip install -e .)"
+    out.print(f"llmp {installed}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print llmp's version (the installed llm-platform package's) and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Operate the llm-platform stacks: synthesize offline, inspect, check."""
 
 
 @app.command()
@@ -51,24 +102,31 @@ def synth(
     policy: Annotated[
         bool,
         typer.Option(
-            "--policy",
-            help="Then run the policy pack on the plan (exit 1 on a mandatory violation).",
+            "--policy/--no-policy",
+            help="Then run the policy pack on the plan, exit 1 on a mandatory violation "
+            "(the default; --policy is accepted and changes nothing). --no-policy skips it.",
         ),
-    ] = False,
+    ] = True,
     policy_config: Annotated[
         Path | None,
-        typer.Option("--policy-config", help="CrossGuard policy-config JSON for --policy."),
+        typer.Option("--policy-config", help="CrossGuard policy-config JSON for the policy pack."),
     ] = None,
 ) -> None:
     """Run the Pulumi program under the mock runtime: no CLI, no credentials, no network.
 
     Prints the resource tree and counts per type, writes out/STACK/plan.json
-    (secrets redacted) and every Kubernetes object to out/STACK/manifests/.
-    With --policy, evaluates the policy pack on the plan like `llmp policy`.
+    (secrets redacted) and every Kubernetes object to out/STACK/manifests/, then
+    evaluates the policy pack on the plan like `llmp policy` (the stack file's GPU
+    budget included), unless --no-policy.
+
+    Exit 0: synthesized, no mandatory violation; 1: the program failed or a mandatory
+    policy violation; 2: bad input (unknown stack, invalid stack file).
     """
     from infra.config import ConfigError
     from llmp.synth import StackNotFound, SynthError, synthesize_stack, write_plan
 
+    # A bad policy config is bad input: refused before anything is synthesized or written.
+    overrides = _policy_overrides(policy_config) if policy else None
     try:
         plan = synthesize_stack(stack, config)
     except StackNotFound as exc:
@@ -82,7 +140,6 @@ def synth(
         target = write_plan(plan, out_dir)
     except OSError as exc:
         raise _fail(f"cannot write {out_dir}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
-    overrides = _policy_overrides(policy_config) if policy else None
     if as_json:
         sys.stdout.write(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
         if policy:
@@ -110,9 +167,22 @@ def synth(
 
 @app.command("policy")
 def policy_command(
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="STACK",
+            help="Stack name, synthesized offline (no cloud). A path ending in .json is "
+            "read as a plan file, like --plan.",
+            show_default=False,
+        ),
+    ] = None,
     plan_file: Annotated[
         Path | None,
-        typer.Argument(help="A plan.json written by `llmp synth` (out/STACK/plan.json)."),
+        typer.Option(
+            "--plan",
+            metavar="FILE",
+            help="A plan.json written by `llmp synth` (out/STACK/plan.json) instead of STACK.",
+        ),
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the violations as a JSON list (no table).")
@@ -143,27 +213,71 @@ def policy_command(
         ),
     ] = None,
 ) -> None:
-    """Evaluate the CrossGuard policy pack (policies/) in-process against a plan.
+    """Evaluate the CrossGuard policy pack (policies/) in-process against a stack's plan:
+    STACK synthesized offline, or a plan file (--plan FILE).
 
-    Every rule gets the arguments CrossGuard gives it during `pulumi preview`.
+    Every rule gets the arguments CrossGuard gives it during `pulumi preview`; the
+    stack file's GPU budget and FSx node pool reach the rules as policy config.
+
     Exit 0: no mandatory violation (advisory ones are listed); 1: a mandatory
-    violation; 2: bad input (missing, unreadable or malformed plan or config).
+    violation, or the program failed; 2: bad input (unknown stack, invalid stack
+    file, missing, unreadable or malformed plan or config).
     """
     overrides = _policy_overrides(config)
     if write_config is not None:
+        if target is not None or plan_file is not None:
+            raise _fail(
+                "--write-config STACK writes a config and evaluates nothing: "
+                "give it without STACK or --plan",
+                EXIT_BAD_INPUT,
+            )
         _write_policy_config(write_config, overrides, to)
         return
-    if plan_file is None:
+    # A plan file positionally is the older spelling (`llmp policy out/STACK/plan.json`).
+    if target is not None and _is_plan_path(target):
+        target, plan_file = (None, Path(target)) if plan_file is None else (target, plan_file)
+    if (target is None) == (plan_file is None):
         raise _fail(
-            "name a plan file (llmp synth STACK writes out/STACK/plan.json)", EXIT_BAD_INPUT
+            "give one of STACK or --plan FILE (e.g. llmp policy pretrain, or "
+            "llmp policy --plan out/pretrain/plan.json)",
+            EXIT_BAD_INPUT,
         )
     from llmp.policy import PlanError, load_plan
 
-    try:
-        plan = load_plan(plan_file)
-    except PlanError as exc:
-        raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    if plan_file is not None:
+        try:
+            plan = load_plan(plan_file)
+        except PlanError as exc:
+            raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    else:
+        assert target is not None
+        plan = _synthesized_plan(target)
     _run_policy(plan, overrides, as_json=as_json, stack_file=None, to=out)
+
+
+def _is_plan_path(spec: str) -> bool:
+    """A positional `llmp policy` argument that names a file: stack names hold no '/'
+    and do not end in .json."""
+    return spec.endswith(".json") or "/" in spec or "\\" in spec
+
+
+def _synthesized_plan(stack: str) -> dict[str, Any]:
+    """The plan of `stack` synthesized offline, as `llmp synth` records it."""
+    import contextlib
+    import io
+
+    from infra.config import ConfigError
+    from llmp.synth import StackNotFound, SynthError, synthesize_stack
+
+    # The program's warnings (a secret not yet set, say) are for `llmp synth`; the
+    # one-line error is printed once stderr is ours again.
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return synthesize_stack(stack).to_dict()
+    except (ConfigError, StackNotFound) as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    except SynthError as exc:
+        raise _fail(f"synth of {stack} failed: {exc}", EXIT_FAILED) from None
 
 
 def _policy_overrides(path: Path | None) -> dict[str, Any] | None:
@@ -227,28 +341,36 @@ _LEVEL_STYLE = {"mandatory": "bold red", "advisory": "yellow"}
 
 
 def _print_violations(violations: list[Any], stack: str, to: Console) -> None:
+    """A table that fits 80 columns (the level, then the rule and resource with the
+    message under them), and a last line that names the mandatory rules."""
+    from rich.console import Group
+    from rich.padding import Padding
     from rich.text import Text
 
     counts = Counter(v.level for v in violations)
+    mandatory = sorted({v.rule for v in violations if v.level == "mandatory"})
     summary = (
-        f"policy: {counts.get('mandatory', 0)} mandatory, {counts.get('advisory', 0)} advisory"
+        f"policy: {counts.get('mandatory', 0)} mandatory"
+        + (f" ({', '.join(mandatory)})" if mandatory else "")
+        + f", {counts.get('advisory', 0)} advisory"
     )
     if not violations:
         to.print(f"{summary} violations in {stack or 'the plan'}", highlight=False)
         return
-    table = Table(title=f"policy violations in {stack or 'the plan'}")
-    for column in ("rule", "resource", "message", "level"):
-        table.add_column(column, overflow="fold")
+    table = Table(title=f"policy violations in {stack or 'the plan'}", title_justify="left")
+    table.add_column("level", overflow="fold")
+    table.add_column("rule: resource, the message", overflow="fold", ratio=1)
     order = {"mandatory": 0, "advisory": 1}
     for v in sorted(violations, key=lambda v: (order.get(v.level, 2), v.rule, v.resource)):
         table.add_row(
-            Text(v.rule),
-            Text(v.resource),
-            Text(v.message),
             Text(v.level, style=_LEVEL_STYLE.get(v.level, "")),
+            Group(
+                Text(f"{v.rule}: {v.resource}", style="bold"),
+                Padding(Text(v.message), (0, 0, 0, 2)),
+            ),
         )
     to.print(table)
-    to.print(summary, highlight=False)
+    to.print(f"{summary} violations in {stack or 'the plan'}", highlight=False)
 
 
 def _print_tree(resources: list[dict[str, Any]], stack: str) -> None:
@@ -268,9 +390,9 @@ def _print_tree(resources: list[dict[str, Any]], stack: str) -> None:
 
 
 def _print_counts(resources: list[dict[str, Any]]) -> None:
-    table = Table(title="resources by type")
-    table.add_column("type")
-    table.add_column("count", justify="right")
+    table = Table(title="resources by type", title_justify="left")
+    table.add_column("type", overflow="fold")
+    table.add_column("count", justify="right", overflow="fold")
     counts = Counter(r["type"] for r in resources)
     for type_, n in sorted(counts.items()):
         table.add_row(type_, str(n))
@@ -312,11 +434,12 @@ def cost_command(
         str,  # a costs.PriceMode, checked below (llmp.costs is imported lazily)
         typer.Option(
             "--prices",
-            metavar="auto|catalog|live",
-            help="auto: live AWS Price List on-demand prices when AWS credentials exist, else "
-            "the catalog's; catalog; live (needs credentials). Files keep their prices.",
+            metavar="catalog|live|auto",
+            help="catalog (the default): the catalog's dated prices, offline; live: the AWS "
+            "Price List's on-demand prices (needs credentials and the network); auto: live "
+            "when boto3 finds credentials, else the catalog's. Files keep their prices.",
         ),
-    ] = "auto",
+    ] = "catalog",
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the estimate (with --compare: both and deltas).")
     ] = False,
@@ -325,6 +448,8 @@ def cost_command(
     overhead, hourly at min/desired/max size, each GPU pool on-demand, spot and capacity
     block, what the estimate leaves out, and the prices' date.
 
+    Offline by default: the catalog's prices, no credentials looked up, no network.
+
     Exit 0; 1: synthesis or the live Price List failed; 2: bad input.
     """
     from infra.pricing import PricingError, has_credentials
@@ -332,7 +457,7 @@ def cost_command(
 
     mode = prices.lower()
     if mode not in {m.value for m in costs.PriceMode}:
-        raise _fail(f"--prices {prices}: expected auto, catalog or live", EXIT_BAD_INPUT)
+        raise _fail(f"--prices {prices}: expected catalog, live or auto", EXIT_BAD_INPUT)
     given = [s for s in (stack, plan_file, outputs_file) if s is not None]
     if len(given) != 1:
         raise _fail(
@@ -543,7 +668,14 @@ _NO_CREDENTIALS = (
 @app.command()
 def stragglers(
     source: Annotated[
-        Path | None, typer.Argument(help="Step times: JSON lines (train.py --step-times) or CSV.")
+        Path | None,
+        typer.Argument(
+            metavar="FILE",
+            help="Step times, one row per rank per step: JSON lines (what train.py "
+            "--step-times writes) or CSV with a header; columns step, rank, seconds and, "
+            "optional, node.",
+            show_default=False,
+        ),
     ] = None,
     prometheus: Annotated[
         str | None, typer.Option("--prometheus", help="Read llmp_train_step_seconds from here.")
@@ -562,7 +694,20 @@ def stragglers(
     top: Annotated[int, typer.Option("--top", help="Rows per table.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Which ranks and nodes slow a synchronous job down, and by how much (exit 0)."""
+    """Which ranks and nodes slow a synchronous job down, and by how much.
+
+    FILE holds one row per rank per step. JSON lines, one object a line, e.g.
+    {"step": 12, "rank": 3, "node": "ip-10-0-1-17", "seconds": 1.042}; or CSV (a .csv
+    file, or a first line that is not JSON) whose header names the same columns, in any
+    order. Columns: step (integer, required), rank (integer, required), seconds (the
+    step's time on that rank, a number >= 0, required), node (optional: a rank without
+    it is reported as its own node, rank-N). Other columns are ignored.
+
+    Sample: examples/stragglers/step-times.jsonl (2 nodes x 8 ranks x 20 steps, one slow
+    node). --prometheus reads the same from llmp_train_step_seconds{job,rank,node}.
+
+    Exit 0: reported; 1: Prometheus unreachable or failing; 2: bad input.
+    """
     from llmp import stragglers as st
 
     try:
@@ -866,20 +1011,28 @@ def dr_plan_command(
         ),
     ] = None,
     out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", help="Where the stack file and runbook go (default stacks/)."),
-    ] = None,
+        Path,
+        typer.Option(
+            "--out",
+            help="Where the stack file and runbook go; the runbook says how to copy the "
+            "stack file to stacks/ (--out stacks writes it there directly).",
+        ),
+    ] = DR_OUT_DIR,
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Write the recovery stack's config and runbook; report RTO, RPO and plan equivalence.
+
+    The files go to out/dr/ by default, not stacks/: a stack file there is a stack every
+    test and CI job synthesizes, so it is copied there (the runbook's first step) when the
+    recovery is real.
 
     Exit 0: written, the recovery plan is equivalent to the source's; 1: synthesis failed
     or a difference no named reason explains; 2: bad input.
     """
     from infra.config import ConfigError, load_stack_file
     from llmp import dr
-    from llmp.synth import STACKS_DIR, StackNotFound, SynthError, stack_file, stack_name_problem
+    from llmp.synth import StackNotFound, SynthError, stack_file, stack_name_problem
 
     try:
         if problem := stack_name_problem(source):
@@ -900,9 +1053,9 @@ def dr_plan_command(
             bucket_prefix=bucket_prefix,
             checkpoint_interval_seconds=checkpoint_interval,
         )
-        dr.check_out_dir(out_dir if out_dir is not None else STACKS_DIR)
+        dr.check_out_dir(out_dir)
         if not force:
-            dr.refuse_overwrite(options.stack_name, out_dir if out_dir is not None else STACKS_DIR)
+            dr.refuse_overwrite(options.stack_name, out_dir)
         plan = dr.make_plan(source_raw, options)
     except (ConfigError, StackNotFound, dr.DrError) as exc:
         raise _fail(str(exc), EXIT_BAD_INPUT) from None
@@ -910,13 +1063,12 @@ def dr_plan_command(
         raise _fail(f"{exc.args[0]} exists; pass --force to overwrite it", EXIT_BAD_INPUT) from None
     except SynthError as exc:
         raise _fail(f"synth failed: {exc}", EXIT_FAILED) from None
-    target = out_dir if out_dir is not None else STACKS_DIR
     try:
-        written = dr.write_plan_files(plan, target, force=force)
+        written = dr.write_plan_files(plan, out_dir, force=force)
     except FileExistsError as exc:
         raise _fail(f"{exc.args[0]} exists; pass --force to overwrite it", EXIT_BAD_INPUT) from None
     except OSError as exc:
-        raise _fail(f"cannot write {target}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+        raise _fail(f"cannot write {out_dir}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
     if as_json:
         doc = {**plan.to_dict(), "written": [str(p) for p in written]}
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")

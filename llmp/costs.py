@@ -47,12 +47,15 @@ Pricer = Callable[[PlatformConfig], PriceBook]
 class PriceMode(enum.StrEnum):
     """Where `llmp cost` takes instance prices from."""
 
-    auto = "auto"
-    """Live when AWS credentials exist (falling back to the catalog if the API fails)."""
     catalog = "catalog"
-    """The catalog's dated prices: what the stack's `cost` output holds."""
+    """The default: the catalog's dated prices, what the stack's `cost` output holds;
+    offline (no credential look-up, no network)."""
     live = "live"
     """The AWS Price List's on-demand prices; an error without credentials."""
+    auto = "auto"
+    """Opt-in: live when boto3 finds credentials (falling back to the catalog, with a
+    warning, if the API fails), else the catalog's. It looks credentials up (environment,
+    profiles, the instance metadata endpoint), so it is never the default."""
 
 
 class CostSourceError(Exception):
@@ -378,8 +381,14 @@ def _gpu_nodes(cost: dict[str, Any], size: str) -> tuple[int, int]:
 
 def render(label: str, cost: dict[str, Any]) -> Iterator[Any]:
     """Rich renderables: a summary, the components with their priced lines, the node pools
-    under each pricing mode, GPU against overhead, hourly by pool size, what is left out,
-    and where the prices come from."""
+    and their per-node prices under each pricing mode, GPU against overhead, hourly by pool
+    size, what is left out, and where the prices come from.
+
+    Every table fits 80 columns without cutting a value: a priced line's description sits
+    on its own row with its arithmetic under it, and the pools take two narrow tables.
+    """
+    from rich.console import Group
+    from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
 
@@ -391,39 +400,43 @@ def render(label: str, cost: dict[str, Any]) -> Iterator[Any]:
         style="bold",
     )
 
-    table = Table(title=f"components of {label} ($/month at desired size)", title_justify="left")
-    table.add_column("component", no_wrap=True)
-    table.add_column("item", overflow="fold")
-    table.add_column("quantity", justify="right", no_wrap=True)
-    table.add_column("unit price", justify="right", no_wrap=True)
-    table.add_column("$/month", justify="right", no_wrap=True)
+    table = Table(
+        title=f"components of {label} ($/month at desired size)",
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("component, its lines: quantity x unit price", overflow="fold", ratio=1)
+    table.add_column("$/month", justify="right", overflow="fold")
     components = cost["components"]
+    blended = False
     for name in _by_cost(components):
         comp = components[name]
-        table.add_row(
-            Text(name, style="bold"),
-            Text(comp.get("note", ""), style="dim"),
-            "",
-            "",
-            Text(f"{comp['usd_per_month']:,.2f}", style="bold"),
-        )
+        head: list[Any] = [Text(name, style="bold")]
+        if comp.get("note"):
+            head.append(Padding(Text(comp["note"], style="italic"), (0, 0, 0, 2)))
+        table.add_row(Group(*head), Text(f"{comp['usd_per_month']:,.2f}", style="bold"))
         for line in comp.get("lines", []):
-            unit_price = f"{_unit_price(line['usd_per_unit'])}/{line['unit']}"
+            arithmetic = (
+                f"{_quantity(line['quantity'])} {line['unit']} x "
+                f"{_unit_price(line['usd_per_unit'])}/{line['unit']}"
+            )
             if line.get("basis"):
-                unit_price += " *"
+                arithmetic += " *"
+                blended = True
             table.add_row(
-                "",
-                line["what"],
-                f"{_quantity(line['quantity'])} {line['unit']}",
-                unit_price,
+                Group(
+                    Padding(Text(f"- {line['what']}"), (0, 0, 0, 2)),
+                    Padding(Text(arithmetic, style="dim"), (0, 0, 0, 4)),
+                ),
                 f"{line['usd_per_month']:,.2f}",
             )
     total = cost["usd_per_month_with_storage"]
-    table.add_row(Text("total", style="bold"), "", "", "", Text(f"{total:,.2f}", style="bold"))
-    table.caption = "* blended: a lifecycle model's monthly total over the GB held"
+    table.add_row(Text("total", style="bold"), Text(f"{total:,.2f}", style="bold"))
+    if blended:
+        table.caption = "* blended: a lifecycle model's monthly total over the GB held"
     yield table
 
-    yield _pools_table(cost)
+    yield from _pools_tables(cost)
 
     share = cost["gpu_share"]
     split = Table(
@@ -431,9 +444,9 @@ def render(label: str, cost: dict[str, Any]) -> Iterator[Any]:
         title_justify="left",
         min_width=72,
     )
-    split.add_column("")
-    split.add_column("$/month", justify="right")
-    split.add_column("share", justify="right")
+    split.add_column("", overflow="fold")
+    split.add_column("$/month", justify="right", overflow="fold")
+    split.add_column("share", justify="right", overflow="fold")
     split.add_row(
         "GPU node pools", f"{share['gpu_usd_per_month']:,.2f}", f"{share['gpu_share']:.2%}"
     )
@@ -444,11 +457,13 @@ def render(label: str, cost: dict[str, Any]) -> Iterator[Any]:
     )
     yield split
 
-    sizes = Table(title="hourly by node-pool size", title_justify="left", min_width=72)
-    sizes.add_column("size")
-    sizes.add_column("GPU nodes", justify="right")
-    sizes.add_column("accelerators", justify="right")
-    sizes.add_column("$/hour", justify="right")
+    sizes = Table(
+        title="hourly by node-pool size", title_justify="left", caption_justify="left", min_width=72
+    )
+    sizes.add_column("size", overflow="fold")
+    sizes.add_column("GPU nodes", justify="right", overflow="fold")
+    sizes.add_column("accelerators", justify="right", overflow="fold")
+    sizes.add_column("$/hour", justify="right", overflow="fold")
     for size in SIZES:
         nodes, accelerators = _gpu_nodes(cost, size)
         sizes.add_row(size, str(nodes), str(accelerators), f"{hourly[size]:,.2f}")
@@ -463,62 +478,100 @@ def render(label: str, cost: dict[str, Any]) -> Iterator[Any]:
 
     missing = cost.get("not_estimated", [])
     if missing:
-        text = Text("not estimated:\n", style="bold")
+        yield Text("not estimated:", style="bold")
+        left_out = Table.grid(padding=(0, 1), pad_edge=True)
+        left_out.add_column(overflow="fold")
+        left_out.add_column(overflow="fold", ratio=1)
         for item in missing:
-            text.append(f"  {item['component']}: {item['what']}", style="")
-            text.append(f" ({item['why']})\n", style="dim")
-        yield text
+            what = Text(item["what"])
+            what.append(f" ({item['why']})", style="dim")
+            left_out.add_row(f"{item['component']}:", what)
+        yield left_out
+        yield Text("")
     yield Text(f"prices: {_as_of(cost['price_source'])}")
 
 
-def _pools_table(cost: dict[str, Any]) -> Any:
+_CAPACITY_NAMES = {"capacity-block": "cap. block"}
+
+
+def _pools_tables(cost: dict[str, Any]) -> Iterator[Any]:
+    """Two tables that each fit 80 columns: the pools' sizes and $/hour, then each pool's
+    per-node price under every pricing mode."""
     from rich.table import Table
 
     modes = cost["pricing_modes"]
-    spot = next((m["spot"] for m in modes.values() if m.get("spot")), None)
-    table = Table(
-        title="node pools ($/hour; on-demand, spot and capacity block per node)",
-        title_justify="left",
-    )
-    table.add_column("pool", no_wrap=True)
-    table.add_column("instance", no_wrap=True)
-    table.add_column("min/des/max", justify="right", no_wrap=True)
-    table.add_column("mode", no_wrap=True)
-    table.add_column("at desired", justify="right", no_wrap=True)
-    table.add_column("at max", justify="right", no_wrap=True)
-    table.add_column("on-demand", justify="right", no_wrap=True)
-    table.add_column("spot", justify="right", no_wrap=True)
-    table.add_column("cap. block", justify="right", no_wrap=True)
     rows = [("system", cost["system_pool"], None)]
     rows += [(n, cost["node_pools"][n], modes.get(n)) for n in sorted(cost["node_pools"])]
-    for name, pool, pool_modes in rows:
+
+    sizes = Table(
+        title="node pools (nodes at min/desired/max size; $/hour of the pool)",
+        title_justify="left",
+        caption_justify="left",
+        min_width=72,
+    )
+    sizes.add_column("pool", overflow="fold")
+    sizes.add_column("instance", overflow="fold")
+    sizes.add_column("capacity", overflow="fold")
+    sizes.add_column("nodes", justify="right", overflow="fold")
+    sizes.add_column("$/h desired", justify="right", overflow="fold")
+    sizes.add_column("$/h max", justify="right", overflow="fold")
+    abbreviated = False
+    for name, pool, _ in rows:
         nodes = pool.get("nodes", {})
+        capacity = pool["capacity_type"].lower().replace("_", "-")
+        abbreviated = abbreviated or capacity in _CAPACITY_NAMES
+        sizes.add_row(
+            name,
+            pool["instance_type"],
+            _CAPACITY_NAMES.get(capacity, capacity),
+            "/".join(str(nodes.get(s, "?")) for s in SIZES),
+            f"{pool['usd_per_hour']['desired']:,.2f}",
+            f"{pool['usd_per_hour']['max']:,.2f}",
+        )
+    sizes.caption = "nodes: min/desired/max" + (
+        "; cap. block: capacity block" if abbreviated else ""
+    )
+    yield sizes
+
+    prices = Table(
+        title="per-node prices ($/hour of one instance, by pricing mode)",
+        title_justify="left",
+        caption_justify="left",
+        min_width=72,
+    )
+    prices.add_column("pool", overflow="fold")
+    prices.add_column("instance", overflow="fold")
+    prices.add_column("on-demand", justify="right", overflow="fold")
+    prices.add_column("spot", justify="right", overflow="fold")
+    prices.add_column("cap. block", justify="right", overflow="fold")
+    for name, pool, pool_modes in rows:
 
         def per_node(mode: str, pool_modes: dict[str, Any] | None = pool_modes) -> str:
             entry = (pool_modes or {}).get(mode)
             return _unit_price(entry["usd_per_instance_hour"]) if entry else "-"
 
-        table.add_row(
+        prices.add_row(
             name,
             pool["instance_type"],
-            "/".join(str(nodes.get(s, "?")) for s in SIZES),
-            pool["capacity_type"].lower().replace("_", "-"),
-            f"{pool['usd_per_hour']['desired']:,.2f}",
-            f"{pool['usd_per_hour']['max']:,.2f}",
             per_node("on_demand") if pool_modes else _unit_price(pool["usd_per_instance_hour"]),
             per_node("spot"),
             per_node("capacity_block"),
         )
     notes = []
+    spot = next((m["spot"] for m in modes.values() if m.get("spot")), None)
     if spot:
         notes.append(f"spot: {spot['assumption']}")
     block = next((m["capacity_block"] for m in modes.values() if m.get("capacity_block")), None)
     if block:
-        notes.append(f"cap. block: catalog price, {block['region']}, {block['as_of']}")
+        notes.append(
+            f"cap. block: capacity block, catalog price, {block['region']}, {block['as_of']}"
+        )
+    unpriced = "-: the system pool is priced at its own capacity type only"
     if any(m.get("capacity_block_unavailable") for m in modes.values()):
-        notes.append("-: no Capacity Block price in the catalog for that type")
-    table.caption = "; ".join(notes)
-    return table
+        unpriced += "; no Capacity Block price in the catalog for that type"
+    notes.append(unpriced)
+    prices.caption = "; ".join(notes)
+    yield prices
 
 
 def render_comparison(
@@ -539,10 +592,10 @@ def render_comparison(
 
     def table(title: str) -> Any:
         t = Table(title=title, title_justify="left", min_width=72)
-        t.add_column("")
-        t.add_column(label_a, justify="right")
-        t.add_column(label_b, justify="right")
-        t.add_column(f"delta ({label_b} - {label_a})", justify="right")
+        t.add_column("", overflow="fold")
+        t.add_column(label_a, justify="right", overflow="fold")
+        t.add_column(label_b, justify="right", overflow="fold")
+        t.add_column(f"delta ({label_b} - {label_a})", justify="right", overflow="fold")
         return t
 
     def row(t: Any, name: str, pair: dict[str, float | None]) -> None:
@@ -572,6 +625,7 @@ def render_comparison(
         f"{gpu['b'] or 0:.2%}",
         f"{(gpu['delta'] or 0) * 100:+.2f} pt",
     )
+    share.caption = "pt: percentage points"
     yield share
 
     hourly = table("hourly by node-pool size ($/hour)")

@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -1682,8 +1683,22 @@ def write_plan_files(plan: DrPlan, out_dir: Path, *, force: bool) -> tuple[Path,
 
     stack_path.write_text(stack_file_text(plan))
     in_stacks = out_dir.resolve() == STACKS_DIR.resolve()
-    runbook_path.write_text(render_runbook(plan, stack_path.name, in_stacks_dir=in_stacks))
+    runbook_path.write_text(
+        render_runbook(
+            plan, stack_path.name, in_stacks_dir=in_stacks, copy_from=from_repo_root(stack_path)
+        )
+    )
     return stack_path, runbook_path
+
+
+def from_repo_root(path: Path) -> str:
+    """`path` as the runbook's commands name it: they run in the repository root (where
+    Pulumi.yaml is), so relative to it when inside it, else absolute."""
+    from llmp.synth import REPO_ROOT
+
+    resolved = path.resolve()
+    root = REPO_ROOT.resolve()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(resolved)
 
 
 def _fmt(minutes: float) -> str:
@@ -1694,9 +1709,16 @@ def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_runbook(plan: DrPlan, stack_file_name: str, *, in_stacks_dir: bool = True) -> str:
+def render_runbook(
+    plan: DrPlan,
+    stack_file_name: str,
+    *,
+    in_stacks_dir: bool = True,
+    copy_from: str | None = None,
+) -> str:
     """The operator's runbook for this recovery, in Markdown (`in_stacks_dir`: the stack
-    file was written to stacks/, where Pulumi reads it; else it must be copied there)."""
+    file was written to stacks/, where Pulumi reads it; else it must be copied there from
+    `copy_from`, its path from the repository root, default `stack_file_name`)."""
     rc, src, dst = plan.config, plan.source_cfg, plan.recovery_cfg
     source, stack, region = plan.options.source_stack, rc.stack, rc.region
     storage = dst.storage
@@ -1783,13 +1805,14 @@ def render_runbook(plan: DrPlan, stack_file_name: str, *, in_stacks_dir: bool = 
         "pulumi login s3://<state-bucket>?region=<a live region>   # or Pulumi Cloud",
     ]
     if not in_stacks_dir:
-        out.append(f"cp {stack_file_name} stacks/   # Pulumi.yaml: stackConfigDir stacks")
+        source_path = shlex.quote(copy_from or stack_file_name)
+        out.append(f"cp {source_path} stacks/   # Pulumi.yaml: stackConfigDir stacks")
     out += [
         f"pulumi stack init {stack} --secrets-provider 'awskms://alias/<key>?region={region}'",
     ]
     out += [f"pulumi config set --secret {key} '...' -s {stack}" for key in rc.secrets]
     out += [
-        f"llmp synth {stack} --policy                      # offline: config, plan, policy",
+        f"llmp synth {stack}                      # offline: config, plan, policy pack",
         f"llmp policy --write-config {stack}",
         f"pulumi preview --diff -s {stack} --policy-pack policies \\",
         f"  --policy-pack-config out/{stack}/policy-config.json",
@@ -2014,7 +2037,14 @@ def _show(value: Any) -> str:
 
 
 def report_renderables(plan: DrPlan, written: Iterable[Path]) -> list[Any]:
-    """What `llmp dr plan` prints: decisions, notes, RTO path, RPO parts, equivalence."""
+    """What `llmp dr plan` prints: decisions, notes, RTO path, RPO parts, equivalence.
+
+    Readable at 80 columns: a rewritten setting is a block (its key, then source,
+    recovery and why under it), a critical-path step shows its type under its name, an
+    RPO part its source under it; nothing is cut.
+    """
+    from rich.console import Group
+    from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
 
@@ -2022,49 +2052,71 @@ def report_renderables(plan: DrPlan, written: Iterable[Path]) -> list[Any]:
     parts: list[Any] = [
         Text(
             f"recovery stack {rc.stack} of {plan.options.source_stack}: "
-            f"{rc.source_region} -> {rc.region}; wrote {', '.join(str(p) for p in written)}"
+            f"{rc.source_region} -> {rc.region}"
         )
     ]
+    for path in written:
+        parts.append(Text(f"  wrote {path}"))
     if rc.adopted:
         key = f"{rc.key_arn} ({rc.key_from})" if rc.key_arn else "not set yet (see ACTION)"
-        parts.append(
-            Text(
-                "adopted: "
-                + ", ".join(f"{k} <- {v}" for k, v in rc.adopted.items())
-                + f"; key {key}"
-            )
-        )
-    changes = Table(title="region-bound settings rewritten")
-    for column in ("key", "source", "recovery", "why"):
-        changes.add_column(column, overflow="fold")
+        adopted = _labelled_grid()
+        for k, v in rc.adopted.items():
+            adopted.add_row(f"{k} <-", v)
+        adopted.add_row("key", key)
+        parts += [Text("adopted (imported, protected, retained):"), Padding(adopted, (0, 0, 0, 2))]
+
+    changes = Table(title="region-bound settings rewritten", title_justify="left", show_lines=True)
+    changes.add_column("setting: source -> recovery, and why", overflow="fold", ratio=1)
     for r in rc.rewrites:
-        changes.add_row(Text(r.key), Text(_show(r.before)), Text(_show(r.after)), Text(r.why))
+        values = _labelled_grid()
+        values.add_row("source", Text(_show(r.before)))
+        values.add_row("recovery", Text(_show(r.after)))
+        values.add_row("why", Text(r.why, style="italic"))
+        changes.add_row(Group(Text(r.key, style="bold"), Padding(values, (0, 0, 0, 2))))
     parts.append(changes)
+
+    notes = _labelled_grid()
     for note in rc.notes:
         style = {"action": "bold red", "check": "yellow"}.get(note.level, "")
-        parts.append(Text(f"{note.level.upper()}: {note.text}", style=style))
+        notes.add_row(Text(f"{note.level.upper()}:", style=style), Text(note.text))
+    if rc.notes:
+        parts.append(notes)
+
     rto = Table(
         title=f"RTO ~ {_fmt(plan.rto.minutes)} min (range {_fmt(plan.rto.low)}-"
-        f"{_fmt(plan.rto.high)}): critical path of {plan.rto.resources} resources"
+        f"{_fmt(plan.rto.high)}): critical path of {plan.rto.resources} resources",
+        title_justify="left",
+        caption_justify="left",
+        caption="start, min: minutes from the start of `pulumi up`, and to create it",
     )
     for column in ("start", "min"):
-        rto.add_column(column, justify="right")
-    for column in ("resource", "type"):
-        rto.add_column(column, overflow="fold")
+        rto.add_column(column, justify="right", overflow="fold")
+    rto.add_column("resource, its type", overflow="fold", ratio=1)
     for s in plan.rto.path:
-        rto.add_row(f"{s.start:.1f}", f"{s.minutes:.1f}", Text(s.name), Text(s.type))
+        rto.add_row(
+            f"{s.start:.1f}",
+            f"{s.minutes:.1f}",
+            Group(Text(s.name), Padding(Text(s.type, style="dim"), (0, 0, 0, 2))),
+        )
     parts.append(rto)
     if plan.rto.unknown_types:
         parts.append(Text(f"types without a figure: {', '.join(plan.rto.unknown_types)}"))
     rpo = Table(
         title=f"RPO <= {_fmt(plan.rpo.minutes)} min of training progress"
         if plan.rpo.replicated
-        else "RPO unbounded: the checkpoints bucket is not replicated (every checkpoint is lost)"
+        else "RPO unbounded: the checkpoints bucket is not replicated (every checkpoint is lost)",
+        title_justify="left",
     )
-    for column in ("part", "min", "kind", "source"):
-        rpo.add_column(column, overflow="fold")
+    rpo.add_column("min", justify="right", overflow="fold")
+    rpo.add_column("part (kind), its source", overflow="fold", ratio=1)
     for p in plan.rpo.parts:
-        rpo.add_row(Text(p.what), _fmt(p.minutes), p.kind, Text(p.source))
+        rpo.add_row(
+            _fmt(p.minutes),
+            Group(
+                Text(f"{p.what} ({p.kind})", style="bold"),
+                Padding(Text(p.source), (0, 0, 0, 2)),
+            ),
+        )
     parts.append(rpo)
     counts = ", ".join(f"{rule} {n}" for rule, n in diff.by_rule().items())
     summary = (
@@ -2082,3 +2134,13 @@ def report_renderables(plan: DrPlan, written: Iterable[Path]) -> list[Any]:
             )
         )
     return parts
+
+
+def _labelled_grid() -> Any:
+    """Two borderless columns, a label and its value; the value wraps under itself."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold", ratio=1)
+    return grid

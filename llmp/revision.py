@@ -237,6 +237,17 @@ def _tree_env() -> dict[str, str]:
     return env
 
 
+def _synth_args(tree: Path, stack: str, out: str) -> list[str]:
+    """`synth STACK --out DIR`, plus `--no-policy` where the tree's synth runs the policy
+    pack by default: a revision's plan is wanted even when it violates a policy (`llmp
+    diff` evaluates the pack itself), and an older synth would refuse the option."""
+    try:
+        knows = "--no-policy" in (tree / "llmp" / "cli.py").read_text()
+    except (OSError, UnicodeDecodeError):
+        knows = False
+    return ["synth", stack, "--out", out, *(["--no-policy"] if knows else [])]
+
+
 def _run_in_tree(tree: Path, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", _BOOTSTRAP, *args],
@@ -266,7 +277,7 @@ def _synth_in_tree(tree: Path, stack: str, where: str) -> dict[str, Any]:
     """`llmp synth STACK` run by the tree's own code; the plan it wrote."""
     with tempfile.TemporaryDirectory(prefix="llmp-plan-") as out:
         try:
-            done = _run_in_tree(tree, ["synth", stack, "--out", out], timeout=_SYNTH_TIMEOUT_S)
+            done = _run_in_tree(tree, _synth_args(tree, stack, out), timeout=_SYNTH_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise RevisionError(
                 f"synth of {stack} at {where} took over {_SYNTH_TIMEOUT_S} s", EXIT_FAILED

@@ -402,7 +402,8 @@ def analyse(trace: Trace, threshold: float = 0.05, persist: float = 0.5) -> Repo
 
 
 def render(report: Report, top: int = 10) -> Iterable[Any]:
-    """Rich renderables: a summary line, then the node and rank tables."""
+    """Rich renderables: a summary line, then the node and rank tables (80 columns: short
+    headers, explained in each table's caption; a long node name wraps, never cut)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -413,24 +414,32 @@ def render(report: Report, top: int = 10) -> Iterable[Any]:
         f" ran at the step's median: slowdown {report.slowdown_s:.2f} s "
         f"({report.slowdown_fraction:.1%} of the time)"
     )
+    caption = (
+        "lost s: seconds the job would save if it ran at the others' median; share: of the "
+        "slowdown; x median: its time over the others' median (the median over steps); slow: "
+        "share of its steps "
+        f"above the others' median x {1 + report.threshold:g}, SLOW when at least "
+        f"{report.persist:.0%}"
+    )
     for title, scores in (("nodes", report.by_node), ("ranks", report.by_rank)):
-        table = Table(title=f"{title} by time lost (top {min(top, len(scores))})")
-        table.add_column("node" if title == "nodes" else "rank")
+        table = Table(
+            title=f"{title} by time lost (top {min(top, len(scores))})",
+            title_justify="left",
+            caption=caption if title == "ranks" else None,
+            caption_justify="left",
+        )
+        table.add_column("node" if title == "nodes" else "rank", overflow="fold")
         if title == "ranks":
-            table.add_column("node")
-        table.add_column("lost s", justify="right")
-        table.add_column("share", justify="right")
-        table.add_column("time/median", justify="right")
-        table.add_column(f">{report.threshold:.0%} slow", justify="right")
-        table.add_column("flag")
+            table.add_column("node", overflow="fold")
+        for column in ("lost s", "share", "x median", "slow"):
+            table.add_column(column, justify="right", overflow="fold")
         for s in scores[:top]:
             row = [s.name] + ([s.node] if title == "ranks" else [])
             row += [
                 f"{s.lost_s:.2f}",
                 f"{s.share:.1%}",
                 f"{s.median_ratio:.3f}",
-                f"{s.slow_fraction:.0%}",
-                "SLOW" if s.flagged else "",
+                f"{s.slow_fraction:.0%}" + (" SLOW" if s.flagged else ""),
             ]
             table.add_row(*row)
         yield table

@@ -1,5 +1,6 @@
 """`llmp cost`: one estimate from a stack, a plan or stack outputs; rendered alike; compared
-with deltas; live prices only with credentials; one-line errors with the right exit codes."""
+with deltas; the catalog's prices by default, live prices only when asked for and only with
+credentials; one-line errors with the right exit codes."""
 
 from __future__ import annotations
 
@@ -195,7 +196,8 @@ def test_cli_renders_components_pools_split_hours_and_prices(plan_file) -> None:
     text = result.stdout
     for heading in (
         "components of pretrain (plan.json)",
-        "node pools ($/hour",
+        "node pools (nodes at min/desired/max size",
+        "per-node prices ($/hour of one instance",
         "GPU node pools against platform overhead",
         "hourly by node-pool size",
         "not estimated:",
@@ -228,7 +230,7 @@ def test_cli_compares_two_stacks_side_by_side(cached_synth, no_credentials) -> N
     assert result.exit_code == 0, result.output
     assert "finetune against pretrain" in result.stdout
     assert "delta (finetune - pretrain)" in result.stdout
-    assert "prices of finetune: catalog" in result.stdout  # auto, without credentials
+    assert "prices of finetune: catalog" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -236,7 +238,7 @@ def test_cli_compares_two_stacks_side_by_side(cached_synth, no_credentials) -> N
     [
         ((), ("give one of STACK, --plan FILE or --outputs FILE",)),
         (("nosuchstack", "--prices", "catalog"), ("no stack file",)),
-        (("pretrain", "--prices", "cheap"), ("--prices cheap: expected auto, catalog or live",)),
+        (("pretrain", "--prices", "cheap"), ("--prices cheap: expected catalog, live or auto",)),
         (("--plan", "missing.json"), ("no file missing.json",)),
     ],
 )
@@ -278,6 +280,25 @@ def test_cli_refuses_outputs_given_as_a_plan(plans, tmp_path: Path) -> None:
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"cost": plans("finetune").outputs["cost"]}))
     one_line_error(cli("--plan", str(outputs)), 2, "is not a plan.json")
+
+
+def test_cli_default_prices_are_the_catalogs_and_look_up_no_credentials(
+    cached_synth, monkeypatch
+) -> None:
+    """Offline by default: no boto3 session, so no credential chain and no metadata endpoint."""
+
+    def no_session(*_: Any, **__: Any) -> Any:
+        raise AssertionError("llmp cost looked AWS credentials up without --prices live|auto")
+
+    monkeypatch.setattr(costs, "boto3_session", no_session)
+    monkeypatch.setattr(boto3, "Session", no_session)
+    result = cli("finetune")
+    assert result.exit_code == 0, result.output
+    assert "prices: catalog, us-east-1" in result.stdout
+    assert result.stderr == ""
+    as_json = cli("finetune", "--json")
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["cost"]["price_source"]["kind"] == "catalog"
 
 
 def test_cli_live_prices_need_credentials(cached_synth, no_credentials) -> None:
@@ -354,7 +375,7 @@ def test_cli_auto_falls_back_to_the_catalog_when_the_price_list_refuses(
 ) -> None:
     _, stubber = pricing_stub
     stubber.add_client_error("get_products", service_error_code="AccessDeniedException")
-    result = cli("inference", "--json")
+    result = cli("inference", "--prices", "auto", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["cost"]["price_source"]["kind"] == "catalog"
     assert "using the catalog's prices" in result.stderr

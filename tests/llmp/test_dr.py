@@ -736,6 +736,52 @@ def test_the_runbook_walks_through_the_recovery(recovery: dr.DrPlan) -> None:
     assert "cp Pulumi.pretrain-dr.yaml stacks/" in dr.render_runbook(
         recovery, "Pulumi.pretrain-dr.yaml", in_stacks_dir=False
     )
+    copied = dr.render_runbook(
+        recovery,
+        "Pulumi.pretrain-dr.yaml",
+        in_stacks_dir=False,
+        copy_from="out/dr/Pulumi.pretrain-dr.yaml",
+    )
+    assert "\ncp out/dr/Pulumi.pretrain-dr.yaml stacks/   # " in copied
+
+
+def test_the_copy_step_names_the_file_from_the_repository_root(tmp_path: Path) -> None:
+    from llmp.synth import REPO_ROOT
+
+    inside = REPO_ROOT / "out" / "dr" / "Pulumi.pretrain-dr.yaml"
+    assert dr.from_repo_root(inside) == "out/dr/Pulumi.pretrain-dr.yaml"
+    outside = tmp_path / "Pulumi.pretrain-dr.yaml"
+    assert dr.from_repo_root(outside) == str(outside.resolve())
+
+
+def test_dr_plan_writes_out_dr_by_default_and_nothing_into_stacks(
+    recovery: dr.DrPlan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file in stacks/ is a stack the tests and CI synthesize: a recovery stack file
+    lands there only when the operator copies it, as the runbook says."""
+    import llmp.synth
+
+    stacks = tmp_path / "repo" / "stacks"  # the repository's stacks/, copied
+    stacks.mkdir(parents=True)
+    for path in llmp.synth.STACKS_DIR.glob("Pulumi.*.yaml"):
+        (stacks / path.name).write_text(path.read_text())
+    before = sorted(p.name for p in stacks.iterdir())
+    monkeypatch.setattr(llmp.synth, "STACKS_DIR", stacks)
+    monkeypatch.setattr(llmp.synth, "REPO_ROOT", stacks.parent)
+    monkeypatch.setattr(dr, "make_plan", lambda source, options: recovery)
+    monkeypatch.chdir(stacks.parent)
+    result = CliRunner().invoke(app, ["dr", "plan", "--from", "pretrain", "--region", "us-west-2"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in stacks.iterdir()) == before
+    written = stacks.parent / "out" / "dr"
+    assert sorted(p.name for p in written.iterdir()) == [
+        "Pulumi.pretrain-dr.yaml",
+        "pretrain-dr.runbook.md",
+    ]
+    runbook = (written / "pretrain-dr.runbook.md").read_text()
+    (copy_step,) = [line for line in runbook.splitlines() if line.startswith("cp ")]
+    assert copy_step.startswith("cp out/dr/Pulumi.pretrain-dr.yaml stacks/ ")
+    assert (stacks.parent / copy_step.split()[1]).is_file()  # the path, run from the root
 
 
 def test_dr_plan_writes_the_stack_file_and_runbook(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""`llmp policy` and `llmp synth --policy`: in-process evaluation, exit codes, JSON output."""
+"""`llmp policy` and the policy pack `llmp synth` runs: in-process evaluation, a stack name or
+a plan file, exit codes, JSON output."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from llmp.cli import app
 from llmp.policy import PlanError, evaluate, failed, load_plan, stack_policy_config
+from tests.conftest import with_section
 
 runner = CliRunner()
 
@@ -134,6 +137,100 @@ def test_synth_policy_runs_the_pack(tmp_path: Path, monkeypatch, plans) -> None:
     failed_run = runner.invoke(app, ["synth", "inference", "--out", str(tmp_path), "--policy"])
     assert failed_run.exit_code == 1
     assert "eks-audit-logs" in failed_run.output
+
+
+@pytest.fixture
+def cached_synth(monkeypatch, plans) -> None:
+    """Stack names synthesize from the session's cached plans (the same program and file)."""
+    import llmp.synth
+
+    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, config=None: plans(stack))
+
+
+def _over_budget(tmp_path: Path) -> Path:
+    """inference's stack file with a GPU budget far below its pools' $342/h at max size."""
+    raw = with_section("inference", "guardrails", {"gpu_budget_usd_per_hour": 100})
+    path = tmp_path / "Pulumi.inference.yaml"
+    path.write_text(yaml.safe_dump({"config": raw}))
+    return path
+
+
+def test_synth_runs_the_policy_pack_by_default(tmp_path: Path, cached_synth) -> None:
+    """`make preview` is `llmp synth STACK`: a stack over its GPU budget must fail it."""
+    config = _over_budget(tmp_path)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["synth", "inference", "--config", str(config), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("policy: 1 mandatory (gpu-budget), "), last
+    assert "gpu-budget: (stack)" in result.stdout
+    assert (out / "inference" / "plan.json").is_file()  # the plan is written all the same
+
+    as_json = runner.invoke(
+        app, ["synth", "inference", "--config", str(config), "--out", str(out), "--json"]
+    )
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.stdout)["stack"] == "inference"
+    assert "policy: 1 mandatory (gpu-budget)" in as_json.stderr
+
+
+def test_synth_no_policy_skips_the_pack_and_policy_is_still_accepted(
+    tmp_path: Path, cached_synth
+) -> None:
+    config = _over_budget(tmp_path)
+    args = ["synth", "inference", "--config", str(config), "--out", str(tmp_path / "out")]
+    skipped = runner.invoke(app, [*args, "--no-policy"])
+    assert skipped.exit_code == 0, skipped.output
+    assert "policy:" not in skipped.stdout
+    explicit = runner.invoke(app, [*args, "--policy"])  # the older spelling: the default
+    assert explicit.exit_code == 1
+    assert "gpu-budget" in explicit.stdout
+
+
+def test_cli_takes_a_stack_name_and_synthesizes_it(cached_synth) -> None:
+    result = runner.invoke(app, ["policy", "pretrain"])
+    assert result.exit_code == 0, result.output
+    assert "policy violations in pretrain" in result.stdout
+    assert "s3-access-logging" in result.stdout
+    as_json = runner.invoke(app, ["policy", "inference", "--json"])
+    assert as_json.exit_code == 0
+    assert not [v for v in json.loads(as_json.stdout) if v["level"] == "mandatory"]
+
+
+def test_cli_stack_name_with_a_mandatory_violation_exits_1(cached_synth, monkeypatch, plans):
+    import llmp.synth
+
+    bad = copy.deepcopy(plans("pretrain"))
+    for r in bad.resources:
+        if r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            del r["inputs"]["kmsKeyId"]
+    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, config=None: bad)
+    result = runner.invoke(app, ["policy", "pretrain"])
+    assert result.exit_code == 1
+    assert "fsx-kms-key: lustre-fs" in result.stdout
+
+
+def test_cli_plan_option_reads_a_plan_file(plan_file) -> None:
+    result = runner.invoke(app, ["policy", "--plan", str(plan_file("pretrain", _unencrypted_fsx))])
+    assert result.exit_code == 1
+    assert "fsx-kms-key" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nosuchstack"], "no stack file stacks/Pulumi.nosuchstack.yaml; known stacks: "),
+        (["pre train"], "not a stack name: "),
+        ([], "give one of STACK or --plan FILE"),
+        (["pretrain", "--plan", "x.json"], "give one of STACK or --plan FILE"),
+        (["--write-config", "pretrain", "pretrain"], "--write-config STACK writes a config"),
+    ],
+)
+def test_cli_bad_stack_arguments_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["policy", *args])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
 def test_load_plan_reads_what_synth_writes(plans, tmp_path: Path) -> None:

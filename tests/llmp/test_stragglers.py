@@ -26,6 +26,7 @@ from llmp import stragglers as st
 from llmp.cli import app
 
 RANKS, PER_NODE, STEPS = 16, 8, 200
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "stragglers" / "step-times.jsonl"
 
 
 def node_of(rank: int) -> str:
@@ -164,6 +165,40 @@ def test_human_report_renders(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["stragglers", str(write_jsonl(tmp_path / "t.jsonl", rows))])
     assert result.exit_code == 0, result.output
     assert "ranks by time lost" in result.stdout and "SLOW" in result.stdout
+
+
+def test_the_shipped_sample_finds_its_slow_node() -> None:
+    """examples/stragglers/step-times.jsonl: 2 nodes x 8 ranks x 20 steps, every rank of
+    ip-10-0-1-203 about 15% slower."""
+    rows = [json.loads(line) for line in SAMPLE.read_text().splitlines()]
+    assert len(rows) == 2 * 8 * 20
+    assert {r["node"] for r in rows} == {"ip-10-0-1-17.ec2.internal", "ip-10-0-1-203.ec2.internal"}
+    report = run_json(str(SAMPLE))
+    assert (report["steps"], report["ranks"], report["nodes"]) == (20, 16, 2)
+    slow, fast = report["by_node"]
+    assert slow["name"] == "ip-10-0-1-203.ec2.internal" and slow["flagged"]
+    assert slow["median_ratio"] == pytest.approx(1.15, abs=0.02)
+    assert not fast["flagged"]
+    flagged = {r["name"] for r in report["by_rank"] if r["flagged"]}
+    assert flagged == {str(rank) for rank in range(8, 16)}
+    human = CliRunner().invoke(app, ["stragglers", str(SAMPLE)])
+    assert human.exit_code == 0, human.output
+    assert "ip-10-0-1-203.ec2.internal" in human.stdout and "SLOW" in human.stdout
+
+
+def test_help_names_the_columns_it_reads_and_the_sample() -> None:
+    result = CliRunner().invoke(app, ["stragglers", "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.replace("│", " ").split())
+    for column in (
+        "step (integer, required)",
+        "rank (integer, required)",
+        "seconds (the step's time on that rank, a number >= 0, required)",
+        "node (optional:",
+    ):
+        assert column in text, column
+    assert "JSON lines" in text and "CSV" in text
+    assert "examples/stragglers/step-times.jsonl" in text
 
 
 # --------------------------------------------------------------------------- Prometheus
