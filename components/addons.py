@@ -91,6 +91,12 @@ DCGM_METRICS: list[tuple[str, str, str]] = [
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
     # errors
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    # dcgm-exporter's own XID counter (off unless listed): the XID alerts read it.
+    (
+        "DCGM_EXP_XID_ERRORS_COUNT",
+        "gauge",
+        "Count of XID Errors within user-specified time window (see xid-count-window-size param).",
+    ),
     ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total volatile single-bit ECC errors."),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total volatile double-bit ECC errors."),
     (

@@ -13,6 +13,14 @@ associations:
   replicated) keeps them as long as its lifecycle says. Metadata of existing
   checkpoints is imported on create, so a rebuilt file system can resume.
 
+Logging: data repository warnings and errors (failed imports and exports such as
+S3ExportAccessDenied, S3ImportAccessDenied, InternalAutoExportError, NoDiskSpace) go to a
+Pulumi-made log group `/aws/fsx/<cluster>-lustre` with `log_retention_days`; FSx logs nothing
+unless told to. FSx writes through its service-linked role (AWSServiceRoleForAmazonFSx, whose
+managed policy allows logs:PutLogEvents on `log-group:/aws/fsx/*`): hence the prefix, and no
+log-group resource policy. Fullness and the auto-export backlog are alerted on from CloudWatch
+metrics (components/monitoring.py).
+
 FSx and its associations take 10-30 minutes or more to create; the custom
 timeouts leave room for that. A final backup is taken on delete.
 """
@@ -28,6 +36,15 @@ import pulumi_aws as aws
 from infra.config import LustreConfig
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
+LOG_GROUP_PREFIX = "/aws/fsx/"
+"""FSx writes only to log groups whose name begins with this (its service-linked role's policy)."""
+LOG_LEVEL = "WARN_ERROR"
+"""Data repository warnings and errors (DISABLED, WARN_ONLY, ERROR_ONLY or WARN_ERROR)."""
+
+
+def log_group_name(cluster_name: str) -> str:
+    """The file system's log group: FSx requires the `/aws/fsx/` prefix."""
+    return f"{LOG_GROUP_PREFIX}{cluster_name}-lustre"
 
 
 def fsx_key_policy(key_arn: str, file_system_id: str, buckets: list[str]) -> str:
@@ -92,19 +109,33 @@ class LustreFileSystemArgs:
     kms_key_id: pulumi.Input[str]
     datasets_bucket: pulumi.Input[str]
     checkpoints_bucket: pulumi.Input[str]
+    log_group_name: str
+    """CloudWatch log group of the data repository events (`log_group_name(cluster)`)."""
 
 
 class LustreFileSystem(pulumi.ComponentResource):
     file_system_id: pulumi.Output[str]
     dns_name: pulumi.Output[str]
     mount_name: pulumi.Output[str]
+    log_group_name: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: LustreFileSystemArgs, opts: pulumi.ResourceOptions | None = None
     ):
+        if not args.log_group_name.startswith(LOG_GROUP_PREFIX):
+            raise ValueError(
+                f"FSx log group {args.log_group_name!r} must begin with {LOG_GROUP_PREFIX}"
+            )
         super().__init__("llmp:storage:LustreFileSystem", name, None, opts)
         cfg = args.config
         child = pulumi.ResourceOptions(parent=self)
+
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=args.log_group_name,
+            retention_in_days=cfg.log_retention_days,
+            opts=child,
+        )
 
         sg = aws.ec2.SecurityGroup(
             f"{name}-fs",
@@ -160,6 +191,10 @@ class LustreFileSystem(pulumi.ComponentResource):
             copy_tags_to_backups=True,
             skip_final_backup=False,
             final_backup_tags={"llm-platform/backup": "final"},
+            # Failed imports and exports are otherwise invisible; updatable in place.
+            log_configuration=aws.fsx.LustreFileSystemLogConfigurationArgs(
+                level=LOG_LEVEL, destination=log_group.arn
+            ),
             tags={"Name": f"{name}-fs"},
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -230,10 +265,12 @@ class LustreFileSystem(pulumi.ComponentResource):
         self.file_system_id = fs.id
         self.dns_name = fs.dns_name
         self.mount_name = fs.mount_name
+        self.log_group_name = log_group.name
         self.register_outputs(
             {
                 "file_system_id": self.file_system_id,
                 "dns_name": self.dns_name,
                 "mount_name": self.mount_name,
+                "log_group_name": self.log_group_name,
             }
         )

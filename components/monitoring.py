@@ -32,14 +32,21 @@ Owns, for every stack whose `monitoring.enabled` is on:
 - **Traces** (when `traces`): an OpenTelemetry collector Deployment receiving OTLP and
   exporting to AWS X-Ray (Pod Identity role; X-Ray takes no resource ARNs) or to
   `otlp_endpoint`.
+- **FSx metrics** (stacks with `storage.lustre`): the Prometheus CloudWatch exporter reading
+  the file system's AWS/FSx `FreeDataStorageCapacity` and auto-export
+  `AgeOfOldestQueuedMessage` through its own Pod Identity role (CloudWatch read actions, which
+  take no resource ARN), scraped by its chart's ServiceMonitor; the `storage` rules alert on
+  them with the file system's capacity. The FSx CSI driver publishes no volume stats.
 
-Grafana's admin password is the secret config `llm-platform-monitoring:grafanaAdminPassword`;
+Grafana's admin password is the secret config `llm-platform-monitoring:grafanaAdminPassword`
+(`pulumi config set --secret llm-platform-monitoring:grafanaAdminPassword <password>`);
 without it the login form and basic auth are off (anonymous access stays off), so nobody can
-sign in with the chart's well-known default password.
+sign in with the chart's well-known default password, and the program warns.
 
 Ordering: the CRDs first; the chart after them, the namespace, the StorageClass, the EBS
 add-on and the system pool (helm waits for the operator's Deployment); the charts whose pods
-take AWS credentials after their Pod Identity association.
+take AWS credentials after their Pod Identity association; the FSx rules after their exporter
+(which waits for the file system's id), so FsxMetricsMissing does not fire during a build.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
+import yaml
 from pulumi_kubernetes.core.v1 import (
     LimitRangeItemArgs,
     LimitRangeSpecArgs,
@@ -82,6 +90,28 @@ STORAGE_CLASS = "gp3"
 KPS = "kube-prometheus-stack"
 FLUENT_BIT = "aws-for-fluent-bit"
 OTEL = "opentelemetry-collector"
+CLOUDWATCH_EXPORTER = "prometheus-cloudwatch-exporter"
+CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT = "prometheus-cloudwatch-exporter"
+CLOUDWATCH_SCRAPE_MINUTES = 2
+"""How often Prometheus scrapes the exporter, which calls CloudWatch on every scrape (and is
+billed per call): FSx publishes every minute, the alerts wait 5 minutes."""
+FSX_CLOUDWATCH_METRICS: list[dict[str, Any]] = [
+    # Free bytes: the lowest of the period is the one that fills the disk.
+    {
+        "aws_metric_name": "FreeDataStorageCapacity",
+        "aws_dimensions": ["FileSystemId"],
+        "aws_statistics": ["Minimum"],
+    },
+    # Auto-export queue age (Publisher=AutoExport): how far S3 lags the checkpoints.
+    {
+        "aws_metric_name": "AgeOfOldestQueuedMessage",
+        "aws_dimensions": ["FileSystemId", "Publisher"],
+        "publisher": "AutoExport",
+        "aws_statistics": ["Maximum"],
+    },
+]
+"""AWS/FSx metrics the exporter reads. Every dimension is selected, so the exporter makes one
+GetMetricStatistics call per metric per scrape and no ListMetrics call (its README)."""
 FLUENT_BIT_SERVICE_ACCOUNT = "aws-for-fluent-bit"
 OTEL_SERVICE_ACCOUNT = "opentelemetry-collector"
 DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "monitoring" / "dashboards"
@@ -140,6 +170,91 @@ def ebs_addon_version(kubernetes_version: str) -> str:
 
 def log_group_name(stack: str) -> str:
     return f"/llm-platform/{stack}/containers"
+
+
+def grafana_password_warning() -> str:
+    """What the program says when Grafana has no admin password: which key, and how to set it."""
+    key = f"{SECRET_CONFIG_NAMESPACE}:{GRAFANA_PASSWORD_KEY}"
+    return (
+        f"monitoring: Grafana's login form is off: {key} is not set; set it with "
+        f"`pulumi config set --secret {key} <password>`"
+    )
+
+
+def cloudwatch_exporter_config(region: str, file_system_id: str) -> dict[str, Any]:
+    """The exporter's config for one file system (prometheus/cloudwatch_exporter v0.16.0)."""
+    metrics = []
+    for spec in FSX_CLOUDWATCH_METRICS:
+        select = {"FileSystemId": [file_system_id]}
+        if "publisher" in spec:
+            select["Publisher"] = [spec["publisher"]]
+        metrics.append(
+            {
+                "aws_namespace": "AWS/FSx",
+                "aws_metric_name": spec["aws_metric_name"],
+                # Exactly the metric's dimensions, each selected: no ListMetrics calls.
+                "aws_dimensions": list(spec["aws_dimensions"]),
+                "aws_dimension_select": select,
+                "aws_statistics": list(spec["aws_statistics"]),
+            }
+        )
+    return {
+        "region": region,
+        "period_seconds": 60,
+        "range_seconds": 600,
+        "delay_seconds": 300,
+        # With CloudWatch's own (minutes old) timestamps an instant query at "now" sees no
+        # sample, and the alerts would read silence: stamp samples at scrape time instead.
+        "set_timestamp": False,
+        "metrics": metrics,
+    }
+
+
+def cloudwatch_exporter_values(region: str, file_system_id: str) -> dict[str, Any]:
+    config = yaml.safe_dump(cloudwatch_exporter_config(region, file_system_id), sort_keys=False)
+    # The chart renders `config` through tpl: template braces would be evaluated.
+    if "{{" in config:
+        raise ValueError(f"cloudwatch exporter config holds a template: {config!r}")
+    return {
+        # No aws.* values: the chart then sets no AWS variables and the SDK's default
+        # chain reads the Pod Identity credentials.
+        "serviceAccount": {"create": True, "name": CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT},
+        # The exporter never calls the Kubernetes API.
+        "rbac": {"create": False},
+        "serviceMonitor": {
+            "enabled": True,
+            "interval": f"{CLOUDWATCH_SCRAPE_MINUTES}m",
+            "timeout": "60s",
+        },
+        "config": config,
+        "resources": {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+        "containerSecurityContext": {
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def cloudwatch_read_policy() -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ReadMetrics",
+                    "Effect": "Allow",
+                    "Action": [
+                        "cloudwatch:GetMetricData",
+                        "cloudwatch:GetMetricStatistics",
+                        "cloudwatch:ListMetrics",
+                    ],
+                    # CloudWatch's metric read actions take no resource ARN.
+                    "Resource": "*",
+                }
+            ],
+        }
+    )
 
 
 def dashboard_files(directory: Path = DASHBOARDS_DIR) -> list[Path]:
@@ -353,6 +468,15 @@ def monitors(namespace: str) -> list[Monitor]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FileSystemMetrics:
+    """The FSx for Lustre file system whose CloudWatch metrics are exported and alerted on."""
+
+    file_system_id: pulumi.Input[str]
+    capacity_gib: int
+    """`storage.lustre.storage_capacity_gib`: the fullness alert's 100%."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class MonitoringArgs:
     config: MonitoringConfig
     stack: str
@@ -361,6 +485,8 @@ class MonitoringArgs:
     region: str
     system_nodes: list[pulumi.Resource] = field(default_factory=list)
     """What a controller Deployment needs first (the system node group)."""
+    file_system: FileSystemMetrics | None = None
+    """The stack's FSx for Lustre file system; None: no CloudWatch exporter, no storage rules."""
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -479,10 +605,7 @@ class Monitoring(pulumi.ComponentResource):
         else:
             secrets = []
             if cfg.grafana:
-                pulumi.log.warn(
-                    f"monitoring: no {SECRET_CONFIG_NAMESPACE}:{GRAFANA_PASSWORD_KEY}; "
-                    "Grafana's login form is off until one is set"
-                )
+                pulumi.log.warn(grafana_password_warning())
         if cfg.grafana:
             for path in dashboard_files():
                 k8s.core.v1.ConfigMap(
@@ -503,8 +626,37 @@ class Monitoring(pulumi.ComponentResource):
             [ns, *after_crds, storage_class, ebs_addon, *secrets, *args.system_nodes],
         )
 
+        # The FSx rules arrive with their exporter: FsxMetricsMissing would otherwise fire
+        # while the file system is still being created (20 minutes or more).
+        fsx_exporter: list[pulumi.Resource] = []
+        if args.file_system is not None:
+            _, cloudwatch_association = pod_identity_role(
+                f"{name}-cloudwatch-exporter",
+                parent=self,
+                description="Prometheus CloudWatch exporter reading the FSx metrics",
+                policy=cloudwatch_read_policy(),
+                cluster_name=args.cluster_name,
+                namespace=NAMESPACE,
+                service_account=CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT,
+            )
+            region = args.region
+            exporter = release(
+                CLOUDWATCH_EXPORTER,
+                pulumi.Output.from_input(args.file_system.file_system_id).apply(
+                    lambda fs_id: cloudwatch_exporter_values(region, fs_id)
+                ),
+                # Its ServiceMonitor needs the CRDs when helm renders it.
+                [ns, *after_crds, cloudwatch_association, *args.system_nodes],
+            )
+            fsx_exporter.append(exporter)
+
         cr_opts = pulumi.ResourceOptions(parent=self, depends_on=after_crds)
-        objects: list[Any] = [*monitors(NAMESPACE), *rules.prometheus_rules(cfg.alerts, NAMESPACE)]
+        fsx_rule_opts = pulumi.ResourceOptions(parent=self, depends_on=[*after_crds, *fsx_exporter])
+        capacity = args.file_system.capacity_gib if args.file_system else None
+        objects: list[Any] = [
+            *monitors(NAMESPACE),
+            *rules.prometheus_rules(cfg.alerts, NAMESPACE, fsx_capacity_gib=capacity),
+        ]
         for obj in objects:
             manifest = obj.dump()
             metadata = manifest["metadata"]
@@ -516,7 +668,7 @@ class Monitoring(pulumi.ComponentResource):
                     name=metadata["name"], namespace=namespace, labels=metadata.get("labels")
                 ),
                 spec=manifest["spec"],
-                opts=cr_opts,
+                opts=fsx_rule_opts if metadata["name"] == rules.rule_name("storage") else cr_opts,
             )
 
         self.log_group_name = None

@@ -72,6 +72,10 @@ class PlatformPrices(_Data):
     ebs_gp3_usd_per_gb_month: float
     cloudwatch_logs_ingest_usd_per_gb: float
     cloudwatch_logs_storage_usd_per_gb_month: float
+    cloudwatch_api_usd_per_1000_requests: float = Field(
+        description="GetMetricStatistics and ListMetrics per 1000 requests, GetMetricData per "
+        "1000 metrics requested"
+    )
     kms_key_usd_per_month: float
     alb_usd_per_hour: float
     alb_lcu_usd_per_hour: float
@@ -248,6 +252,74 @@ class MonitoringPins(_Data):
     otel_collector_image: str
 
 
+XidClassName = Literal["node_replacement", "gpu_reset", "application", "informational"]
+
+
+class XidCode(_Data):
+    """One XID code: what NVIDIA calls it and what the cited source says to do."""
+
+    name: str = Field(description="the error's name in the cited source")
+    action: str = Field(description="the source's immediate action (NVIDIA's resolution bucket)")
+    source: str = Field(description="a key of `gpu_xids.sources`")
+    note: str | None = Field(
+        None, description="why the code is in this class, where it is not plain"
+    )
+
+
+class XidClass(_Data):
+    """XIDs that need the same response: one alert, one severity, one runbook."""
+
+    alert: str = Field(description="the alert rule's name (monitoring/rules.py)")
+    severity: Literal["info", "warning", "critical"]
+    summary: str
+    runbook: str = Field(description="one line: what the on-call engineer does")
+    codes: dict[int, XidCode] = Field(min_length=1)
+
+
+class UnclassifiedXid(_Data):
+    """Any code no class lists: a warning that asks for it to be looked up and classified."""
+
+    alert: str
+    severity: Literal["warning", "critical"]
+    summary: str
+    runbook: str
+
+
+class GpuXids(_Data):
+    """XID codes by what they need (monitoring/rules.py builds one alert per class from them).
+
+    A code sits in exactly one class; a code in none fires the unclassified warning, so a
+    new code is never silent.
+    """
+
+    checked: datetime.date
+    sources: dict[str, str] = Field(description="key -> the document or file read, with its date")
+    classes: dict[XidClassName, XidClass]
+    unclassified: UnclassifiedXid
+
+    @model_validator(mode="after")
+    def _one_class_per_code(self) -> GpuXids:
+        seen: dict[int, str] = {}
+        for name, cls in self.classes.items():
+            for code, entry in cls.codes.items():
+                if code in seen:
+                    raise ValueError(f"XID {code} is in both {seen[code]} and {name}")
+                seen[code] = name
+                if entry.source not in self.sources:
+                    raise ValueError(f"XID {code}: unknown source {entry.source!r}")
+        alerts = [c.alert for c in self.classes.values()] + [self.unclassified.alert]
+        if len(alerts) != len(set(alerts)):
+            raise ValueError(f"gpu_xids: alert names repeat: {alerts}")
+        return self
+
+    def codes(self, name: XidClassName) -> list[int]:
+        return sorted(self.classes[name].codes)
+
+    @property
+    def classified(self) -> list[int]:
+        return sorted(code for cls in self.classes.values() for code in cls.codes)
+
+
 class ForceNewInput(_Data):
     """An input whose change replaces the resource: Terraform ForceNew as pulumi-aws bridges it."""
 
@@ -363,6 +435,7 @@ class Catalog(_Data):
     dcgm_diagnostic: DcgmDiagnostic | None = None
     serving: ServingPins | None = None
     monitoring: MonitoringPins | None = None
+    gpu_xids: GpuXids | None = None
     replacement: Replacement | None = None
     recovery: Recovery | None = None
 

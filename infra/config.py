@@ -567,8 +567,9 @@ class NodePoolConfig(PoolSizes):
         ge=0,
         le=65536,
         description=(
-            "MiB of 2 MiB huge pages reserved at boot for training pods (EFA, NCCL); "
-            "default 5120 on EFA pools, 0 elsewhere."
+            "At least this many MiB of 2 MiB huge pages reserved at boot, never fewer than "
+            "the AMI's EFA installer reserves (the fabric test requests 5120; training pods "
+            "set FI_EFA_USE_HUGE_PAGE=0 and use none); default 5120 on EFA pools, 0 elsewhere."
         ),
     )
     checkpointing: bool = Field(
@@ -935,6 +936,10 @@ class LustreConfig(_Section):
     automatic_backup_retention_days: int = Field(
         7, ge=0, le=90, description="Daily backups kept; a final backup is taken on delete."
     )
+    log_retention_days: int = Field(
+        90,
+        description="Retention of the file system's log group (failed S3 imports and exports).",
+    )
 
     @field_validator("storage_capacity_gib")
     @classmethod
@@ -944,6 +949,13 @@ class LustreConfig(_Section):
         return v
 
     _namespaces = field_validator("mount_namespaces")(_namespace_names)
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _log_retention(cls, v: int) -> int:
+        if v not in _LOG_RETENTION_DAYS:
+            raise FieldError((), v, f"a CloudWatch retention: {_LOG_RETENTION_DAYS}")
+        return v
 
     @model_validator(mode="after")
     def _metadata(self) -> LustreConfig:
@@ -1153,6 +1165,14 @@ class AlertThresholds(_Section):
     gpu_temp_critical_c: float = Field(85, gt=0, description="GPU temperature critical (1 min).")
     nvlink_errors: float = Field(10, ge=0, description="NVLink replay/recovery/CRC errors per 5m.")
     fsx_used_ratio: float = Field(0.8, gt=0, lt=1, description="FSx volume fullness that alerts.")
+    fsx_export_age_seconds: int = Field(
+        1800,
+        ge=60,
+        description=(
+            "Age (seconds) of the oldest file queued for auto-export to S3 that alerts: files "
+            "not yet in S3 are what a disaster loses (default: 3x the catalog's export lag)."
+        ),
+    )
     checkpoint_interval_seconds: int = Field(
         1800, ge=60, description="Expected checkpoint interval; alert at twice this age."
     )

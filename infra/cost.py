@@ -376,11 +376,18 @@ def _storage(storage: StorageConfig, estimate: dict[str, Any]) -> Component:
 
 def _lustre(lustre: LustreConfig) -> Component:
     fsx = lustre_monthly(lustre)
+    platform = catalog().platform_prices
     missing = [
         NotEstimated(
             "S3 requests of the data repository associations",
             "import and export volume is not in the config",
-        )
+        ),
+        NotEstimated(
+            "the file system's log group in CloudWatch",
+            f"{_usd(platform.cloudwatch_logs_ingest_usd_per_gb)}/GB ingested and "
+            f"{_usd(platform.cloudwatch_logs_storage_usd_per_gb_month)}/GB-month stored; only "
+            "failed imports and exports are logged, a volume the config does not give",
+        ),
     ]
     if lustre.metadata_mode == "USER_PROVISIONED":
         missing.append(
@@ -428,18 +435,37 @@ def _monitoring(cfg: PlatformConfig) -> Component:
         missing.append(
             NotEstimated("X-Ray traces", "billed per trace; the config gives no trace volume")
         )
+    lines = [
+        priced(
+            f"Prometheus volume: {mon.storage_gib} GiB gp3",
+            mon.storage_gib,
+            "GB-month",
+            platform.ebs_gp3_usd_per_gb_month,
+        )
+    ]
+    if cfg.storage is not None and cfg.storage.lustre is not None:
+        lines.append(_cloudwatch_exporter_requests())
     return Component(
         "monitoring",
-        [
-            priced(
-                f"Prometheus volume: {mon.storage_gib} GiB gp3",
-                mon.storage_gib,
-                "GB-month",
-                platform.ebs_gp3_usd_per_gb_month,
-            )
-        ],
+        lines,
         note="Prometheus, Grafana, Fluent Bit and the collector run on the system pool",
         not_estimated=missing,
+    )
+
+
+def _cloudwatch_exporter_requests() -> Line:
+    """The FSx metrics exporter calls CloudWatch on every scrape: one request per metric."""
+    # Counted from what the component configures, so the line cannot drift from it.
+    from components.monitoring import CLOUDWATCH_SCRAPE_MINUTES, FSX_CLOUDWATCH_METRICS
+
+    metrics = len(FSX_CLOUDWATCH_METRICS)
+    requests = metrics * 60 / CLOUDWATCH_SCRAPE_MINUTES * catalog().hours_per_month
+    return priced(
+        f"CloudWatch API requests of the FSx metrics exporter ({metrics} metrics every "
+        f"{CLOUDWATCH_SCRAPE_MINUTES} minutes)",
+        requests / 1000,
+        "1000 requests",
+        catalog().platform_prices.cloudwatch_api_usd_per_1000_requests,
     )
 
 

@@ -16,7 +16,8 @@ from components.addons import Addons, AddonsArgs
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.lustre import LustreFileSystem, LustreFileSystemArgs
-from components.monitoring import Monitoring, MonitoringArgs
+from components.lustre import log_group_name as lustre_log_group_name
+from components.monitoring import FileSystemMetrics, Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs
 from components.priority_classes import PriorityClasses
 from components.serving import Serving, ServingArgs
@@ -187,6 +188,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         on_cluster,
     )
 
+    fsx_metrics = None
     if storage is not None and buckets is not None:
         lustre_volume = None
         if storage.lustre is not None:
@@ -203,8 +205,13 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                     kms_key_id=buckets.kms_key_id,
                     datasets_bucket=buckets.buckets[lustre.datasets_bucket].name,
                     checkpoints_bucket=buckets.buckets[lustre.checkpoints_bucket].name,
+                    log_group_name=lustre_log_group_name(cluster_name),
                 ),
                 on_aws,
+            )
+            fsx_metrics = FileSystemMetrics(
+                file_system_id=file_system.file_system_id,
+                capacity_gib=lustre.storage_capacity_gib,
             )
             lustre_volume = LustreVolume(
                 file_system_id=file_system.file_system_id,
@@ -263,6 +270,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 kubernetes_version=cfg.cluster.version,
                 region=cfg.region,
                 system_nodes=[cluster.system_nodes],
+                file_system=fsx_metrics,
             ),
             on_cluster,
         )

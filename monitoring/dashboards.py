@@ -5,7 +5,8 @@ Three dashboards, each with a Prometheus data source variable (`datasource`) tha
 and query uses:
 
 - **llmp-cluster-gpus**: GPU utilisation, temperature, power, memory and SM clock per node
-  (DCGM's `Hostname`), the XID/ECC/NVLink error counters, NVLink/PCIe bandwidth, EFA traffic
+  (DCGM's `Hostname`), new XIDs by class (the catalog's `gpu_xids`) and the last XID per GPU,
+  the ECC/NVLink error counters, NVLink/PCIe bandwidth, EFA traffic
   and errors (node exporter `infiniband`), the ENA allowance counters (node exporter
   `ethtool`) and the node count per pool (kube-state-metrics `kube_node_labels`, with the
   `llm-platform/pool` label allow-listed).
@@ -27,8 +28,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from infra.catalog import catalog
 from infra.config import AlertThresholds
-from monitoring.rules import ERROR_RATIO_WINDOWS, FAST_BURN, SLOW_BURN, error_ratio
+from monitoring.rules import (
+    ERROR_RATIO_WINDOWS,
+    FAST_BURN,
+    SLOW_BURN,
+    XID_COUNT,
+    error_ratio,
+    xid_matcher,
+)
 
 DASHBOARDS_DIR = Path(__file__).with_name("dashboards")
 SCHEMA_VERSION = 39
@@ -116,6 +125,19 @@ def stat(
             "textMode": "auto",
         },
     }
+
+
+def _xid_class_queries() -> list[tuple[str, str]]:
+    """One query per XID class of the catalog, and one for codes no class lists."""
+    table = catalog().gpu_xids
+    assert table is not None
+    queries: list[tuple[str, str]] = [
+        (f'sum({XID_COUNT}{{xid=~"{xid_matcher(list(cls.codes))}"}}) or vector(0)', name)
+        for name, cls in table.classes.items()
+    ]
+    unclassified = f'{XID_COUNT}{{xid!="",xid!~"{xid_matcher(table.classified)}"}}'
+    queries.append((f"sum({unclassified}) or vector(0)", "unclassified"))
+    return queries
 
 
 def _layout(rows: list[tuple[str, list[Panel]]], width: int = 8, height: int = 8) -> list[Panel]:
@@ -265,14 +287,28 @@ def cluster_gpus() -> dict[str, Any]:
     ]
     errors = [
         stat(
-            "GPUs with an XID error",
-            [("count(DCGM_FI_DEV_XID_ERRORS > 0) or vector(0)", "GPUs")],
+            "GPUs with a new XID",
+            [
+                (
+                    f'count(sum by (Hostname, gpu) ({XID_COUNT}{{xid!=""}}) > 0) or vector(0)',
+                    "GPUs",
+                )
+            ],
             thresholds=[(None, "green"), (1, "red")],
-            description="DCGM_FI_DEV_XID_ERRORS is the last XID code a GPU reported.",
+            description="GPUs with an XID in dcgm-exporter's window (5 minutes by default), "
+            "informational ones included.",
+        ),
+        timeseries(
+            "New XIDs by class",
+            _xid_class_queries(),
+            description="XIDs in dcgm-exporter's window, by what they need (infra/catalog.yaml "
+            "gpu_xids); each class has its alert.",
         ),
         timeseries(
             "Last XID code per GPU",
             [("DCGM_FI_DEV_XID_ERRORS > 0", "{{Hostname}} GPU {{gpu}}")],
+            description="The last XID a GPU reported since its driver loaded: it stays after "
+            "the fault; new ones are counted above.",
         ),
         timeseries(
             "ECC errors per node",

@@ -5,13 +5,21 @@
   mapping the operator turns on, `namespace`, `pod`, `container` (scraped with honorLabels).
   The XID, ECC and NVLink counters must be in the exporter's metrics CSV
   (`components.addons.DCGM_METRICS`, which lists exactly these).
+  `DCGM_EXP_XID_ERRORS_COUNT` (dcgm-exporter 3.3.5-3.4.0 and later, off unless listed in the
+  CSV) counts each XID within the exporter's window (label `xid`, window label
+  `window_size_in_ms`, 5 minutes by default); with none it publishes 0 without `xid`.
 - **node**: the chart's prometheus-node-exporter. EFA: its `infiniband` collector (on by
   default) reads `/sys/class/infiniband/<efa device>/ports/1/counters`; the ENA allowance
   counters come from the `ethtool` collector, which we turn on. The EFA device plugin
   publishes no metrics.
 - **kubelet** / **kube-state-metrics**: the chart's own scrapes. `kube_pod_labels` and
   `kube_node_labels` carry only allow-listed labels (`llm-platform/job-kind` on pods,
-  `llm-platform/pool` on nodes).
+  `llm-platform/pool` on nodes). No `kubelet_volume_stats_*` exist for FSx claims: the FSx
+  CSI driver does not implement NodeGetVolumeStats.
+- **cloudwatch**: the Prometheus CloudWatch exporter (stacks with `storage.lustre`): the file
+  system's AWS/FSx metrics, named `aws_fsx_<metric>_<statistic>` with the dimensions as
+  labels (`file_system_id`, `publisher`); `cloudwatch_exporter_scrape_error` is 1 after a
+  failed CloudWatch call.
 - **vllm**: vLLM's `/metrics` (port `metrics`), including the API server's
   prometheus-fastapi-instrumentator `http_requests_total{status="2xx|4xx|5xx"}`.
 - **training**: the `llmp_*` exporter of training jobs (port `metrics`).
@@ -33,6 +41,7 @@ INVENTORY: dict[str, frozenset[str]] = {
             "DCGM_FI_DEV_FB_USED",
             "DCGM_FI_DEV_FB_FREE",
             "DCGM_FI_DEV_XID_ERRORS",
+            "DCGM_EXP_XID_ERRORS_COUNT",
             "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
             "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
@@ -71,6 +80,13 @@ INVENTORY: dict[str, frozenset[str]] = {
             "kubelet_volume_stats_capacity_bytes",
             "container_cpu_usage_seconds_total",
             "container_memory_working_set_bytes",
+        }
+    ),
+    "cloudwatch": frozenset(
+        {
+            "aws_fsx_free_data_storage_capacity_minimum",
+            "aws_fsx_age_of_oldest_queued_message_maximum",
+            "cloudwatch_exporter_scrape_error",
         }
     ),
     "kube-state-metrics": frozenset(

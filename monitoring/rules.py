@@ -6,8 +6,19 @@ the committed rule files `monitoring/rules/<group>.yaml` (with the default thres
 templates): the labels of an alert carry the GPU, node, pod or job it is about.
 
 Choices:
-- FSx fullness uses the kubelet's volume stats of the `fsx-lustre` claims
-  (`kubelet_volume_stats_*`); no CloudWatch exporter (YACE) is installed.
+- FSx for Lustre is watched through its own CloudWatch metrics, which the Prometheus
+  CloudWatch exporter (components/monitoring.py, stacks with `storage.lustre` only) turns into
+  `aws_fsx_*` series: the FSx CSI driver does not implement NodeGetVolumeStats, so kubelet
+  publishes no `kubelet_volume_stats_*` for FSx claims. The storage group exists only for a
+  stack with a file system; it needs the file system's capacity (free bytes are what
+  CloudWatch reports). `AgeOfOldestQueuedMessage`'s unit is not stated where we could read it;
+  third-party plots show seconds, so its threshold is in seconds.
+- XIDs alert per class of the catalog's `gpu_xids` (what the XID needs: a new node, a GPU
+  reset, a job restart, nothing), on dcgm-exporter's `DCGM_EXP_XID_ERRORS_COUNT`: the count of
+  each XID (label `xid`) within the exporter's window (`--xid-count-window-size`, 5 minutes by
+  default), so an alert fires for a new XID and resolves once the window has passed.
+  `DCGM_FI_DEV_XID_ERRORS` holds the last XID forever and would page on an old one. A code in
+  no class fires the unclassified warning.
 - A training GPU is idle when DCGM's utilisation of a GPU held by a Running pod labelled
   `llm-platform/job-kind: training` (kube-state-metrics `kube_pod_labels`, allow-listed)
   stays under the threshold.
@@ -21,7 +32,8 @@ from pathlib import Path
 
 import yaml
 
-from infra.config import AlertThresholds
+from infra.catalog import GpuXids, catalog
+from infra.config import AlertThresholds, LustreConfig
 from monitoring.models import Metadata, PrometheusRule, Rule, RuleGroup, RuleSpec
 
 RULES_DIR = Path(__file__).with_name("rules")
@@ -31,6 +43,17 @@ FAST_BURN = 14.4
 """Error budget burn factor of the fast alert, over 1h and 5m (SRE workbook)."""
 SLOW_BURN = 6.0
 """Error budget burn factor of the slow alert, over 6h and 30m (SRE workbook)."""
+
+
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+"""dcgm-exporter's count of each XID (label `xid`) within its window; 0 without `xid` when none."""
+FSX_FREE_BYTES = "aws_fsx_free_data_storage_capacity_minimum"
+"""CloudWatch AWS/FSx FreeDataStorageCapacity (bytes, Minimum), as the exporter names it."""
+FSX_EXPORT_AGE = "aws_fsx_age_of_oldest_queued_message_maximum"
+"""CloudWatch AWS/FSx AgeOfOldestQueuedMessage (Maximum), label `publisher` (AutoExport)."""
+DEFAULT_FSX_CAPACITY_GIB: int = LustreConfig.model_fields["storage_capacity_gib"].default
+"""The capacity the committed storage rules are written for (`storage.lustre`'s default)."""
+GIB = 1024**3
 
 
 def error_ratio(window: str) -> str:
@@ -45,12 +68,13 @@ def _alert(
     severity: str,
     summary: str,
     runbook: str,
+    labels: dict[str, str] | None = None,
 ) -> Rule:
     return Rule(
         alert=name,
         expr=expr,
         **{"for": for_},
-        labels={"severity": severity},
+        labels={"severity": severity, **(labels or {})},
         annotations={"summary": summary, "runbook": runbook},
     )
 
@@ -77,15 +101,7 @@ def gpu_rules(t: AlertThresholds) -> RuleGroup:
                 "Check the job's logs for a hang (NCCL timeout, data loader stall); "
                 "restart from the last checkpoint if stuck.",
             ),
-            _alert(
-                "GpuXidError",
-                "DCGM_FI_DEV_XID_ERRORS > 0",
-                "0s",
-                "critical",
-                "A GPU reported an XID error.",
-                "Look up the XID code (value) in NVIDIA's XID table; cordon the node if it "
-                "is 48, 63, 64, 74, 79 or 94-95 and let node auto-repair replace it.",
-            ),
+            *xid_rules(),
             _alert(
                 "GpuEccDoubleBitError",
                 "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0",
@@ -123,19 +139,93 @@ def gpu_rules(t: AlertThresholds) -> RuleGroup:
     )
 
 
-def storage_rules(t: AlertThresholds) -> RuleGroup:
-    claim = '{persistentvolumeclaim="fsx-lustre"}'
+def xid_matcher(codes: list[int]) -> str:
+    """A fully anchored PromQL regex of XID codes: `13|31` matches neither 131 nor 3."""
+    return "|".join(str(code) for code in sorted(codes))
+
+
+def xid_rules(xids: GpuXids | None = None) -> list[Rule]:
+    """One alert per XID class of the catalog, plus one for a code no class lists.
+
+    Each fires while the exporter's window holds a new XID of the class on a GPU (labels
+    `xid`, `gpu`, `Hostname`, and the GPU pod's `namespace`/`pod`), and resolves once the
+    window has passed: an old XID does not keep paging.
+    """
+    table = xids or catalog().gpu_xids
+    if table is None:
+        raise ValueError("the catalog has no gpu_xids table")
+    out = [
+        _alert(
+            cls.alert,
+            f'{XID_COUNT}{{xid=~"{xid_matcher(list(cls.codes))}"}} > 0',
+            "0s",
+            cls.severity,
+            cls.summary,
+            cls.runbook,
+            labels={"xid_class": name},
+        )
+        for name, cls in table.classes.items()
+    ]
+    other = table.unclassified
+    out.append(
+        _alert(
+            other.alert,
+            # The exporter's no-XID sample has no `xid` label (and the value 0).
+            f'{XID_COUNT}{{xid!="",xid!~"{xid_matcher(table.classified)}"}} > 0',
+            "0s",
+            other.severity,
+            other.summary,
+            other.runbook,
+            labels={"xid_class": "unclassified"},
+        )
+    )
+    return out
+
+
+def fsx_free_bytes_threshold(t: AlertThresholds, capacity_gib: int) -> int:
+    """Free bytes under which the file system counts as full: (1 - fsx_used_ratio) x capacity."""
+    return round((1 - t.fsx_used_ratio) * capacity_gib * GIB)
+
+
+def storage_rules(t: AlertThresholds, capacity_gib: int = DEFAULT_FSX_CAPACITY_GIB) -> RuleGroup:
+    """FSx for Lustre from its CloudWatch metrics: fullness, the auto-export backlog (the
+    disaster-recovery RPO assumes it stays short) and the metrics' own absence."""
+    free = fsx_free_bytes_threshold(t, capacity_gib)
+    percent = f"{(1 - t.fsx_used_ratio) * 100:g}%"
+    minutes = f"{t.fsx_export_age_seconds / 60:g}"
     return RuleGroup(
         name="storage",
         rules=[
             _alert(
-                "FsxVolumeAlmostFull",
-                f"kubelet_volume_stats_used_bytes{claim} / "
-                f"kubelet_volume_stats_capacity_bytes{claim} > {_num(t.fsx_used_ratio)}",
+                "FsxFileSystemAlmostFull",
+                f"{FSX_FREE_BYTES} < {free}",
                 "5m",
                 "warning",
-                "The FSx for Lustre file system is almost full.",
-                "Delete old checkpoints (they are exported to S3) or grow storage_capacity_gib.",
+                f"The FSx for Lustre file system has under {percent} of its "
+                f"{capacity_gib} GiB free.",
+                "Delete old checkpoints from /checkpoints (auto-export has copied them to S3) "
+                "or grow storage.lustre.storage_capacity_gib (1200 GiB or a multiple of 2400).",
+            ),
+            _alert(
+                "FsxAutoExportBacklog",
+                f'{FSX_EXPORT_AGE}{{publisher="AutoExport"}} > {t.fsx_export_age_seconds}',
+                "5m",
+                "warning",
+                f"Files on FSx have waited over {minutes} minutes for auto-export to S3: "
+                "a disaster now loses more than the recovery plan assumes.",
+                "Read the file system's log group /aws/fsx/<cluster>-lustre for failed exports "
+                "(S3ExportAccessDenied, the key policy); otherwise checkpoints are written "
+                "faster than FSx exports them: checkpoint less often or raise throughput.",
+            ),
+            _alert(
+                "FsxMetricsMissing",
+                f"absent({FSX_FREE_BYTES})",
+                "15m",
+                "warning",
+                "No FSx metrics reach Prometheus: the FSx alerts cannot fire.",
+                "Check the prometheus-cloudwatch-exporter pod in monitoring (logs, "
+                "cloudwatch_exporter_scrape_error) and its Pod Identity role's CloudWatch "
+                "permissions; silence here is not health.",
             ),
         ],
     )
@@ -228,19 +318,27 @@ def inference_rules(t: AlertThresholds) -> list[RuleGroup]:
     ]
 
 
-def rule_files(t: AlertThresholds) -> dict[str, list[RuleGroup]]:
-    """File stem -> the rule groups it holds."""
-    return {
-        "gpu": [gpu_rules(t)],
-        "storage": [storage_rules(t)],
-        "training": [training_rules(t)],
-        "inference": inference_rules(t),
-    }
+def rule_files(
+    t: AlertThresholds, fsx_capacity_gib: int | None = DEFAULT_FSX_CAPACITY_GIB
+) -> dict[str, list[RuleGroup]]:
+    """File stem -> the rule groups it holds; no `storage` without a file system (None)."""
+    files = {"gpu": [gpu_rules(t)]}
+    if fsx_capacity_gib is not None:
+        files["storage"] = [storage_rules(t, fsx_capacity_gib)]
+    files["training"] = [training_rules(t)]
+    files["inference"] = inference_rules(t)
+    return files
 
 
-def alerts(t: AlertThresholds) -> dict[str, Rule]:
+def alerts(
+    t: AlertThresholds, fsx_capacity_gib: int | None = DEFAULT_FSX_CAPACITY_GIB
+) -> dict[str, Rule]:
     return {
-        r.alert: r for groups in rule_files(t).values() for g in groups for r in g.rules if r.alert
+        r.alert: r
+        for groups in rule_files(t, fsx_capacity_gib).values()
+        for g in groups
+        for r in g.rules
+        if r.alert
     }
 
 
@@ -249,17 +347,25 @@ def file_text(groups: list[RuleGroup]) -> str:
     return yaml.safe_dump(data, sort_keys=False, width=1000)
 
 
-def prometheus_rules(t: AlertThresholds, namespace: str) -> list[PrometheusRule]:
+def rule_name(stem: str) -> str:
+    """The PrometheusRule holding the groups of `monitoring/rules/<stem>.yaml`."""
+    return f"llmp-{stem}"
+
+
+def prometheus_rules(
+    t: AlertThresholds, namespace: str, fsx_capacity_gib: int | None = None
+) -> list[PrometheusRule]:
+    """The stack's PrometheusRules; the storage ones only with the file system's capacity."""
     return [
         PrometheusRule(
             metadata=Metadata(
-                name=f"llmp-{stem}",
+                name=rule_name(stem),
                 namespace=namespace,
                 labels={"app.kubernetes.io/part-of": "llm-platform"},
             ),
             spec=RuleSpec(groups=groups),
         )
-        for stem, groups in rule_files(t).items()
+        for stem, groups in rule_files(t, fsx_capacity_gib).items()
     ]
 
 

@@ -114,3 +114,64 @@ def test_key_policy_admits_this_file_systems_s3_role_for_the_linked_buckets(plan
     ]
     for dra in plan.by_type(DRA):
         assert policy_resource["urn"] in dra["dependencies"]
+
+
+LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
+
+
+def test_data_repository_failures_are_logged_to_a_pulumi_log_group(plans) -> None:
+    plan = plans("pretrain")
+    group = plan.one(LOG_GROUP, "lustre-logs")
+    # FSx writes only to groups under /aws/fsx (its service-linked role's policy).
+    assert group["inputs"]["name"] == "/aws/fsx/llm-platform-pretrain-lustre"
+    assert group["inputs"]["retentionInDays"] == 90
+    assert group["parent"] == plan.one("llmp:storage:LustreFileSystem", "lustre")["urn"]
+    fs = plan.one(FS, "lustre-fs")
+    log = fs["inputs"]["logConfiguration"]
+    assert log["level"] == "WARN_ERROR"
+    # The group's ARN (the provider strips a trailing `:*`; LogGroup.arn has none).
+    assert log["destination"].endswith(":loggroup/lustre-logs")
+    assert group["urn"] in fs["dependencies"]
+    finetune = plans("finetune").one(LOG_GROUP, "lustre-logs")["inputs"]
+    assert finetune["name"] == "/aws/fsx/llm-platform-finetune-lustre"
+
+
+def test_log_retention_follows_config(synth) -> None:
+    from tests.conftest import config_error, with_section
+
+    raw = with_section("pretrain", "storage", {"lustre": {"log_retention_days": 30}})
+    assert synth(raw).one(LOG_GROUP, "lustre-logs")["inputs"]["retentionInDays"] == 30
+    bad = with_section("pretrain", "storage", {"lustre": {"log_retention_days": 2}})
+    message = config_error(bad)
+    assert "llm-platform:storage.lustre.log_retention_days = 2" in message
+    assert "a CloudWatch retention" in message
+
+
+def test_a_log_group_outside_the_fsx_prefix_is_refused() -> None:
+    from components.lustre import LustreFileSystem, LustreFileSystemArgs
+    from infra.config import LustreConfig
+
+    args = LustreFileSystemArgs(
+        config=LustreConfig(node_pool="h100"),
+        vpc_id="vpc",
+        subnet_id="subnet",
+        client_security_group_id="sg",
+        kms_key_arn="arn",
+        kms_key_id="key",
+        datasets_bucket="d",
+        checkpoints_bucket="c",
+        log_group_name="/llm-platform/pretrain/lustre",
+    )
+    with pytest.raises(ValueError, match="must begin with /aws/fsx/"):
+        LustreFileSystem("lustre", args)
+
+
+def test_turning_logging_on_does_not_replace_the_file_system() -> None:
+    # logConfiguration is updatable in place (UpdateFileSystem): not a force-new input.
+    from infra.catalog import catalog
+
+    replacement = catalog().replacement
+    assert replacement is not None
+    rule = replacement.types[FS]
+    assert rule.precious
+    assert not [f for f in rule.force_new if f.input.startswith("logConfiguration")]

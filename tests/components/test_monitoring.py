@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pulumi
 import pytest
+import yaml
 
 from components.monitoring import (
+    CLOUDWATCH_EXPORTER,
+    CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT,
     DASHBOARD_LABEL,
     EBS_POLICY_ARN,
     FLUENT_BIT_SERVICE_ACCOUNT,
@@ -16,14 +20,16 @@ from components.monitoring import (
     GRAFANA_PASSWORD_KEY,
     OTEL_SERVICE_ACCOUNT,
     SECRET_CONFIG_NAMESPACE,
+    cloudwatch_exporter_values,
     dashboard_files,
     ebs_addon_version,
+    grafana_password_warning,
     log_group_name,
 )
 from infra.catalog import catalog
-from infra.config import AlertThresholds
+from infra.config import AlertThresholds, load_config
 from monitoring import rules
-from tests.conftest import STACKS, with_section
+from tests.conftest import STACKS, raw_stack, with_section
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CONFIG_FILE = "kubernetes:yaml/v2:ConfigFile"
@@ -59,6 +65,11 @@ def _kps(plan) -> dict:
     return _releases(plan)["kube-prometheus-stack"]["inputs"]["values"]
 
 
+def _lustre_capacity(stack: str) -> int | None:
+    storage = load_config(raw_stack(stack)).storage
+    return storage.lustre.storage_capacity_gib if storage and storage.lustre else None
+
+
 def _monitoring(synth, overrides: dict, **secrets):
     raw = with_section("pretrain", "monitoring", overrides)
     for key, value in secrets.items():
@@ -83,8 +94,14 @@ def test_charts_are_pinned_from_the_catalog_into_the_namespace(plans, stack: str
     releases = _releases(plans(stack))
     pins = catalog().monitoring
     assert pins is not None
-    assert set(releases) == set(pins.charts)
+    # The CloudWatch exporter only where there is a file system to watch.
+    expected = set(pins.charts) - (
+        {CLOUDWATCH_EXPORTER} if _lustre_capacity(stack) is None else set()
+    )
+    assert set(releases) == expected
     for key, chart in pins.charts.items():
+        if key not in releases:
+            continue
         inputs = releases[key]["inputs"]
         assert inputs["version"] == chart.version
         assert inputs["repositoryOpts"]["repo"] == chart.repository
@@ -208,6 +225,27 @@ def test_dashboard_glob_tolerates_no_files(tmp_path) -> None:
     assert dashboard_files(tmp_path / "missing") == []
 
 
+def test_without_a_password_the_warning_says_how_to_set_one(synth, monkeypatch) -> None:
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *a, **k: warned.append(message))
+    _monitoring(synth, {})
+    key = f"{SECRET_CONFIG_NAMESPACE}:{GRAFANA_PASSWORD_KEY}"
+    assert key == "llm-platform-monitoring:grafanaAdminPassword"
+    assert warned.count(grafana_password_warning()) == 1
+    assert f"`pulumi config set --secret {key} <password>`" in grafana_password_warning()
+    warned.clear()
+    _monitoring(synth, {}, **{GRAFANA_PASSWORD_KEY: "s3cret"})
+    assert grafana_password_warning() not in warned
+
+
+def test_the_readme_documents_the_grafana_password_key() -> None:
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    key = f"{SECRET_CONFIG_NAMESPACE}:{GRAFANA_PASSWORD_KEY}"
+    assert f"pulumi config set --secret {key} <password>" in readme
+
+
 def test_without_a_password_grafana_login_is_off(plans) -> None:
     plan = plans("pretrain")
     ini = _kps(plan)["grafana"]["grafana.ini"]
@@ -255,7 +293,7 @@ def test_prometheus_rules_come_from_monitoring_rules_with_the_stack_thresholds(
     plans, synth
 ) -> None:
     plan = plans("pretrain")
-    expected = rules.prometheus_rules(AlertThresholds(), "monitoring")
+    expected = rules.prometheus_rules(AlertThresholds(), "monitoring", fsx_capacity_gib=48000)
     for rule in expected:
         inputs = plan.one(PROMETHEUS_RULE, f"monitoring-prometheusrule-{rule.metadata.name}")
         assert inputs["inputs"]["spec"] == rule.dump()["spec"]
@@ -263,6 +301,79 @@ def test_prometheus_rules_come_from_monitoring_rules_with_the_stack_thresholds(
     custom = _monitoring(synth, {"alerts": {"gpu_temp_critical_c": 90}})
     gpu = custom.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-gpu")["inputs"]["spec"]
     assert "DCGM_FI_DEV_GPU_TEMP > 90" in json.dumps(gpu)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_storage_rules_only_with_a_file_system_and_its_capacity(plans, stack: str) -> None:
+    plan = plans(stack)
+    names = {r["inputs"]["metadata"]["name"] for r in plan.by_type(PROMETHEUS_RULE)}
+    capacity = _lustre_capacity(stack)
+    if capacity is None:
+        # No file system, no exporter: FsxMetricsMissing would fire for ever.
+        assert "llmp-storage" not in names
+        return
+    spec = plan.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-storage")["inputs"]["spec"]
+    (group,) = spec["groups"]
+    full = {r["alert"]: r for r in group["rules"]}["FsxFileSystemAlmostFull"]
+    free = rules.fsx_free_bytes_threshold(AlertThresholds(), capacity)
+    assert full["expr"] == f"{rules.FSX_FREE_BYTES} < {free}"
+    assert free == round(0.2 * capacity * 1024**3)
+
+
+def test_fsx_metrics_exporter_reads_this_file_system_through_its_own_role(plans) -> None:
+    plan = plans("pretrain")
+    release = _releases(plan)[CLOUDWATCH_EXPORTER]
+    inputs = release["inputs"]
+    values = inputs["values"]
+    assert values == json.loads(json.dumps(cloudwatch_exporter_values("us-east-1", "lustre-fs-id")))
+    # No aws.* values: no AWS variables in the pod, so Pod Identity's credentials are used.
+    assert "aws" not in values
+    assert values["serviceAccount"] == {
+        "create": True,
+        "name": CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT,
+    }
+    assert values["serviceMonitor"]["enabled"] is True
+    config = yaml.safe_load(values["config"])
+    assert config["region"] == "us-east-1"
+    assert config["set_timestamp"] is False
+    metrics = {m["aws_metric_name"]: m for m in config["metrics"]}
+    assert set(metrics) == {"FreeDataStorageCapacity", "AgeOfOldestQueuedMessage"}
+    for metric in metrics.values():
+        assert metric["aws_namespace"] == "AWS/FSx"
+        assert metric["aws_dimension_select"]["FileSystemId"] == ["lustre-fs-id"]
+        # Every dimension listed and selected: no ListMetrics calls, nothing else matched.
+        assert set(metric["aws_dimension_select"]) == set(metric["aws_dimensions"])
+    assert metrics["FreeDataStorageCapacity"]["aws_statistics"] == ["Minimum"]
+    assert metrics["AgeOfOldestQueuedMessage"]["aws_dimension_select"]["Publisher"] == [
+        "AutoExport"
+    ]
+    policy = json.loads(plan.one(ROLE_POLICY, "monitoring-cloudwatch-exporter")["inputs"]["policy"])
+    (statement,) = policy["Statement"]
+    assert sorted(statement["Action"]) == [
+        "cloudwatch:GetMetricData",
+        "cloudwatch:GetMetricStatistics",
+        "cloudwatch:ListMetrics",
+    ]
+    assert statement["Resource"] == "*"
+    association = plan.one(ASSOCIATION, "monitoring-cloudwatch-exporter")
+    assert association["inputs"]["namespace"] == "monitoring"
+    assert association["inputs"]["serviceAccount"] == CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT
+    deps = set(release["dependencies"])
+    assert association["urn"] in deps
+    # its chart's ServiceMonitor needs the CRDs
+    assert plan.one(CONFIG_FILE, "monitoring-crds")["urn"] in deps
+    # the FSx rules arrive with their exporter, not while the file system is being created
+    storage_rule = plan.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-storage")
+    assert release["urn"] in storage_rule["dependencies"]
+    gpu_rule = plan.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-gpu")
+    assert release["urn"] not in gpu_rule["dependencies"]
+    assert not [r for r in plans("inference").by_type(ROLE) if "cloudwatch" in r["name"]]
+
+
+def test_the_exporter_config_cannot_hold_a_template() -> None:
+    # The chart renders `config` through tpl.
+    with pytest.raises(ValueError, match="template"):
+        cloudwatch_exporter_values("us-east-1", "fs-{{ .Release.Name }}")
 
 
 def test_logs_go_to_a_pulumi_log_group_through_a_scoped_role(plans) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from infra.catalog import catalog
 from infra.config import load_config
@@ -186,13 +187,49 @@ def test_an_internet_facing_alb_adds_a_public_ipv4_address_per_zone() -> None:
 
 def test_prometheus_volume_and_log_gaps_follow_the_monitoring_config() -> None:
     cost = _estimate(with_section("finetune", "monitoring", {"storage_gib": 250, "logs": False}))
-    (volume,) = cost["components"]["monitoring"]["lines"]
+    (volume,) = _lines(cost, "monitoring", "Prometheus volume")
     assert volume["quantity"] == 250
     assert volume["usd_per_month"] == pytest.approx(250 * PLATFORM.ebs_gp3_usd_per_gb_month)
     gaps = {n["what"] for n in cost["components"]["monitoring"].get("not_estimated", [])}
     assert "container logs in CloudWatch" not in gaps
     off = _estimate(with_section("finetune", "monitoring", {"enabled": False}))
     assert "monitoring" not in off["components"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_fsx_metrics_exporters_cloudwatch_calls_are_priced_from_its_config(
+    plans, stack: str
+) -> None:
+    plan = plans(stack)
+    cost = plan.outputs["cost"]
+    lines = _lines(cost, "monitoring", "CloudWatch API requests")
+    releases = [
+        r
+        for r in plan.by_type("kubernetes:helm.sh/v3:Release")
+        if r["inputs"]["chart"] == "prometheus-cloudwatch-exporter"
+    ]
+    storage = load_config(raw_stack(stack)).storage
+    if storage is None or storage.lustre is None:
+        assert not lines and not releases
+        return
+    (line,) = lines
+    (release,) = releases
+    values = release["inputs"]["values"]
+    # One GetMetricStatistics request per metric per scrape (every dimension is selected).
+    metrics = yaml.safe_load(values["config"])["metrics"]
+    assert all(set(m["aws_dimension_select"]) == set(m["aws_dimensions"]) for m in metrics)
+    interval = values["serviceMonitor"]["interval"]
+    assert interval.endswith("m")
+    scrapes_per_hour = 60 / int(interval.removesuffix("m"))
+    assert line["quantity"] == pytest.approx(len(metrics) * scrapes_per_hour * HOURS / 1000)
+    assert line["unit"] == "1000 requests"
+    assert line["usd_per_unit"] == PLATFORM.cloudwatch_api_usd_per_1000_requests
+
+
+def test_the_file_systems_log_group_is_listed_as_not_estimated(plans) -> None:
+    cost = plans("pretrain").outputs["cost"]
+    lustre = {n["what"] for n in cost["not_estimated"] if n["component"] == "lustre"}
+    assert "the file system's log group in CloudWatch" in lustre
 
 
 def test_extended_support_prices_the_control_plane_at_its_rate() -> None:

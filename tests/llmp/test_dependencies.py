@@ -145,6 +145,16 @@ ORDERING_EDGES = {
     ): "Pod Identity credentials reach only pods created after their association",
     (
         "kubernetes:helm.sh/v3:Release",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        "-cloudwatch-exporter",
+    ): "Pod Identity credentials reach only pods created after their association",
+    (
+        "kubernetes:monitoring.coreos.com/v1:PrometheusRule",
+        "kubernetes:helm.sh/v3:Release",
+        "-prometheus-cloudwatch-exporter",
+    ): "the FSx alerts (FsxMetricsMissing) would fire before their exporter exists",
+    (
+        "kubernetes:helm.sh/v3:Release",
         "kubernetes:core/v1:Secret",
         "-grafana-admin",
     ): "Grafana reads its admin password from the Secret the chart names",

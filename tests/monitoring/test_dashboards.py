@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from monitoring import dashboards
+from infra.catalog import catalog
+from infra.config import AlertThresholds
+from monitoring import dashboards, rules
 from monitoring.inventory import ALL_METRICS
 from tests.monitoring.promql import metric_names
 from tests.monitoring.test_rules import promtool
@@ -125,6 +127,7 @@ def test_the_asked_for_series_are_shown() -> None:
         "DCGM_FI_DEV_POWER_USAGE",
         "DCGM_FI_DEV_FB_USED",
         "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_EXP_XID_ERRORS_COUNT",
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
         "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
         "node_infiniband_port_errors_received_total",
@@ -147,6 +150,21 @@ def test_the_asked_for_series_are_shown() -> None:
         "llmp:vllm_error_ratio:rate1h",
     ):
         assert metric in text["llmp-inference-slo"], metric
+
+
+def test_new_xids_are_shown_by_the_class_that_alerts_on_them() -> None:
+    table = catalog().gpu_xids
+    assert table is not None
+    (panel,) = [
+        p for p in GENERATED["llmp-cluster-gpus"]["panels"] if p["title"] == "New XIDs by class"
+    ]
+    legends = [t["legendFormat"] for t in panel["targets"]]
+    assert legends == [*table.classes, "unclassified"]
+    # the same matchers as the alerts of each class
+    alerts = rules.alerts(AlertThresholds())
+    for target, cls in zip(panel["targets"], table.classes.values(), strict=False):
+        matcher = alerts[cls.alert].expr.split("{", 1)[1].split("}", 1)[0]
+        assert matcher in target["expr"], cls.alert
 
 
 def test_promtool_parses_every_expression(tmp_path: Path) -> None:

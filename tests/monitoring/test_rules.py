@@ -7,6 +7,7 @@ promtool missing: these tests skip, unless LLMP_REQUIRE_PROMTOOL=1 (CI), then th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from infra.catalog import catalog
 from infra.config import AlertThresholds
 from monitoring import rules
 from monitoring.inventory import ALL_METRICS
@@ -32,9 +34,37 @@ def promtool() -> str:
 
 T = AlertThresholds()
 POD = 'namespace="foundation",pod="train-0"'
-FSX = 'namespace="a",persistentvolumeclaim="fsx-lustre"'
 VLLM = "vllm:e2e_request_latency_seconds_bucket"
 GPU = f'Hostname="node-1",gpu="0",{POD}'
+XIDS = catalog().gpu_xids
+assert XIDS is not None
+XID_GPU = {"Hostname": "node-1", "gpu": "1", "namespace": "foundation", "pod": "train-0"}
+GIB = 1024**3
+FULL_AT = rules.fsx_free_bytes_threshold(T, rules.DEFAULT_FSX_CAPACITY_GIB)
+FS = 'file_system_id="fs-0123456789abcdef0"'
+
+
+def _series(metric: str, labels: dict[str, str]) -> str:
+    return metric + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def _xid_case(code: str) -> dict[str, Any]:
+    """An XID of `code` on one GPU: counted in the exporter's window for 5 minutes, then gone
+    (stale) while the exporter's no-XID sample (0, no `xid` label) stays."""
+    return {
+        "input": [
+            {
+                "series": _series(rules.XID_COUNT, {**XID_GPU, "xid": code}),
+                "values": "_x4 1x4 stale",
+            },
+            {"series": _series(rules.XID_COUNT, XID_GPU), "values": "0x20"},
+        ],
+        "fire": ("6m", {**XID_GPU, "xid": code}),
+        # after the window: an old XID does not keep firing
+        "quiet": "12m",
+    }
+
+
 TRAINING = [
     {
         "series": f'kube_pod_labels{{{POD},label_llm_platform_job_kind="training"}}',
@@ -57,11 +87,11 @@ CASES: dict[str, dict[str, Any]] = {
         ),
         "quiet": "4m",
     },
-    "GpuXidError": {
-        "input": [{"series": 'DCGM_FI_DEV_XID_ERRORS{Hostname="n",gpu="1"}', "values": "0x4 79x5"}],
-        "fire": ("6m", {"Hostname": "n", "gpu": "1"}),
-        "quiet": "3m",
-    },
+    "GpuXidNodeReplacement": _xid_case("79"),
+    "GpuXidGpuReset": _xid_case("48"),
+    "GpuXidApplication": _xid_case("13"),
+    "GpuXidInformational": _xid_case("45"),
+    "GpuXidUnclassified": _xid_case("999"),
     "GpuEccDoubleBitError": {
         "input": [
             {"series": 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{Hostname="n",gpu="2"}', "values": "0x4 1x5"}
@@ -90,19 +120,33 @@ CASES: dict[str, dict[str, Any]] = {
         # hot for 3 minutes only: under the 5 minutes it needs
         "quiet": "9m",
     },
-    "FsxVolumeAlmostFull": {
+    "FsxFileSystemAlmostFull": {
+        # half free for 5 minutes, then 10% free
         "input": [
             {
-                "series": f"kubelet_volume_stats_used_bytes{{{FSX}}}",
-                "values": "50x5 90x10",
-            },
-            {
-                "series": f"kubelet_volume_stats_capacity_bytes{{{FSX}}}",
-                "values": "100x15",
-            },
+                "series": f"{rules.FSX_FREE_BYTES}{{{FS}}}",
+                "values": f"{600 * GIB}x5 {120 * GIB}x10",
+            }
         ],
-        "fire": ("14m", {"namespace": "a", "persistentvolumeclaim": "fsx-lustre"}),
+        "fire": ("12m", {"file_system_id": "fs-0123456789abcdef0"}),
         "quiet": "5m",
+    },
+    "FsxAutoExportBacklog": {
+        # a minute behind for 10 minutes, then an hour
+        "input": [
+            {
+                "series": f'{rules.FSX_EXPORT_AGE}{{{FS},publisher="AutoExport"}}',
+                "values": "60x10 3600x10",
+            }
+        ],
+        "fire": ("17m", {"file_system_id": "fs-0123456789abcdef0", "publisher": "AutoExport"}),
+        "quiet": "9m",
+    },
+    "FsxMetricsMissing": {
+        # the exporter reports for 5 minutes, then nothing (down, or no FSx data)
+        "input": [{"series": f"{rules.FSX_FREE_BYTES}{{{FS}}}", "values": f"{600 * GIB}x5 stale"}],
+        "fire": ("25m", {}),
+        "quiet": "15m",
     },
     "CheckpointStale": {
         # last success at t=0; the interval is 1800 s, so stale after 3600 s
@@ -183,7 +227,7 @@ def test_committed_rule_files_equal_the_generated_ones() -> None:
 def test_every_alert_has_a_one_line_runbook_and_a_severity() -> None:
     for name, rule in rules.alerts(T).items():
         assert rule.annotations and "\n" not in rule.annotations["runbook"].strip(), name
-        assert rule.labels and rule.labels["severity"] in ("warning", "critical"), name
+        assert rule.labels and rule.labels["severity"] in ("info", "warning", "critical"), name
 
 
 def test_every_alert_has_a_unit_test() -> None:
@@ -191,11 +235,111 @@ def test_every_alert_has_a_unit_test() -> None:
 
 
 def test_thresholds_come_from_config() -> None:
-    hot = AlertThresholds(gpu_temp_critical_c=90, gpu_temp_warning_c=82, fsx_used_ratio=0.7)
+    hot = AlertThresholds(
+        gpu_temp_critical_c=90,
+        gpu_temp_warning_c=82,
+        fsx_used_ratio=0.7,
+        fsx_export_age_seconds=900,
+    )
     got = rules.alerts(hot)
     assert got["GpuTemperatureCritical"].expr == "DCGM_FI_DEV_GPU_TEMP > 90"
     assert got["GpuTemperatureHigh"].expr == "DCGM_FI_DEV_GPU_TEMP > 82"
-    assert got["FsxVolumeAlmostFull"].expr.endswith("> 0.7")
+    assert got["FsxFileSystemAlmostFull"].expr.endswith(f"< {round(0.3 * 1200 * GIB)}")
+    assert got["FsxAutoExportBacklog"].expr.endswith("> 900")
+
+
+def test_fsx_fullness_is_the_free_share_of_the_configured_capacity() -> None:
+    # 48000 GiB at 80% used: under 9600 GiB free alerts, in bytes as CloudWatch reports them.
+    full = rules.alerts(T, fsx_capacity_gib=48000)["FsxFileSystemAlmostFull"]
+    assert full.expr == f"{rules.FSX_FREE_BYTES} < {9600 * GIB}"
+    assert full.annotations is not None and "48000 GiB" in full.annotations["summary"]
+
+
+def test_fsx_alerts_read_cloudwatch_not_the_kubelet() -> None:
+    # The FSx CSI driver implements no NodeGetVolumeStats: kubelet has no stats of its claims.
+    storage = rules.rule_files(T)["storage"]
+    for expr in rules.expressions(storage):
+        assert "kubelet_volume_stats" not in expr, expr
+    assert {r.alert for g in storage for r in g.rules} == {
+        "FsxFileSystemAlmostFull",
+        "FsxAutoExportBacklog",
+        "FsxMetricsMissing",
+    }
+    assert rules.alerts(T)["FsxMetricsMissing"].expr == f"absent({rules.FSX_FREE_BYTES})"
+
+
+def test_no_storage_rules_without_a_file_system() -> None:
+    assert "storage" not in rules.rule_files(T, fsx_capacity_gib=None)
+    stems = [r.metadata.name for r in rules.prometheus_rules(T, "monitoring")]
+    assert stems == ["llmp-gpu", "llmp-training", "llmp-inference"]
+    with_fsx = rules.prometheus_rules(T, "monitoring", fsx_capacity_gib=4800)
+    assert [r.metadata.name for r in with_fsx] == [
+        "llmp-gpu",
+        "llmp-storage",
+        "llmp-training",
+        "llmp-inference",
+    ]
+
+
+def test_export_backlog_default_is_three_times_the_recovery_plans_export_lag() -> None:
+    # The disaster-recovery RPO counts on auto-export keeping up (catalog recovery.fsx_auto_export).
+    recovery = catalog().recovery
+    assert recovery is not None
+    assert T.fsx_export_age_seconds == 3 * recovery.fsx_auto_export.minutes * 60
+
+
+def _xid_matchers() -> dict[str, tuple[str, set[int]]]:
+    """alert -> (matcher operator, the codes its `xid` matcher lists)."""
+    out = {}
+    for rule in rules.xid_rules():
+        found = re.findall(r'xid(=~|!~)"([0-9|]+)"', rule.expr)
+        assert len(found) == 1, rule.expr
+        op, codes = found[0]
+        assert rule.alert is not None
+        out[rule.alert] = (op, {int(c) for c in codes.split("|")})
+    return out
+
+
+def test_every_xid_class_is_in_exactly_one_matcher_and_unclassified_excludes_them_all() -> None:
+    matchers = _xid_matchers()
+    positive = {alert: codes for alert, (op, codes) in matchers.items() if op == "=~"}
+    assert set(positive) == {cls.alert for cls in XIDS.classes.values()}
+    for name, cls in XIDS.classes.items():
+        holding = [alert for alert, codes in positive.items() if set(cls.codes) & codes]
+        assert holding == [cls.alert], name
+        assert positive[cls.alert] == set(cls.codes), name
+    op, excluded = matchers[XIDS.unclassified.alert]
+    assert op == "!~" and excluded == set(XIDS.classified)
+    # the exporter's no-XID sample has no `xid`: it must not count as an unknown code
+    assert 'xid!=""' in rules.alerts(T)[XIDS.unclassified.alert].expr
+
+
+def test_xid_classes_page_by_what_they_need() -> None:
+    got = rules.alerts(T)
+    severity = {
+        name: (got[cls.alert].labels or {})["severity"] for name, cls in XIDS.classes.items()
+    }
+    assert severity == {
+        "node_replacement": "critical",
+        "gpu_reset": "critical",
+        "application": "warning",
+        "informational": "info",
+    }
+    assert (got[XIDS.unclassified.alert].labels or {})["severity"] == "warning"
+    assert {79, 54, 151} <= set(XIDS.codes("node_replacement"))
+    assert {48, 62, 63, 64, 74, 95, 109, 110, 119, 120, 136, 140, 143, 155} <= set(
+        XIDS.codes("gpu_reset")
+    )
+    assert set(XIDS.codes("application")) == {8, 13, 31, 32, 43, 68, 69, 94}
+    assert set(XIDS.codes("informational")) == {38, 44, 45, 92, 121}
+    # Every code the EKS node monitoring agent (v1.7.0) treats as fatal gets its node
+    # repaired: none of them may sit in a class that says the node is healthy.
+    agent_fatal = {46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143}
+    agent_fatal |= {151, 155, 156, 158}
+    assert agent_fatal <= set(XIDS.codes("node_replacement")) | set(XIDS.codes("gpu_reset"))
+    for rule in rules.xid_rules():
+        assert rule.for_ == "0s", rule.alert
+        assert "DCGM_FI_DEV_XID_ERRORS" not in rule.expr  # the last XID, held forever
 
 
 def test_rule_metrics_are_in_the_inventory() -> None:
@@ -246,6 +390,53 @@ def _unit_tests() -> dict[str, Any]:
         "evaluation_interval": "1m",
         "tests": tests,
     }
+
+
+def test_promtool_an_xid_pages_only_its_class_and_only_while_it_is_new(tmp_path: Path) -> None:
+    """XID 79 pages node replacement, 13 warns as an application error and pages nothing
+    critical, 999 is unclassified; once the exporter's window has passed (the XID series
+    stale, DCGM_FI_DEV_XID_ERRORS still holding the last code) nothing fires."""
+    tool = promtool()
+    alerts = rules.alerts(T)
+    gpus = {"79": "1", "13": "2", "999": "3"}
+    series = []
+    for code, gpu in gpus.items():
+        labels = {"Hostname": "node-1", "gpu": gpu}
+        series.append(
+            {"series": _series(rules.XID_COUNT, {**labels, "xid": code}), "values": "_x2 1x4 stale"}
+        )
+        series.append({"series": _series(rules.XID_COUNT, labels), "values": "0x20"})
+        series.append({"series": _series("DCGM_FI_DEV_XID_ERRORS", labels), "values": f"{code}x20"})
+
+    def expect(name: str, code: str | None) -> list[dict[str, Any]]:
+        if code is None:
+            return []
+        rule = alerts[name]
+        assert rule.labels is not None and rule.annotations is not None
+        labels = {**rule.labels, "Hostname": "node-1", "gpu": gpus[code], "xid": code}
+        return [{"exp_labels": labels, "exp_annotations": rule.annotations}]
+
+    now = {
+        "GpuXidNodeReplacement": "79",
+        "GpuXidGpuReset": None,
+        "GpuXidApplication": "13",
+        "GpuXidInformational": None,
+        "GpuXidUnclassified": "999",
+    }
+    checks = [
+        {"eval_time": "4m", "alertname": name, "exp_alerts": expect(name, code)}
+        for name, code in now.items()
+    ]
+    checks += [{"eval_time": "15m", "alertname": name, "exp_alerts": []} for name in now]
+    doc = {
+        "rule_files": [str(rules.RULES_DIR / "gpu.yaml")],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": checks}],
+    }
+    path = tmp_path / "xid_test.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = subprocess.run([tool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_promtool_unit_tests_one_per_alert(tmp_path: Path) -> None:

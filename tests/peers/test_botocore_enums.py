@@ -61,6 +61,7 @@ ENUMS: dict[tuple[str, str], tuple[str, str]] = {
     (FSX, "dataCompressionType"): ("fsx", "DataCompressionType"),
     (FSX, "storageType"): ("fsx", "StorageType"),
     (FSX, "metadataConfiguration.mode"): ("fsx", "MetadataConfigurationMode"),
+    (FSX, "logConfiguration.level"): ("fsx", "LustreAccessAuditLogLevel"),
     (DRA, "s3.autoImportPolicy.events[]"): ("fsx", "EventType"),
     (DRA, "s3.autoExportPolicy.events[]"): ("fsx", "EventType"),
     # EC2

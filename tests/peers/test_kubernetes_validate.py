@@ -35,15 +35,19 @@ EXPECTED = {
 # Monitoring (every stack, components/monitoring.py) adds its Namespace, ResourceQuota,
 # LimitRange and the gp3 StorageClass, a Grafana dashboard ConfigMap per
 # monitoring/dashboards/*.json (read at synth time), and as custom resources three
-# monitors and the four PrometheusRules of monitoring/rules.py.
-MONITORING = {"checked": 4, "custom": 7}
+# monitors and the PrometheusRules of monitoring/rules.py: gpu, training and inference on
+# every stack, storage (the FSx CloudWatch alerts) only on a stack with storage.lustre.
+MONITORING = {"checked": 4, "custom": 6}
+FSX_RULES = 1
 
 
 def expected(stack: str) -> dict[str, int]:
     dashboards = len(dashboard_files())
+    storage = load_config(raw_stack(stack)).storage
+    fsx = FSX_RULES if storage is not None and storage.lustre is not None else 0
     return {
         "checked": EXPECTED[stack]["checked"] + MONITORING["checked"] + dashboards,
-        "custom": EXPECTED[stack]["custom"] + MONITORING["custom"],
+        "custom": EXPECTED[stack]["custom"] + MONITORING["custom"] + fsx,
     }
 
 
