@@ -309,6 +309,16 @@ def _known_region(v: str) -> str:
     )
 
 
+_LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
+"""The retentions CloudWatch Logs accepts (PutRetentionPolicy)."""
+
+
+def _cloudwatch_retention(v: int) -> int:
+    if v not in _LOG_RETENTION_DAYS:
+        raise FieldError((), v, f"a CloudWatch retention: {_LOG_RETENTION_DAYS}")
+    return v
+
+
 # ---------------------------------------------------------------------------
 # Sections
 # ---------------------------------------------------------------------------
@@ -419,6 +429,7 @@ class ClusterConfig(_Section):
         description="Control-plane log types sent to CloudWatch; must include audit.",
     )
     log_retention_days: int = Field(90, ge=1, description="Retention of control-plane logs.")
+    _log_retention = field_validator("log_retention_days")(_cloudwatch_retention)
     support_type: Literal["STANDARD", "EXTENDED"] = Field(
         "STANDARD", description="EXTENDED costs 6x the standard control-plane rate."
     )
@@ -950,12 +961,7 @@ class LustreConfig(_Section):
 
     _namespaces = field_validator("mount_namespaces")(_namespace_names)
 
-    @field_validator("log_retention_days")
-    @classmethod
-    def _log_retention(cls, v: int) -> int:
-        if v not in _LOG_RETENTION_DAYS:
-            raise FieldError((), v, f"a CloudWatch retention: {_LOG_RETENTION_DAYS}")
-        return v
+    _log_retention = field_validator("log_retention_days")(_cloudwatch_retention)
 
     @model_validator(mode="after")
     def _metadata(self) -> LustreConfig:
@@ -1150,7 +1156,6 @@ class AddonsConfig(_Section):
     metrics_server: bool = Field(True, description="metrics-server (kubectl top, HPA).")
 
 
-_LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
 _DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d|w|y)$")
 
 
@@ -1211,12 +1216,7 @@ class MonitoringConfig(_Section):
             raise FieldError((), v, "a Prometheus duration such as 15d or 12h")
         return v
 
-    @field_validator("log_retention_days")
-    @classmethod
-    def _log_retention(cls, v: int) -> int:
-        if v not in _LOG_RETENTION_DAYS:
-            raise FieldError((), v, f"a CloudWatch retention: {_LOG_RETENTION_DAYS}")
-        return v
+    _log_retention = field_validator("log_retention_days")(_cloudwatch_retention)
 
     @model_validator(mode="after")
     def _exporter(self) -> MonitoringConfig:

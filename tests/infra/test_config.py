@@ -278,26 +278,28 @@ def test_placement_group_defaults_follow_capacity() -> None:
     assert not inference.node_pools["l40s"].uses_placement_group
 
 
-def test_cli_reports_a_config_error_in_one_line_and_exits_2(tmp_path) -> None:
-    raw = with_section("pretrain", "node_pools", {"h100": {"desired_size": 20}})
+def synth_cli(tmp_path, raw: dict[str, object]) -> subprocess.CompletedProcess[str]:
+    """`llmp synth` of `raw` written as a stack file, in a real process."""
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text(yaml.safe_dump({"config": raw}))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmp.cli",
-            "synth",
-            "bad",
-            "--config",
-            str(bad),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    command = [sys.executable, "-m", "llmp.cli", "synth", "bad", "--config", str(bad)]
+    command += ["--out", str(tmp_path / "out")]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [("cluster", "log_retention_days"), ("monitoring", "log_retention_days")],
+)
+def test_log_retention_is_one_cloudwatch_accepts(section: str, key: str) -> None:
+    message = config_error(with_section("pretrain", section, {key: 45}))
+    assert message.startswith(f"config error: llm-platform:{section}.{key} = 45: ")
+    assert "a CloudWatch retention: (1, 3, 5, 7, 14, 30, 60, 90" in message
+
+
+def test_cli_reports_a_config_error_in_one_line_and_exits_2(tmp_path) -> None:
+    raw = with_section("pretrain", "node_pools", {"h100": {"desired_size": 20}})
+    result = synth_cli(tmp_path, raw)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "config error: llm-platform:node_pools.h100.desired_size = 20: "
@@ -497,24 +499,7 @@ def test_a_flood_of_problems_is_cut_at_fifty_lines() -> None:
 def test_the_cli_prints_each_problem_on_its_own_line(tmp_path) -> None:
     raw = with_section("pretrain", "node_pools", {"h100": {"desired_size": 20}})
     raw["llm_platform:guardrails"] = raw.pop("llm-platform:guardrails")
-    bad = tmp_path / "Pulumi.bad.yaml"
-    bad.write_text(yaml.safe_dump({"config": raw}))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmp.cli",
-            "synth",
-            "bad",
-            "--config",
-            str(bad),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = synth_cli(tmp_path, raw)
     assert result.returncode == 2
     assert result.stderr.splitlines() == config_error_lines(raw)
     assert len(result.stderr.splitlines()) == 2

@@ -61,24 +61,31 @@ def one_pool_stack(instance_type: str, nodes: int = 2) -> PlatformConfig:
     )
 
 
+def training_job(
+    instance_type: str, nodes: int, namespace: str = TENANT, pool: str = POOL
+) -> dict[str, Any]:
+    """The PyTorchJob a user submits: `nodes` whole nodes of `pool`, queued to the tenant."""
+    return pytorchjob.build(
+        name="train",
+        namespace=namespace,
+        image="registry.example.com/trainer:1.0",
+        command=["train.py"],
+        instance_type=instance_type,
+        node_pool=pool,
+        nodes_min=1,
+        nodes_max=nodes,
+        checkpoint_dir="/fsx/checkpoints/train",
+        queue_name=kueue.LOCAL_QUEUE,
+    )
+
+
 def workloads_for(instance_type: str, nodes: int = 2) -> dict[str, dict[str, Any]]:
     """Every workload a builder renders for this shape, queued to the tenant's LocalQueue."""
     itype = catalog().instance(instance_type)
     acc = itype.accelerator
     assert acc is not None
     out: dict[str, dict[str, Any]] = {
-        "pytorchjob": pytorchjob.build(
-            name="train",
-            namespace=TENANT,
-            image="registry.example.com/trainer:1.0",
-            command=["train.py"],
-            instance_type=instance_type,
-            node_pool=POOL,
-            nodes_min=1,
-            nodes_max=nodes,
-            checkpoint_dir="/fsx/checkpoints/train",
-            queue_name=kueue.LOCAL_QUEUE,
-        ),
+        "pytorchjob": training_job(instance_type, nodes),
         "data-prep": data_prep_job(
             DataPrepSpec(
                 name="prep",
@@ -186,18 +193,7 @@ def test_without_the_exclusions_kueue_never_admits_an_efa_job() -> None:
 
 def test_a_job_larger_than_the_cohort_waits_and_says_why() -> None:
     cfg = one_pool_stack("p5.48xlarge", nodes=2)
-    bigger = pytorchjob.build(
-        name="train",
-        namespace=TENANT,
-        image="registry.example.com/trainer:1.0",
-        command=["train.py"],
-        instance_type="p5.48xlarge",
-        node_pool=POOL,
-        nodes_min=1,
-        nodes_max=3,
-        checkpoint_dir="/fsx/checkpoints/train",
-        queue_name=kueue.LOCAL_QUEUE,
-    )
+    bigger = training_job("p5.48xlarge", nodes=3)
     result = admission(cfg, bigger, excluded())
     assert not result.admitted
     (problem,) = result.problems
@@ -281,20 +277,9 @@ def test_the_stacks_training_job_is_admitted_by_what_the_plan_declares(plans, st
     submitted = 0
     for tenant, share in cfg.tenants.items():
         for pool, gpus in share.gpu_quota.items():
-            itype = catalog().instance(cfg.node_pools[pool].instance_type)
-            nodes = max(1, gpus // itype.gpu_count)
-            job = pytorchjob.build(
-                name="train",
-                namespace=tenant,
-                image="registry.example.com/trainer:1.0",
-                command=["train.py"],
-                instance_type=cfg.node_pools[pool].instance_type,
-                node_pool=pool,
-                nodes_min=1,
-                nodes_max=nodes,
-                checkpoint_dir="/fsx/checkpoints/train",
-                queue_name=kueue.LOCAL_QUEUE,
-            )
+            itype_name = cfg.node_pools[pool].instance_type
+            nodes = max(1, gpus // catalog().instance(itype_name).gpu_count)
+            job = training_job(itype_name, nodes, namespace=tenant, pool=pool)
             queue = next(q for q in queues if q.metadata.name == local[tenant])
             result = kueue.admit(
                 kueue.pod_sets(job), queue, flavors, cohort=queues, excluded=exclude
