@@ -505,3 +505,15 @@ def test_the_cli_prints_each_problem_on_its_own_line(tmp_path) -> None:
     assert len(result.stderr.splitlines()) == 2
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_regions_are_botocores_endpoint_regions() -> None:
+    # The schema reads the small partitions.json; botocore's endpoint data (what boto3
+    # resolves) must list exactly the same regions.
+    import botocore.loaders
+
+    from infra.config import aws_regions
+
+    endpoints = botocore.loaders.create_loader().load_data("endpoints")
+    assert aws_regions() == sorted(r for p in endpoints["partitions"] for r in p["regions"])
+    assert {"us-east-1", "eu-west-1", "cn-north-1", "us-gov-west-1"} <= set(aws_regions())
