@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -11,16 +12,21 @@ POD_IDENTITY = "pods.eks.amazonaws.com"
 """EKS Pod Identity assumes roles as this service, and tags the session."""
 
 
+def policy_document(*statements: dict[str, Any]) -> str:
+    """An IAM policy document (JSON) holding `statements`."""
+    return json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
+def allow(sid: str, actions: list[str], resource: str | list[str]) -> dict[str, Any]:
+    """One Allow statement of an identity policy."""
+    return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resource}
+
+
 def service_trust(service: str, *, tag_session: bool = False) -> str:
     """A trust policy that lets one AWS service assume the role (and tag its session)."""
     actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
-            ],
-        }
+    return policy_document(
+        {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
     )
 
 

@@ -51,7 +51,6 @@ take AWS credentials after their Pod Identity association; the FSx rules after t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,7 @@ from pulumi_kubernetes.core.v1 import (
 )
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
-from components.iam import pod_identity_role, pod_identity_trust
+from components.iam import allow, pod_identity_role, pod_identity_trust, policy_document
 from infra.catalog import Chart, MonitoringPins, catalog
 from infra.config import MonitoringConfig
 from monitoring import rules
@@ -106,7 +105,7 @@ FSX_CLOUDWATCH_METRICS: list[dict[str, Any]] = [
     {
         "aws_metric_name": "AgeOfOldestQueuedMessage",
         "aws_dimensions": ["FileSystemId", "Publisher"],
-        "publisher": "AutoExport",
+        "aws_dimension_select": {"Publisher": ["AutoExport"]},
         "aws_statistics": ["Maximum"],
     },
 ]
@@ -183,21 +182,20 @@ def grafana_password_warning() -> str:
 
 def cloudwatch_exporter_config(region: str, file_system_id: str) -> dict[str, Any]:
     """The exporter's config for one file system (prometheus/cloudwatch_exporter v0.16.0)."""
-    metrics = []
-    for spec in FSX_CLOUDWATCH_METRICS:
-        select = {"FileSystemId": [file_system_id]}
-        if "publisher" in spec:
-            select["Publisher"] = [spec["publisher"]]
-        metrics.append(
-            {
-                "aws_namespace": "AWS/FSx",
-                "aws_metric_name": spec["aws_metric_name"],
-                # Exactly the metric's dimensions, each selected: no ListMetrics calls.
-                "aws_dimensions": list(spec["aws_dimensions"]),
-                "aws_dimension_select": select,
-                "aws_statistics": list(spec["aws_statistics"]),
-            }
-        )
+    metrics = [
+        {
+            "aws_namespace": "AWS/FSx",
+            "aws_metric_name": spec["aws_metric_name"],
+            # Exactly the metric's dimensions, each selected: no ListMetrics calls.
+            "aws_dimensions": list(spec["aws_dimensions"]),
+            "aws_dimension_select": {
+                "FileSystemId": [file_system_id],
+                **spec.get("aws_dimension_select", {}),
+            },
+            "aws_statistics": list(spec["aws_statistics"]),
+        }
+        for spec in FSX_CLOUDWATCH_METRICS
+    ]
     return {
         "region": region,
         "period_seconds": 60,
@@ -237,24 +235,10 @@ def cloudwatch_exporter_values(region: str, file_system_id: str) -> dict[str, An
 
 
 def cloudwatch_read_policy() -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "ReadMetrics",
-                    "Effect": "Allow",
-                    "Action": [
-                        "cloudwatch:GetMetricData",
-                        "cloudwatch:GetMetricStatistics",
-                        "cloudwatch:ListMetrics",
-                    ],
-                    # CloudWatch's metric read actions take no resource ARN.
-                    "Resource": "*",
-                }
-            ],
-        }
-    )
+    # CloudWatch's metric read actions take no resource ARN.
+    actions = ["cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics"]
+    actions.append("cloudwatch:ListMetrics")
+    return policy_document(allow("ReadMetrics", actions, "*"))
 
 
 def dashboard_files(directory: Path = DASHBOARDS_DIR) -> list[Path]:
@@ -394,40 +378,15 @@ def otel_values(cfg: MonitoringConfig, region: str) -> dict[str, Any]:
 
 
 def log_policy(log_group_arn: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "WriteContainerLogs",
-                    "Effect": "Allow",
-                    "Action": [
-                        "logs:CreateLogStream",
-                        "logs:PutLogEvents",
-                        "logs:DescribeLogStreams",
-                    ],
-                    "Resource": [log_group_arn, f"{log_group_arn}:log-stream:*"],
-                }
-            ],
-        }
-    )
+    actions = ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"]
+    resources = [log_group_arn, f"{log_group_arn}:log-stream:*"]
+    return policy_document(allow("WriteContainerLogs", actions, resources))
 
 
 def xray_policy() -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "PutTraces",
-                    "Effect": "Allow",
-                    "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
-                    # X-Ray's write actions take no resource ARN.
-                    "Resource": "*",
-                }
-            ],
-        }
-    )
+    # X-Ray's write actions take no resource ARN.
+    actions = ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
+    return policy_document(allow("PutTraces", actions, "*"))
 
 
 def monitors(namespace: str) -> list[Monitor]:

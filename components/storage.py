@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.iam import service_trust
+from components.iam import policy_document, service_trust
 from infra.config import BucketConfig, ReplicationConfig, StorageConfig
 
 
@@ -69,7 +69,7 @@ def _tls_only(bucket_arn: str, extra: list[dict] | None = None) -> str:
         },
         *(extra or []),
     ]
-    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+    return policy_document(*statements)
 
 
 class Storage(pulumi.ComponentResource):
