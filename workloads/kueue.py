@@ -419,8 +419,6 @@ class Admission:
     flavors: dict[str, dict[str, str]]
     """Pod set -> resource -> flavor."""
     problems: list[str]
-    checked: list[tuple[str, str]]
-    """(pod set, resource) of every request looked at, excluded ones included."""
 
     @property
     def admitted(self) -> bool:
@@ -481,11 +479,8 @@ def admit(
     by_name = {f.metadata.name: f for f in flavors}
     assigned: dict[str, dict[str, str]] = {}
     problems: list[str] = []
-    checked: list[tuple[str, str]] = []
     used: dict[tuple[str, str], Fraction] = {}
     for ps in sets:
-        every = pod_requests(ps.template.get("spec") or {})
-        checked += [(ps.name, r) for r in sorted(every) if every[r]]
         wanted = {r: amount * ps.count for r, amount in ps.requests(excluded).items()}
         assigned[ps.name] = {}
         groups: list[ResourceGroup] = []
@@ -530,6 +525,4 @@ def admit(
             for r, amount in need.items():
                 used[(chosen, r)] = used.get((chosen, r), Fraction(0)) + amount
                 assigned[ps.name][r] = chosen
-    return Admission(
-        queue=queue.metadata.name, flavors=assigned, problems=problems, checked=checked
-    )
+    return Admission(queue=queue.metadata.name, flavors=assigned, problems=problems)
