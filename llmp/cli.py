@@ -123,7 +123,7 @@ def synth(
     policy violation; 2: bad input (unknown stack, invalid stack file).
     """
     from infra.config import ConfigError
-    from llmp.synth import StackNotFound, SynthError, synthesize_stack, write_plan
+    from llmp.synth import StackNotFound, SynthError, plan_text, synthesize_stack, write_plan
 
     # A bad policy config is bad input: refused before anything is synthesized or written.
     overrides = _policy_overrides(policy_config) if policy else None
@@ -141,7 +141,7 @@ def synth(
     except OSError as exc:
         raise _fail(f"cannot write {out_dir}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
     if as_json:
-        sys.stdout.write(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(plan_text(plan))
         if policy:
             _run_policy(plan.to_dict(), overrides, as_json=False, stack_file=config, to=err)
         return

@@ -391,6 +391,14 @@ def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:
     return synthesize(stack, load_stack_file(str(path)))
 
 
+def plan_text(plan: Plan) -> str:
+    """The plan as `plan.json` holds it: resources in URN order (registration order varies
+    from run to run), keys sorted, so the same program and config give the same bytes."""
+    doc = plan.to_dict()
+    doc["resources"] = sorted(doc["resources"], key=lambda r: r["urn"])
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
 def write_plan(plan: Plan, out_dir: Path) -> Path:
     """Write plan.json and one YAML file per Kubernetes object under `out_dir/STACK/`."""
     import yaml
@@ -400,7 +408,7 @@ def write_plan(plan: Plan, out_dir: Path) -> Path:
     manifests_dir.mkdir(parents=True, exist_ok=True)
     for old in manifests_dir.glob("*.yaml"):
         old.unlink()
-    (target / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n")
+    (target / "plan.json").write_text(plan_text(plan))
     for manifest in plan.manifests():
         meta = manifest.get("metadata", {})
         parts = [manifest["kind"].lower(), meta.get("namespace"), meta.get("name")]
@@ -418,6 +426,7 @@ __all__ = [
     "SynthError",
     "autoname",
     "engine_config",
+    "plan_text",
     "run_program",
     "stack_file",
     "stack_name_problem",
