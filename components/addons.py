@@ -53,8 +53,8 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.iam import pod_identity_role
-from infra.catalog import catalog
-from infra.config import AddonsConfig
+from spec.catalog import catalog
+from spec.tenancy import AddonsConfig
 from workloads import kueue
 
 GPU_OPERATOR = "gpu-operator"

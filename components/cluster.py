@@ -33,8 +33,9 @@ import pulumi_kubernetes as k8s
 
 from components.iam import pod_identity_trust, service_trust
 from components.node_group import launch_template, managed_node_group
-from infra.catalog import Addon, catalog
-from infra.config import ClusterConfig, SystemPoolConfig
+from spec.catalog import Addon, catalog
+from spec.cluster import ClusterConfig
+from spec.pools import SystemPoolConfig
 
 _MANAGED = "arn:aws:iam::aws:policy"
 NODE_MONITORING_AGENT = "eks-node-monitoring-agent"

@@ -32,8 +32,8 @@ import pulumi
 import pulumi_aws as aws
 
 from components.node_group import launch_template, managed_node_group, node_user_data
-from infra.catalog import catalog
-from infra.config import NodePoolConfig
+from spec.catalog import catalog
+from spec.pools import NodePoolConfig
 
 
 def efa_network_interfaces(

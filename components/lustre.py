@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import LustreConfig
+from spec.storage import LustreConfig
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 LOG_GROUP_PREFIX = "/aws/fsx/"

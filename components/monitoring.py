@@ -68,8 +68,6 @@ from pulumi_kubernetes.core.v1 import (
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
 from components.iam import allow, pod_identity_role, pod_identity_trust, policy_document
-from infra.catalog import Chart, MonitoringPins, catalog
-from infra.config import MonitoringConfig
 from monitoring import rules
 from monitoring.models import (
     Endpoint,
@@ -79,6 +77,8 @@ from monitoring.models import (
     MonitorSpec,
     NamespaceSelector,
 )
+from spec.catalog import Chart, MonitoringPins, catalog
+from spec.monitoring import MonitoringConfig
 from workloads.volumes import PART_OF
 
 NAMESPACE = "monitoring"

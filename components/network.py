@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import NetworkConfig
+from spec.network import NetworkConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,8 +36,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from infra.catalog import catalog
-from infra.config import ServingConfig
+from spec.catalog import catalog
+from spec.serving import ServingConfig
 from workloads.serving import gateway, keda, vllm
 from workloads.volumes import PART_OF
 

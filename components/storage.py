@@ -35,7 +35,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import policy_document, service_trust
-from infra.config import BucketConfig, ReplicationConfig, StorageConfig
+from spec.storage import BucketConfig, ReplicationConfig, StorageConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,7 +44,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.iam import pod_identity_trust
-from infra.catalog import catalog
+from spec.catalog import catalog
 from workloads import volumes
 from workloads.volumes import NamespaceQuota
 

@@ -58,8 +58,8 @@ from pulumi_kubernetes.rbac.v1 import (
 )
 
 from components.iam import pod_identity_role
-from infra.catalog import catalog
-from infra.config import TenantConfig
+from spec.catalog import catalog
+from spec.tenancy import TenantConfig
 from workloads import kueue, volumes
 
 TENANT_LABEL = "llm-platform/tenant"

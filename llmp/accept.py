@@ -46,8 +46,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from infra.catalog import catalog
-from infra.config import PlatformConfig
+from spec.catalog import catalog
+from spec.platform import PlatformConfig
 from workloads.jobs import dcgm_diag, fabric
 from workloads.jobs.pod import JOB_NAME_LABEL, POOL_LABEL
 from workloads.kueue import LOCAL_QUEUE
@@ -941,8 +941,9 @@ def verdict_line(report: AcceptReport) -> str:
 
 def load_stack_config(stack: str) -> PlatformConfig:
     """The stack file's validated config: pools, instance types, sizes, tenants."""
-    from infra.config import ConfigError, load_config, load_stack_file
     from llmp.synth import REPO_ROOT, STACKS_DIR, stack_file, stack_name_problem
+    from spec.errors import ConfigError
+    from spec.stackfile import load_config, load_stack_file
 
     if problem := stack_name_problem(stack):
         raise AcceptError(problem)

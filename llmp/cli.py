@@ -122,8 +122,8 @@ def synth(
     Exit 0: synthesized, no mandatory violation; 1: the program failed or a mandatory
     policy violation; 2: bad input (unknown stack, invalid stack file).
     """
-    from infra.config import ConfigError
     from llmp.synth import StackNotFound, SynthError, plan_text, synthesize_stack, write_plan
+    from spec.errors import ConfigError
 
     # A bad policy config is bad input: refused before anything is synthesized or written.
     overrides = _policy_overrides(policy_config) if policy else None
@@ -266,8 +266,8 @@ def _synthesized_plan(stack: str) -> dict[str, Any]:
     import contextlib
     import io
 
-    from infra.config import ConfigError
     from llmp.synth import StackNotFound, SynthError, synthesize_stack
+    from spec.errors import ConfigError
 
     # The program's warnings (a secret not yet set, say) are for `llmp synth`; the
     # one-line error is printed once stderr is ours again.
@@ -292,10 +292,10 @@ def _policy_overrides(path: Path | None) -> dict[str, Any] | None:
 
 
 def _write_policy_config(stack: str, overrides: dict[str, Any] | None, to: Path | None) -> None:
-    from infra.config import ConfigError
     from llmp.policy import stack_policy_config
     from llmp.synth import stack_file
     from policies.config import merge
+    from spec.errors import ConfigError
 
     if not stack_file(stack).exists():
         raise _fail(f"no stack file {stack_file(stack).name} for stack {stack}", EXIT_BAD_INPUT)
@@ -317,9 +317,9 @@ def _run_policy(
     stack_file: Path | None,
     to: Console,
 ) -> None:
-    from infra.config import ConfigError
     from llmp.policy import PlanError, PolicyConfigError, evaluate, failed, stack_policy_config
     from policies.config import merge
+    from spec.errors import ConfigError
 
     try:
         if stack_file is not None:
@@ -403,7 +403,7 @@ def _print_counts(resources: list[dict[str, Any]]) -> None:
 @app.command("config-reference")
 def config_reference() -> None:
     """Print the Markdown reference of every stack-config key (the README embeds it)."""
-    from infra.config import config_reference as reference
+    from spec.reference import config_reference as reference
 
     sys.stdout.write(reference())
 
@@ -452,8 +452,8 @@ def cost_command(
 
     Exit 0; 1: synthesis or the live Price List failed; 2: bad input.
     """
-    from infra.pricing import PricingError, has_credentials
     from llmp import costs
+    from llmp.pricing import PricingError, has_credentials
 
     mode = prices.lower()
     if mode not in {m.value for m in costs.PriceMode}:
@@ -636,9 +636,9 @@ def verify_command(
 
 
 def _verify_plan(stack: str, plan_file: Path | None) -> dict[str, Any]:
-    from infra.config import ConfigError
     from llmp.synth import StackNotFound, SynthError, synthesize_stack
     from llmp.verify import PlanError, load_plan_file, validate_plan
+    from spec.errors import ConfigError
 
     if plan_file is not None:
         try:
@@ -814,11 +814,11 @@ def diff_command(
     precious replacement with --fail-on-replace; 2: bad input (not a git repository, unknown
     revision, invalid stack file) or a side that cannot be synthesized.
     """
-    from infra.config import ConfigError
     from llmp import diff as plan_diff
     from llmp.policy import PlanError, PolicyConfigError
     from llmp.revision import RevisionError, repo_root
     from llmp.synth import REPO_ROOT
+    from spec.errors import ConfigError
 
     try:
         repo = repo_root(REPO_ROOT)
@@ -1030,9 +1030,10 @@ def dr_plan_command(
     Exit 0: written, the recovery plan is equivalent to the source's; 1: synthesis failed
     or a difference no named reason explains; 2: bad input.
     """
-    from infra.config import ConfigError, load_stack_file
     from llmp import dr
     from llmp.synth import StackNotFound, SynthError, stack_file, stack_name_problem
+    from spec.errors import ConfigError
+    from spec.stackfile import load_stack_file
 
     try:
         if problem := stack_name_problem(source):

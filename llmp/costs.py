@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from infra.config import PlatformConfig
-from infra.cost import CATALOG_PRICES, PriceBook
+from program.cost import CATALOG_PRICES, PriceBook
+from spec.platform import PlatformConfig
 
 REQUIRED_KEYS = (
     "usd_per_hour",
@@ -170,9 +170,10 @@ def load_cost_file(path: Path, expect: str | None = None) -> tuple[str, dict[str
 
 def load_stack_cost(stack: str, pricer: Pricer | None = None) -> tuple[str, dict[str, Any]]:
     """(stack, cost) of a stack synthesized offline, re-priced by `pricer` when given."""
-    from infra.config import ConfigError, load_config, load_stack_file
-    from infra.cost import estimate
     from llmp import synth
+    from program.cost import estimate
+    from spec.errors import ConfigError
+    from spec.stackfile import load_config, load_stack_file
 
     # The program's warnings (a secret not yet set, say) are for `llmp synth`, not a cost table.
     with contextlib.redirect_stderr(io.StringIO()):
@@ -225,7 +226,7 @@ class LivePricer:
         self.warnings: list[str] = []
 
     def __call__(self, cfg: PlatformConfig) -> PriceBook:
-        from infra.pricing import PricingError, live_price_book, pricing_client
+        from llmp.pricing import PricingError, live_price_book, pricing_client
 
         types = [cfg.system_pool.instance_type, *(p.instance_type for p in cfg.node_pools.values())]
         try:

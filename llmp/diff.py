@@ -186,7 +186,7 @@ class TypeRule:
 
 def replacement_rules() -> dict[str, TypeRule]:
     """The catalog's `replacement` table by Pulumi type (empty when the catalog has none)."""
-    from infra.catalog import catalog
+    from spec.catalog import catalog
 
     table = catalog().replacement
     if table is None:
@@ -1043,8 +1043,8 @@ def _violations(
     """
     import tempfile
 
-    from infra.config import ConfigError
     from llmp.policy import evaluate, stack_policy_config
+    from spec.errors import ConfigError
 
     if plan is None or stack_text is None:
         return [], None

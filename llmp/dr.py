@@ -34,8 +34,10 @@ from typing import Any
 
 import yaml
 
-from infra.catalog import CreationTime, Recovery, catalog
-from infra.config import NAMESPACE, REGION_KEY, PlatformConfig, load_config
+from spec.catalog import CreationTime, Recovery, catalog
+from spec.keys import NAMESPACE, REGION_KEY
+from spec.platform import PlatformConfig
+from spec.stackfile import load_config
 
 PROJECT = "llm-platform"
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")

@@ -115,8 +115,8 @@ def stack_policy_config(stack: str, stack_file: Path | None = None) -> dict[str,
 
     Empty when the stack has no stack file. Raises ConfigError for an invalid one.
     """
-    from infra.config import load_config, load_stack_file
     from llmp.synth import stack_file as default_stack_file
+    from spec.stackfile import load_config, load_stack_file
 
     path = stack_file or default_stack_file(stack)
     if not path.exists():

@@ -2,13 +2,13 @@
 
 `llmp diff` compares the plan of a stack at a base revision with the plan of
 the working tree (or of another revision). A revision's plan must come from
-that revision's program: its infra/, components/, workloads/ and catalog, not
+that revision's program: its spec/, program/, components/, workloads/ and catalog, not
 from whatever the working tree has now. So a revision is checked out into a
 temporary `git worktree` and synthesized by a fresh interpreter (the current
 one, `sys.executable`, with the project's dependencies) whose working
 directory is the worktree: `python -c` puts the working directory first on
 sys.path, ahead of the editable install's path entry or finder, so
-`import infra` finds the worktree's copy. The bootstrap below checks that
+`import spec` finds the worktree's copy. The bootstrap below checks that
 before anything runs, and refuses to synthesize when it is not so.
 
 The working tree of the running code is synthesized in-process: it is the
@@ -332,8 +332,8 @@ def plan_of_worktree(stack: str, repo: Path) -> dict[str, Any]:
         raise StackMissing(stack, WORKING_TREE)
     if repo.resolve() != REPO_ROOT.resolve():
         return _synth_in_tree(repo, stack, WORKING_TREE)
-    from infra.config import ConfigError
     from llmp.synth import StackNotFound, SynthError, synthesize_stack
+    from spec.errors import ConfigError
 
     try:
         return synthesize_stack(stack).to_dict()

@@ -35,11 +35,12 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
-from infra.config import NAMESPACE, REGION_KEY, load_config
+from spec.keys import NAMESPACE, REGION_KEY
+from spec.stackfile import load_config
 
 PROJECT = "llm-platform"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PROGRAM_DIR = REPO_ROOT / "infra"
+PROGRAM_DIR = REPO_ROOT / "program"
 STACKS_DIR = REPO_ROOT / "stacks"
 SECRET = "[secret]"
 SECRET_BASE64 = base64.b64encode(SECRET.encode()).decode()
@@ -372,7 +373,7 @@ def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:
     ConfigError for a file that cannot be read or holds bad config, SynthError
     when the program fails.
     """
-    from infra.config import load_stack_file
+    from spec.stackfile import load_stack_file
 
     problem = stack_name_problem(stack)
     if problem is not None:

@@ -28,8 +28,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from infra.catalog import catalog
-from infra.config import AlertThresholds
 from monitoring.rules import (
     ERROR_RATIO_WINDOWS,
     FAST_BURN,
@@ -38,6 +36,8 @@ from monitoring.rules import (
     error_ratio,
     xid_matcher,
 )
+from spec.catalog import catalog
+from spec.monitoring import AlertThresholds
 
 DASHBOARDS_DIR = Path(__file__).with_name("dashboards")
 SCHEMA_VERSION = 39

@@ -32,9 +32,10 @@ from pathlib import Path
 
 import yaml
 
-from infra.catalog import GpuXids, catalog
-from infra.config import AlertThresholds, LustreConfig
 from monitoring.models import Metadata, PrometheusRule, Rule, RuleGroup, RuleSpec
+from spec.catalog import GpuXids, catalog
+from spec.monitoring import AlertThresholds
+from spec.storage import LustreConfig
 
 RULES_DIR = Path(__file__).with_name("rules")
 ERROR_RATIO_WINDOWS = ("5m", "30m", "1h", "6h")

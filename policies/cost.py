@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 
-from infra.catalog import catalog
 from policies.nodes import NODE_GROUP, accelerator_kind, instance_types
 from policies.props import Report, get, known, of_type
+from spec.catalog import catalog
 
 CHECKPOINTING_LABEL = "llm-platform/checkpointing"
 BUDGET_KEY = "gpu-budget-usd-per-hour"

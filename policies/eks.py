@@ -6,8 +6,8 @@ import ipaddress
 
 from pulumi_policy import ResourceValidationArgs
 
-from infra.catalog import catalog
 from policies.props import Report, declared, get, items, string_set
+from spec.catalog import catalog
 
 CLUSTER = "aws:eks/cluster:Cluster"
 _OPEN = {"0.0.0.0/0", "::/0"}

@@ -12,8 +12,8 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from infra.catalog import catalog
 from policies.props import Report, declared, deps_of_type, get, items, known, of_type
+from spec.catalog import catalog
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"

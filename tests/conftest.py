@@ -2,7 +2,7 @@
 a moto server on 127.0.0.1 with dummy credentials for the boto3 tooling.
 
 Every test sees the platform the way `llmp synth` and `pulumi up` do: the
-real program in infra/, run under Pulumi's mock runtime.
+real program in program/, run under Pulumi's mock runtime.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from infra.config import load_stack_file
 from llmp.synth import Plan, stack_file, synthesize
+from spec.stackfile import load_stack_file
 
 STACKS = ("pretrain", "finetune", "inference")
 
@@ -93,7 +93,8 @@ def inputs_of(plan: Plan, type_: str, name: str) -> dict[str, Any]:
 
 def config_error(raw: dict[str, Any]) -> str:
     """The ConfigError `raw` gives, asserted to be one line."""
-    from infra.config import ConfigError, load_config
+    from spec.errors import ConfigError
+    from spec.stackfile import load_config
 
     with pytest.raises(ConfigError) as info:
         load_config(raw)

@@ -1,9 +1,9 @@
 """The program runs the way the Pulumi language host runs it.
 
-The host starts Python in the program directory (`main: infra/`), passes the
+The host starts Python in the program directory (`main: program/`), passes the
 stack config in PULUMI_CONFIG, and calls `runpy.run_path(<program dir>)` inside
-a root stack. Only infra/ is then on sys.path, so `components`, `workloads`
-and `infra` must come from the installed package: this test proves they do.
+a root stack. Only program/ is then on sys.path, so `components`, `workloads`
+and `spec` must come from the installed package: this test proves they do.
 """
 
 from __future__ import annotations
@@ -37,17 +37,17 @@ print(json.dumps({
 """
 
 
-def test_pulumi_yaml_points_at_infra_and_the_stacks_dir() -> None:
+def test_pulumi_yaml_points_at_program_and_the_stacks_dir() -> None:
     project = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())
     assert project["name"] == "llm-platform"
-    assert project["main"].rstrip("/") == "infra"
+    assert project["main"].rstrip("/") == "program"
     assert project["stackConfigDir"] == "stacks"
     assert project["runtime"]["name"] == "python"
     assert project["runtime"]["options"]["virtualenv"] == ".venv"
     assert (PROGRAM_DIR / "__main__.py").exists()
 
 
-def test_program_runs_from_infra_with_config_from_the_environment() -> None:
+def test_program_runs_from_program_dir_with_config_from_the_environment() -> None:
     config, _ = engine_config(raw_stack("pretrain"))
     result = subprocess.run(
         # -I: no script directory or cwd on sys.path, no PYTHONPATH; site-packages only.

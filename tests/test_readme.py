@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from infra.config import config_reference
 from llmp.synth import REPO_ROOT
+from spec.reference import config_reference
 
 README = (REPO_ROOT / "README.md").read_text()
 

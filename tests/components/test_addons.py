@@ -16,8 +16,8 @@ from components.addons import (
     gpu_operator_values,
     kueue_manager_config,
 )
-from infra.catalog import catalog
 from monitoring.inventory import INVENTORY
+from spec.catalog import catalog
 from tests.conftest import STACKS, raw_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

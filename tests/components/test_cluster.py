@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from infra.catalog import catalog
+from spec.catalog import catalog
 from tests.conftest import inputs_of, with_section
 
 CLUSTER = "aws:eks/cluster:Cluster"

@@ -149,7 +149,7 @@ def test_log_retention_follows_config(synth) -> None:
 
 def test_a_log_group_outside_the_fsx_prefix_is_refused() -> None:
     from components.lustre import LustreFileSystem, LustreFileSystemArgs
-    from infra.config import LustreConfig
+    from spec.storage import LustreConfig
 
     args = LustreFileSystemArgs(
         config=LustreConfig(node_pool="h100"),
@@ -168,7 +168,7 @@ def test_a_log_group_outside_the_fsx_prefix_is_refused() -> None:
 
 def test_turning_logging_on_does_not_replace_the_file_system() -> None:
     # logConfiguration is updatable in place (UpdateFileSystem): not a force-new input.
-    from infra.catalog import catalog
+    from spec.catalog import catalog
 
     replacement = catalog().replacement
     assert replacement is not None

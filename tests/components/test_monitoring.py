@@ -26,9 +26,10 @@ from components.monitoring import (
     grafana_password_warning,
     log_group_name,
 )
-from infra.catalog import catalog
-from infra.config import AlertThresholds, load_config
 from monitoring import rules
+from spec.catalog import catalog
+from spec.monitoring import AlertThresholds
+from spec.stackfile import load_config
 from tests.conftest import STACKS, raw_stack, with_section
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from infra.catalog import catalog
+from spec.catalog import catalog
 from tests.conftest import STACKS, raw_stack
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"

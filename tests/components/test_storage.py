@@ -283,7 +283,8 @@ def test_without_adoption_nothing_is_imported_or_protected(plans) -> None:
     ],
 )
 def test_adoption_errors_are_one_line(overrides, message) -> None:
-    from infra.config import ConfigError, load_config
+    from spec.errors import ConfigError
+    from spec.stackfile import load_config
 
     with pytest.raises(ConfigError) as exc:
         load_config(adopting(**overrides))

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from components.storage_csi import NamespaceQuota
-from infra.catalog import catalog
-from infra.config import load_config
 from llmp.synth import Plan, run_program
+from spec.catalog import catalog
+from spec.stackfile import load_config
 from tests.conftest import STACKS, raw_stack
 
 NAMESPACE = "kubernetes:core/v1:Namespace"

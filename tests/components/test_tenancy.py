@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from infra.config import ConfigError, load_config
+from spec.errors import ConfigError
+from spec.stackfile import load_config
 from tests.conftest import raw_stack
 
 NS = "kubernetes:core/v1:Namespace"

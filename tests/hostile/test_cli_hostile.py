@@ -17,9 +17,10 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from typer.testing import CliRunner
 
-from infra.config import ConfigError, load_config, load_stack_file
 from llmp.cli import app
 from llmp.synth import REPO_ROOT
+from spec.errors import ConfigError
+from spec.stackfile import load_config, load_stack_file
 from tests.hostile.strategies import BASES, mutated_stack
 
 runner = CliRunner()

@@ -12,7 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infra.config import ConfigError, PlatformConfig, load_config
+from spec.errors import ConfigError
+from spec.platform import PlatformConfig
+from spec.stackfile import load_config
 from tests.hostile.strategies import (
     BASES,
     SPECIAL_VALUES,

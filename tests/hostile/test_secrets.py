@@ -17,7 +17,6 @@ import yaml
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime.config import set_all_config
 
-from infra.config import ConfigError, load_config
 from llmp.synth import (
     REPO_ROOT,
     SECRET,
@@ -27,6 +26,8 @@ from llmp.synth import (
     synthesize,
     write_plan,
 )
+from spec.errors import ConfigError
+from spec.stackfile import load_config
 from tests.conftest import raw_stack
 
 CLI = (sys.executable, "-m", "llmp.cli")

@@ -22,9 +22,10 @@ import urllib3
 from rich.console import Console
 from typer.testing import CliRunner
 
-from infra.config import PlatformConfig, load_config
 from llmp import accept
 from llmp.cli import app
+from spec.platform import PlatformConfig
+from spec.stackfile import load_config
 from tests.conftest import merge, raw_stack
 from tests.llmp.kube_fake import FakeClock, FakeCluster, FakeNode, JobScript, PodScript, api_error
 from workloads.jobs import dcgm_diag

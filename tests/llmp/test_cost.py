@@ -14,10 +14,10 @@ from botocore.stub import Stubber
 from rich.console import Console
 from typer.testing import CliRunner
 
-from infra.catalog import catalog
 from llmp import costs, synth
 from llmp.cli import app
-from tests.infra.test_pricing import expected, page, price_item
+from spec.catalog import catalog
+from tests.llmp.test_pricing import expected, page, price_item
 
 OREGON = "US West (Oregon)"
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from infra.catalog import catalog
 from llmp.diff import (
     ABSENT,
     SECRET,
@@ -40,6 +39,7 @@ from llmp.diff import (
 )
 from llmp.policy import Violation
 from llmp.synth import REPO_ROOT
+from spec.catalog import catalog
 from tests.llmp.test_revision import commit_all, copy_project, git
 
 # ---------------------------------------------------------------------------

@@ -15,11 +15,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.catalog import catalog
-from infra.config import ConfigError, load_config
 from llmp import dr
 from llmp.cli import app
 from llmp.synth import synthesize
+from spec.catalog import catalog
+from spec.errors import ConfigError
+from spec.stackfile import load_config
 from tests.conftest import raw_stack, with_section
 
 KEY_ARN = "arn:aws:kms:us-west-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"

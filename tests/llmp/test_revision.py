@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import infra
+import spec
 from llmp import revision
 from llmp.diff import build_report
 from llmp.revision import RevisionError, StackMissing
@@ -55,7 +55,7 @@ def commit_all(repo: Path, message: str) -> str:
 
 
 def set_p5_price(repo: Path, price: float) -> None:
-    catalog = repo / "infra" / "catalog.yaml"
+    catalog = repo / "spec" / "catalog.yaml"
     text = catalog.read_text()
     assert "on_demand_usd_per_hour: 55.04" in text
     catalog.write_text(
@@ -90,16 +90,16 @@ def worktrees(repo: Path) -> list[str]:
     ]
 
 
-def test_the_checkout_under_test_is_the_one_importing_infra() -> None:
+def test_the_checkout_under_test_is_the_one_importing_spec() -> None:
     # What the next test rules out is only meaningful if this process imports the checkout.
-    assert Path(infra.__file__).resolve().is_relative_to(REPO_ROOT.resolve())
+    assert Path(spec.__file__).resolve().is_relative_to(REPO_ROOT.resolve())
 
 
 def test_a_worktree_imports_its_own_packages_not_the_editable_install(repo: Path) -> None:
     head = revision.resolve("HEAD", repo)
     with revision.checked_out(repo, head) as tree:
         origins = revision.import_origins(tree)
-    assert {"infra", "components", "workloads", "llmp", "policies"} <= set(origins)
+    assert {"spec", "program", "components", "workloads", "llmp", "policies"} <= set(origins)
     for name, origin in origins.items():
         assert origin is not None, name
         assert Path(origin).is_relative_to(tree.resolve()), (name, origin)
@@ -122,7 +122,7 @@ def test_the_worktree_is_removed_when_interrupted(repo: Path, private_tmp: Path)
     seen: list[Path] = []
     with pytest.raises(KeyboardInterrupt), revision.checked_out(repo, head) as tree:
         seen.append(tree)
-        assert (tree / "infra" / "catalog.yaml").is_file()
+        assert (tree / "spec" / "catalog.yaml").is_file()
         raise KeyboardInterrupt
     assert not seen[0].exists()
     assert worktrees(repo) == [str(repo)]
@@ -265,7 +265,7 @@ def test_a_ci_checkout_compares_with_a_remote_tracking_base_from_a_detached_head
     git(clone, "fetch", "-q", "origin", "+refs/heads/*:refs/remotes/origin/*")
     git(clone, "checkout", "-q", "--detach", f"origin/{base}")
     # The PR's merge commit prices p5 otherwise: the base's price must come from the base.
-    catalog = clone / "infra" / "catalog.yaml"
+    catalog = clone / "spec" / "catalog.yaml"
     priced = f"on_demand_usd_per_hour: {REVISION_PRICE}"
     assert priced in catalog.read_text()
     catalog.write_text(catalog.read_text().replace(priced, "on_demand_usd_per_hour: 12.34", 1))
@@ -273,7 +273,7 @@ def test_a_ci_checkout_compares_with_a_remote_tracking_base_from_a_detached_head
     assert git(clone, "for-each-ref", "refs/heads").strip() == ""  # no local branch
     assert git(clone, "rev-parse", "--abbrev-ref", "HEAD").strip() == "HEAD"  # detached
 
-    plan = revision.plan_at(f"origin/{base}", "pretrain", clone / "infra")
+    plan = revision.plan_at(f"origin/{base}", "pretrain", clone / "spec")
     assert plan["outputs"]["cost"]["node_pools"]["h100"]["usd_per_instance_hour"] == REVISION_PRICE
     assert worktrees(clone) == [str(clone)]
 
@@ -317,9 +317,9 @@ def test_worktrees_left_by_a_killed_run_do_not_break_the_next(repo: Path, tmp_pa
         git(clone, "worktree", "add", "-q", "--detach", str(tree), head.sha)
     shutil.rmtree(gone.parent)
     with revision.checked_out(clone, head) as tree:
-        assert (tree / "infra" / "catalog.yaml").is_file()
-        assert revision.import_origins(tree)["infra"] == str(
-            tree.resolve() / "infra" / "__init__.py"
+        assert (tree / "spec" / "catalog.yaml").is_file()
+        assert revision.import_origins(tree)["spec"] == str(
+            tree.resolve() / "spec" / "__init__.py"
         )
     assert worktrees(clone) == [str(clone), str(left)]  # the stale entry pruned, no new one
 

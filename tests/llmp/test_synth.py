@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.catalog import catalog
 from llmp.synth import (
     REPO_ROOT,
     SECRET,
@@ -21,6 +20,7 @@ from llmp.synth import (
     synthesize,
     write_plan,
 )
+from spec.catalog import catalog
 from tests.conftest import STACKS, merge, raw_stack
 
 

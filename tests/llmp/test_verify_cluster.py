@@ -935,7 +935,7 @@ def test_an_emulator_lacking_an_api_is_told_apart_from_aws_failing() -> None:
 
 @pytest.mark.parametrize("stack", ["pretrain", "finetune", "inference"])
 def test_every_stack_declares_what_verify_compares(plans, stack: str) -> None:
-    from infra.catalog import catalog
+    from spec.catalog import catalog
 
     plan = plans(stack).to_dict()
     cluster = verify.expected_cluster(plan)

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.catalog import catalog
-from infra.config import AlertThresholds
 from monitoring import dashboards, rules
 from monitoring.inventory import ALL_METRICS
+from spec.catalog import catalog
+from spec.monitoring import AlertThresholds
 from tests.monitoring.promql import metric_names
 from tests.monitoring.test_rules import promtool
 

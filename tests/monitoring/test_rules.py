@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.catalog import catalog
-from infra.config import AlertThresholds
 from monitoring import rules
 from monitoring.inventory import ALL_METRICS
+from spec.catalog import catalog
+from spec.monitoring import AlertThresholds
 
 PROMTOOL = shutil.which("promtool")
 

@@ -18,7 +18,7 @@ from kubernetes_validate import utils as kv_utils
 from kubernetes_validate.utils import SchemaNotFoundError
 
 from components.monitoring import dashboard_files
-from infra.config import load_config
+from spec.stackfile import load_config
 from tests.conftest import STACKS, raw_stack
 
 # Objects validated and custom resources skipped, per stack. Adding an object
@@ -96,7 +96,7 @@ def test_strict_mode_refuses_unknown_fields_and_custom_resources_are_skipped() -
 def test_dcgm_diagnostic_jobs_validate_strictly(stack: str) -> None:
     # `llmp accept` creates these at run time (no plan holds them): one per NVIDIA pool, at
     # every level, against the stack's cluster version.
-    from infra.catalog import catalog
+    from spec.catalog import catalog
     from workloads.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
 
     cfg = load_config(raw_stack(stack))

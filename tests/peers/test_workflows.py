@@ -45,7 +45,8 @@ PINNED_USES = re.compile(
 )
 # What the Pulumi program is made of: a change to any of it must reach the previews.
 PROGRAM_PATHS = (
-    "infra/**",
+    "spec/**",
+    "program/**",
     "components/**",
     "workloads/**",
     "monitoring/**",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.catalog import catalog
 from llmp.policy import stack_policy_config
+from spec.catalog import catalog
 from tests.policies.conftest import hits, inputs, names
 
 NG = "aws:eks/nodeGroup:NodeGroup"

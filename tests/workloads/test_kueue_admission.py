@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from components.addons import kueue_manager_config
-from infra.catalog import catalog
-from infra.config import PlatformConfig, load_config
-from infra.platform import pool_capacities, tenant_shares
+from program.platform import pool_capacities, tenant_shares
+from spec.catalog import catalog
+from spec.platform import PlatformConfig
+from spec.stackfile import load_config
 from workloads import kueue
 from workloads.jobs import pytorchjob
 from workloads.jobs.data_prep import DataPrepSpec, data_prep_job

@@ -68,7 +68,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infra.catalog import DcgmDiagnostic, catalog
+from spec.catalog import DcgmDiagnostic, catalog
 from workloads.jobs.pod import (
     JOB_NAME_LABEL,
     Affinity,

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infra.catalog import catalog
+from spec.catalog import catalog
 from workloads.jobs.pod import (
     EFA_RESOURCE,
     HUGEPAGES,

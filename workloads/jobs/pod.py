@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from infra.catalog import catalog
+from spec.catalog import catalog
 from workloads.volumes import LUSTRE_CLAIM
 
 FSX_MOUNT = "/fsx"

@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from infra.catalog import catalog
+from spec.catalog import catalog
 from workloads.jobs.pod import (
     EFA_RESOURCE,
     FSX_MOUNT,

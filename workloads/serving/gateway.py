@@ -47,7 +47,7 @@ from pulumi_kubernetes.networking.v1 import (
     ServiceBackendPortArgs,
 )
 
-from infra.config import ServingConfig
+from spec.serving import ServingConfig
 from workloads.volumes import PART_OF
 
 API_PORT = 8080

@@ -19,7 +19,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infra.config import ServingModelConfig, ServingScheduleConfig
+from spec.serving import ServingModelConfig, ServingScheduleConfig
 from workloads.serving import NAMESPACE
 
 API_VERSION: Final = "keda.sh/v1alpha1"

@@ -68,8 +68,8 @@ from pulumi_kubernetes.core.v1 import (
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 from pulumi_kubernetes.policy.v1 import PodDisruptionBudgetInitArgs, PodDisruptionBudgetSpecArgs
 
-from infra.catalog import InstanceType, catalog
-from infra.config import ServingModelConfig
+from spec.catalog import InstanceType, catalog
+from spec.serving import ServingModelConfig
 from workloads.serving import gateway
 from workloads.volumes import MODEL_WEIGHTS_CLAIM, PART_OF
 

@@ -76,7 +76,7 @@ class JobConfig(_Strict):
             return self.peak_tflops_per_device
         if self.instance_type is None:
             return None
-        from infra.catalog import catalog
+        from spec.catalog import catalog
 
         acc = catalog().instance(self.instance_type).accelerator
         return None if acc is None else acc.peak_bf16_tflops

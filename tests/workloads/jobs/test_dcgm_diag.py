@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from infra.catalog import catalog
+from spec.catalog import catalog
 from tests.workloads.jobs.k8s import as_pod, policy_violations, validate
 from workloads.jobs.dcgm_diag import (
     DcgmDiagSpec,

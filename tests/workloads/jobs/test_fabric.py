@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from infra.catalog import catalog
+from spec.catalog import catalog
 from tests.workloads.jobs.k8s import as_pod, policy_violations, validate
 from workloads.jobs.fabric import FabricSpec, evaluate, fabric_manifests, hosts, parse
 

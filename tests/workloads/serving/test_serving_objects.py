@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from infra.catalog import catalog
-from infra.config import ServingModelConfig, ServingScheduleConfig, load_config
+from spec.catalog import catalog
+from spec.serving import ServingModelConfig, ServingScheduleConfig
+from spec.stackfile import load_config
 from tests.conftest import config_error, merge, raw_stack
 from workloads.serving import gateway, keda, vllm
 

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from infra.addressing import plan_subnets
+from spec.addressing import plan_subnets
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 

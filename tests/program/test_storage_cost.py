@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from infra.catalog import catalog
-from infra.config import BucketConfig, LifecycleRuleConfig, load_config
-from infra.cost import bucket_model, lustre_monthly, storage_estimate
+from program.cost import bucket_model, lustre_monthly, storage_estimate
+from spec.catalog import catalog
+from spec.stackfile import load_config
+from spec.storage import BucketConfig, LifecycleRuleConfig
 from tests.conftest import raw_stack
 
 PRICES = catalog().storage

@@ -23,16 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from infra.catalog import catalog
-from infra.config import (
-    BucketConfig,
-    LifecycleRuleConfig,
-    LustreConfig,
-    NodePoolConfig,
-    PlatformConfig,
-    PoolSizes,
-    StorageConfig,
-)
+from spec.catalog import catalog
+from spec.platform import PlatformConfig
+from spec.pools import NodePoolConfig, PoolSizes
+from spec.storage import BucketConfig, LifecycleRuleConfig, LustreConfig, StorageConfig
 
 ALB_BASE_LCUS = 1.0
 """LCUs the model charges the serving ALB around the clock. One LCU is 25 new connections/s,

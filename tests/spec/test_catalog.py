@@ -6,7 +6,7 @@ import datetime
 
 import botocore.session
 
-from infra.catalog import catalog
+from spec.catalog import catalog
 
 _session = botocore.session.get_session()
 EC2 = _session.get_service_model("ec2")
@@ -83,7 +83,7 @@ S3 = _session.get_service_model("s3")
 def test_storage_values_exist_in_the_s3_and_fsx_models() -> None:
     from typing import get_args
 
-    from infra.config import LustreConfig, TransitionClass
+    from spec.storage import LustreConfig, TransitionClass
 
     transition_classes = set(get_args(TransitionClass))
     assert transition_classes <= enum(S3, "TransitionStorageClass")
@@ -105,7 +105,7 @@ def test_storage_values_exist_in_the_s3_and_fsx_models() -> None:
 def test_fsx_prices_cover_every_throughput_tier() -> None:
     from typing import get_args
 
-    from infra.config import LustreConfig
+    from spec.storage import LustreConfig
 
     tiers = set(get_args(LustreConfig.model_fields["throughput_per_tib"].annotation))
     assert set(catalog().storage.fsx_lustre_persistent2_usd_per_gb_month) == tiers
@@ -153,7 +153,7 @@ def test_a_pull_request_or_a_commit_is_no_verification() -> None:
     import pytest
     from pydantic import ValidationError
 
-    from infra.catalog import Verified
+    from spec.catalog import Verified
 
     good = {"against": "chart index", "where": "aws/eks-charts gh-pages index.yaml"}
     assert Verified.model_validate({**good, "checked": "2026-12-01"}).where == good["where"]

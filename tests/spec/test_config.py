@@ -8,7 +8,9 @@ import sys
 import pytest
 import yaml
 
-from infra.config import ConfigError, PlatformConfig, load_config
+from spec.errors import ConfigError
+from spec.platform import PlatformConfig
+from spec.stackfile import load_config
 from tests.conftest import STACKS, config_error, merge, raw_stack, with_section
 
 
@@ -379,7 +381,7 @@ def test_the_region_check_reads_botocore_data_offline_without_boto3() -> None:
         "def refuse(*a, **k): raise AssertionError('network')\n"
         "socket.socket.connect = refuse\n"
         "socket.create_connection = refuse\n"
-        "from infra.config import load_config\n"
+        "from spec.stackfile import load_config\n"
         "from tests.conftest import raw_stack\n"
         "load_config(raw_stack('inference'))\n"
         "assert 'boto3' not in sys.modules, 'the spec layer imported boto3'\n"
@@ -512,7 +514,7 @@ def test_the_regions_are_botocores_endpoint_regions() -> None:
     # resolves) must list exactly the same regions.
     import botocore.loaders
 
-    from infra.config import aws_regions
+    from spec.base import aws_regions
 
     endpoints = botocore.loaders.create_loader().load_data("endpoints")
     assert aws_regions() == sorted(r for p in endpoints["partitions"] for r in p["regions"])

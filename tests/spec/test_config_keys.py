@@ -20,18 +20,17 @@ import yaml
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime.config import set_all_config
 
-from infra.config import (
+from llmp.synth import PROGRAM_DIR, REPO_ROOT, SynthError, engine_config, run_program
+from spec.errors import ConfigError
+from spec.keys import (
     AWS_PROVIDER_KEYS,
     CONFIG_NAMESPACES,
     GRAFANA_PASSWORD_KEY,
     MONITORING_SECRETS_NAMESPACE,
     NAMESPACE,
     SERVING_KEYS_NAMESPACE,
-    ConfigError,
-    load_config,
-    load_stack_file,
 )
-from llmp.synth import PROGRAM_DIR, REPO_ROOT, SynthError, engine_config, run_program
+from spec.stackfile import load_config, load_stack_file
 from tests.conftest import raw_stack
 
 NAMESPACES = "aws, llm-platform, llm-platform-monitoring, llm-platform-serving, pulumi"
@@ -166,7 +165,7 @@ def test_a_misspelt_aws_credential_is_refused_without_showing_it() -> None:
 
 
 def test_the_aws_settings_are_the_installed_providers() -> None:
-    """The list in infra/config.py is pulumi-aws's `aws:*` config: upgrade both together."""
+    """The list in spec/keys.py is pulumi-aws's `aws:*` config: upgrade both together."""
     import pulumi_aws.config
 
     source = (Path(pulumi_aws.config.__file__).parent / "vars.py").read_text()
@@ -238,7 +237,7 @@ def test_every_config_namespace_the_code_reads_is_accepted() -> None:
     or its keys would be refused in every stack file."""
     calls = [
         call
-        for package in ("infra", "components", "workloads", "monitoring", "policies")
+        for package in ("spec", "program", "components", "workloads", "monitoring", "policies")
         for path in sorted((REPO_ROOT / package).rglob("*.py"))
         for call in _config_calls(path)
     ]
@@ -290,14 +289,14 @@ from pathlib import Path
 from llmp.synth import SynthError, run_program
 try:
     run_program('finetune', 'us-west-2', Path.cwd())
-except SynthError as exc:  # the RunError of infra/__main__.py: its message, no traceback
+except SynthError as exc:  # the RunError of program/__main__.py: its message, no traceback
     print(exc)
     sys.exit(3)
 """
 
 
 def test_the_program_run_by_the_language_host_refuses_it_too() -> None:
-    """Config from PULUMI_CONFIG, only infra/ on sys.path: as `pulumi up` runs it."""
+    """Config from PULUMI_CONFIG, only program/ on sys.path: as `pulumi up` runs it."""
     raw = renamed("finetune", "llm-platform:tags", "llm_platform:tags")
     config, _ = engine_config(raw)
     result = subprocess.run(

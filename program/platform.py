@@ -29,9 +29,10 @@ from components.storage_csi import (
     StorageVolumesArgs,
 )
 from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
-from infra import cost
-from infra.catalog import catalog
-from infra.config import TENANT_BUCKETS, PlatformConfig
+from program import cost
+from spec.catalog import catalog
+from spec.platform import PlatformConfig
+from spec.tenancy import TENANT_BUCKETS
 from workloads import kueue
 
 

@@ -2,8 +2,9 @@
 
 import pulumi
 
-from infra.config import ConfigError, from_pulumi
-from infra.platform import build
+from program.config import from_pulumi
+from program.platform import build
+from spec.errors import ConfigError
 
 try:
     config = from_pulumi()

@@ -12,10 +12,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from infra.catalog import catalog
-from infra.config import load_config
-from infra.cost import estimate
-from infra.pricing import (
+from llmp.pricing import (
     PriceNotFound,
     PricingError,
     live_price_book,
@@ -24,6 +21,9 @@ from infra.pricing import (
     product_filters,
     region_long_name,
 )
+from program.cost import estimate
+from spec.catalog import catalog
+from spec.stackfile import load_config
 from tests.conftest import raw_stack
 
 VIRGINIA = "US East (N. Virginia)"

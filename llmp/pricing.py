@@ -24,8 +24,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from infra.catalog import catalog
-from infra.cost import PriceBook
+from program.cost import PriceBook
+from spec.catalog import catalog
 
 SERVICE_CODE = "AmazonEC2"
 PAGE_SIZE = 100

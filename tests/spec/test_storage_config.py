@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.config import load_config
+from spec.stackfile import load_config
 from tests.conftest import config_error, raw_stack, with_section
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.catalog import catalog
-from infra.config import load_config
-from infra.cost import CATALOG_PRICES, PriceBook, estimate
+from program.cost import CATALOG_PRICES, PriceBook, estimate
+from spec.catalog import catalog
+from spec.stackfile import load_config
 from tests.conftest import STACKS, raw_stack, with_section
 
 HOURS = catalog().hours_per_month

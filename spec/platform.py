@@ -1,0 +1,334 @@
+"""The whole stack: every section, and the rules that tie sections together.
+
+A stack file is read into `PlatformConfig` before any resource is declared.
+Defaults are the safe and cheap choice: private endpoint only, one NAT
+gateway, no GPU nodes running until a pool asks for them.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from spec.base import POOL_NAME, Section, known_region
+from spec.catalog import catalog
+from spec.cluster import ClusterConfig
+from spec.errors import MISSING, FieldError, not_in, sorted_names
+from spec.keys import REGION_KEY
+from spec.monitoring import MonitoringConfig
+from spec.network import NetworkConfig, TagsConfig
+from spec.pools import NodePoolConfig, SystemPoolConfig
+from spec.serving import ServingConfig
+from spec.storage import AdoptionConfig, StorageConfig
+from spec.tenancy import (
+    RESERVED_NAMESPACES,
+    TENANT_BUCKETS,
+    TENANT_NAME,
+    AddonsConfig,
+    GuardrailsConfig,
+    TenantConfig,
+)
+
+
+class PlatformConfig(Section):
+    """Everything under the `llm-platform:` namespace, plus `aws:region`."""
+
+    region: str = Field(description="`aws:region`: the region the stack deploys to.")
+    tags: TagsConfig
+    network: NetworkConfig
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    system_pool: SystemPoolConfig = Field(default_factory=SystemPoolConfig)
+    node_pools: dict[str, NodePoolConfig] = Field(
+        default_factory=dict, description="Accelerated node groups by name."
+    )
+    storage: StorageConfig | None = Field(None, description="Buckets and file systems.")
+    guardrails: GuardrailsConfig = Field(default_factory=lambda: GuardrailsConfig())
+    addons: AddonsConfig = Field(default_factory=AddonsConfig)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+    tenants: dict[str, TenantConfig] = Field(
+        default_factory=dict, description="Teams by name; each name is also its namespace."
+    )
+    serving: ServingConfig | None = Field(
+        None, description="Model serving (inference stack); none: no model servers."
+    )
+
+    _region = field_validator("region")(known_region)
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, v: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
+        for name in v:
+            if not TENANT_NAME.match(name):
+                raise FieldError(
+                    (name,),
+                    name,
+                    "tenant names are namespace names: lowercase letters, digits and '-', "
+                    "up to 32, starting with a letter",
+                )
+            if name in RESERVED_NAMESPACES:
+                raise FieldError(
+                    (name,),
+                    name,
+                    f"is a system namespace; reserved: {sorted_names(RESERVED_NAMESPACES)}",
+                )
+        return v
+
+    @field_validator("node_pools")
+    @classmethod
+    def _pool_names(cls, v: dict[str, NodePoolConfig]) -> dict[str, NodePoolConfig]:
+        for name in v:
+            if not POOL_NAME.match(name):
+                raise FieldError(
+                    (name,), name, "pool names are lowercase letters, digits and '-', up to 31"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _placement(self) -> PlatformConfig:
+        zones = self.network.availability_zones
+        for i, zone in enumerate(zones):
+            if not zone.startswith(self.region):
+                raise FieldError(
+                    ("network", "availability_zones", i),
+                    zone,
+                    f"is not in {REGION_KEY} {self.region}",
+                )
+        for name, pool in self.node_pools.items():
+            for i, zone in enumerate(pool.availability_zones or []):
+                if zone not in zones:
+                    raise FieldError(
+                        ("node_pools", name, "availability_zones", i),
+                        zone,
+                        f"not one of network.availability_zones ({', '.join(zones)})",
+                    )
+        if self.storage is not None:
+            self._storage_refs(self.storage)
+        self._tenant_refs()
+        if self.serving is not None:
+            self._serving_refs(self.serving)
+        return self
+
+    def pool_gpus(self, pool_name: str) -> int:
+        """GPUs the pool supplies at its max size."""
+        pool = self.node_pools[pool_name]
+        return catalog().instance(pool.instance_type).gpu_count * pool.max_size
+
+    def _serving_refs(self, serving: ServingConfig) -> None:
+        for i, model in enumerate(serving.models):
+            here: tuple[str | int, ...] = ("serving", "models", i)
+            pool = self.node_pools.get(model.node_pool)
+            if pool is None:
+                raise FieldError(
+                    (*here, "node_pool"),
+                    model.node_pool,
+                    not_in("pool", "node_pools", self.node_pools),
+                )
+            gpus = catalog().instance(pool.instance_type).gpu_count
+            if model.gpus_per_replica > gpus:
+                raise FieldError(
+                    (*here, "gpus_per_replica"),
+                    model.gpus_per_replica,
+                    f"a replica stays on one node; {pool.instance_type} of pool "
+                    f"{model.node_pool} has {gpus} GPUs",
+                )
+            if gpus % model.gpus_per_replica:
+                raise FieldError(
+                    (*here, "gpus_per_replica"),
+                    model.gpus_per_replica,
+                    f"must divide the {gpus} GPUs of {pool.instance_type} (tensor parallel size)",
+                )
+        self._serving_capacity(serving)
+        cert_region = serving.certificate_arn.split(":")[3]
+        if cert_region != self.region:
+            raise FieldError(
+                ("serving", "certificate_arn"),
+                serving.certificate_arn,
+                f"is a certificate of {cert_region}; an ALB in {self.region} takes an ACM "
+                f"certificate of its own region: request or import one in {self.region}",
+            )
+        weights = self.storage.model_weights if self.storage else None
+        if weights is None or "serving" not in weights.namespaces:
+            raise FieldError(
+                ("serving",),
+                "models",
+                "serves weights from the model-weights volume: set storage.model_weights "
+                "with namespaces including serving",
+            )
+        if "serving" not in self.tenants:
+            raise FieldError(
+                ("serving",), "models", "runs in the `serving` tenant: declare tenants.serving"
+            )
+        self._serving_quota(serving)
+        if not self.addons.load_balancer_controller:
+            raise FieldError(
+                ("addons", "load_balancer_controller"),
+                False,
+                "serving's Ingress needs the AWS Load Balancer Controller; set it to true",
+            )
+
+    @staticmethod
+    def _serving_demand(serving: ServingConfig) -> dict[str, tuple[list[int], int, str]]:
+        """Pool -> (indexes of its models, GPUs they need at max_replicas, their list).
+
+        The list reads `llama-8b 8 x 1, llama-70b 4 x 4`: max_replicas x gpus_per_replica.
+        """
+        on_pool: dict[str, list[int]] = {}
+        for i, model in enumerate(serving.models):
+            on_pool.setdefault(model.node_pool, []).append(i)
+        demand = {}
+        for pool_name, indexes in on_pool.items():
+            models = [serving.models[i] for i in indexes]
+            need = sum(m.max_replicas * m.gpus_per_replica for m in models)
+            text = ", ".join(f"{m.name} {m.max_replicas} x {m.gpus_per_replica}" for m in models)
+            demand[pool_name] = (indexes, need, text)
+        return demand
+
+    def _serving_capacity(self, serving: ServingConfig) -> None:
+        """The replicas of a pool's models fit on the pool at its max size."""
+        for pool_name, (indexes, need, models) in self._serving_demand(serving).items():
+            have = self.pool_gpus(pool_name)
+            if need > have:
+                last = indexes[-1]
+                raise FieldError(
+                    ("serving", "models", last, "max_replicas"),
+                    serving.models[last].max_replicas,
+                    f"the models on pool {pool_name} need up to {need} GPUs at max_replicas "
+                    f"(replicas x GPUs: {models}), but {pool_name} has {have} at max_size; "
+                    f"lower max_replicas or raise node_pools.{pool_name}.max_size",
+                )
+
+    def _serving_quota(self, serving: ServingConfig) -> None:
+        """The replicas of a pool's models fit in the `serving` tenant's GPUs of that pool.
+
+        Model servers are Deployments in the `serving` namespace, outside Kueue:
+        its ResourceQuota (serving_gpus) would refuse the pods beyond it at run time.
+        """
+        granted = self.tenants["serving"].serving_gpus
+        for pool_name, (_, need, models) in self._serving_demand(serving).items():
+            have = granted.get(pool_name)
+            if need > (have or 0):
+                raise FieldError(
+                    ("tenants", "serving", "serving_gpus", pool_name),
+                    MISSING if have is None else have,
+                    f"the models on pool {pool_name} need up to {need} GPUs at max_replicas "
+                    f"(replicas x GPUs: {models}), but the serving namespace's quota holds "
+                    f"{have or 0} of {pool_name} and would refuse the pods beyond; set it to "
+                    f"{need} or lower max_replicas",
+                )
+
+    def _tenant_refs(self) -> None:
+        pools = self.node_pools
+        promised: dict[str, int] = {}
+        for name, tenant in self.tenants.items():
+            claims = [("gpu_quota", p, n) for p, n in tenant.gpu_quota.items()]
+            claims += [("serving_gpus", p, n) for p, n in tenant.serving_gpus.items()]
+            for key, pool, gpus in claims:
+                if pool not in pools:
+                    raise FieldError(
+                        ("tenants", name, key, pool),
+                        pool,
+                        not_in("pool", "node_pools", pools),
+                    )
+                promised[pool] = promised.get(pool, 0) + gpus
+                if promised[pool] > self.pool_gpus(pool):
+                    raise FieldError(
+                        ("tenants", name, key, pool),
+                        gpus,
+                        f"tenants are promised {promised[pool]} GPUs of {pool}, which supplies "
+                        f"{self.pool_gpus(pool)} at max_size; lower the quotas or raise max_size",
+                    )
+            if tenant.s3_prefixes:
+                buckets = self.storage.buckets if self.storage else {}
+                missing = [b for b in TENANT_BUCKETS if b not in buckets]
+                if missing:
+                    raise FieldError(
+                        ("tenants", name, "s3_prefixes"),
+                        tenant.s3_prefixes,
+                        f"needs storage.buckets {' and '.join(missing)}; remove the prefixes "
+                        "or add the buckets",
+                    )
+
+    def _storage_refs(self, storage: StorageConfig) -> None:
+        buckets = storage.buckets
+        replicated = [k for k, b in buckets.items() if b.replicate]
+        target = storage.replication.region
+        if replicated and target is None:
+            raise FieldError(
+                ("storage", "replication", "region"),
+                MISSING,
+                f"buckets {', '.join(replicated)} replicate: name the disaster-recovery region",
+            )
+        if target is not None and target == self.region:
+            raise FieldError(
+                ("storage", "replication", "region"),
+                target,
+                f"is the stack's own region; replicate to another region than {self.region}",
+            )
+        if storage.adoption is not None:
+            self._adoption_refs(storage, storage.adoption)
+        refs: list[tuple[tuple[str | int, ...], str]] = []
+        if storage.lustre is not None:
+            lustre = storage.lustre
+            refs += [
+                (("storage", "lustre", "datasets_bucket"), lustre.datasets_bucket),
+                (("storage", "lustre", "checkpoints_bucket"), lustre.checkpoints_bucket),
+            ]
+            pool = self.node_pools.get(lustre.node_pool)
+            if pool is None:
+                raise FieldError(
+                    ("storage", "lustre", "node_pool"),
+                    lustre.node_pool,
+                    not_in("pool", "node_pools", self.node_pools),
+                )
+            if len(self.pool_zones(pool)) != 1:
+                raise FieldError(
+                    ("storage", "lustre", "node_pool"),
+                    lustre.node_pool,
+                    "spans several AZs; the file system sits in one subnet beside one "
+                    "single-AZ pool",
+                )
+        if storage.model_weights is not None:
+            refs.append((("storage", "model_weights", "bucket"), storage.model_weights.bucket))
+        for path, key in refs:
+            if key not in buckets:
+                raise FieldError(path, key, not_in("bucket", "storage.buckets", buckets))
+
+    def _adoption_refs(self, storage: StorageConfig, adoption: AdoptionConfig) -> None:
+        here = ("storage", "adoption")
+        if adoption.kms_key_region != self.region:
+            raise FieldError(
+                (*here, "kms_key_arn"),
+                adoption.kms_key_arn,
+                f"is a key in {adoption.kms_key_region}; adopted buckets in {self.region} are "
+                f"encrypted with a key of {self.region} (the source's replica key)",
+            )
+        for key in adoption.buckets:
+            if key not in storage.buckets:
+                raise FieldError(
+                    (*here, "buckets", key),
+                    key,
+                    not_in("bucket", "storage.buckets", storage.buckets),
+                )
+            if key == "logs":
+                raise FieldError(
+                    (*here, "buckets", key),
+                    key,
+                    "the logs bucket is never replicated; let the stack create its own",
+                )
+        # Two Bucket resources on one physical bucket would import it twice and fight
+        # over its lifecycle and policy.
+        named: dict[str, str] = {}
+        for key in storage.buckets:
+            name = storage.bucket_name(key)
+            if name in named:
+                adopted = key if storage.adopted(key) else named[name]
+                other = named[name] if adopted == key else key
+                raise FieldError(
+                    (*here, "buckets", adopted),
+                    name,
+                    f"is already the name of bucket {other}; adopt each replica into one "
+                    "bucket only",
+                )
+            named[name] = key
+
+    def pool_zones(self, pool: NodePoolConfig) -> list[str]:
+        return pool.availability_zones or list(self.network.availability_zones)

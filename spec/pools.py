@@ -1,0 +1,184 @@
+"""`system_pool` and `node_pools`: the CPU pool and the accelerated managed node groups."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from spec.base import RESERVATION_ID, Section, known_instance
+from spec.catalog import catalog
+from spec.errors import MISSING, FieldError, sorted_names
+
+
+class PoolSizes(Section):
+    """Sizes and update settings shared by the system pool and the GPU pools."""
+
+    min_size: int = Field(0, ge=0, description="Fewest nodes.")
+    desired_size: int = Field(0, ge=0, description="Nodes at creation; autoscalers move it later.")
+    max_size: int = Field(1, ge=1, description="Most nodes (budget and quota cap).")
+    disk_size_gib: int = Field(200, ge=50, le=16384, description="Encrypted gp3 root volume size.")
+    max_unavailable: int = Field(1, ge=1, description="Nodes replaced at once during updates.")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> PoolSizes:
+        if self.min_size > self.max_size:
+            raise FieldError(
+                ("min_size",), self.min_size, f"must not exceed max_size ({self.max_size})"
+            )
+        if not self.min_size <= self.desired_size <= self.max_size:
+            raise FieldError(
+                ("desired_size",),
+                self.desired_size,
+                f"must lie in min_size..max_size ({self.min_size}..{self.max_size})",
+            )
+        return self
+
+
+class SystemPoolConfig(PoolSizes):
+    """The CPU node group for add-ons and controllers (no taint)."""
+
+    instance_type: str = Field("m7i.4xlarge", description="A CPU instance type from the catalog.")
+    min_size: int = Field(2, ge=1, description="Fewest nodes; two keep CoreDNS available.")
+    desired_size: int = Field(2, ge=1, description="Nodes at creation.")
+    max_size: int = Field(4, ge=1, description="Most nodes.")
+    disk_size_gib: int = Field(100, ge=20, le=16384, description="Encrypted gp3 root volume size.")
+
+    _instance = field_validator("instance_type")(known_instance)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _cpu_only(cls, v: str) -> str:
+        if catalog().instance(v).accelerator:
+            raise ValueError("is an accelerated type; the system pool runs CPU add-ons only")
+        return v
+
+
+CapacityType = Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]
+
+
+class NodePoolConfig(PoolSizes):
+    """One accelerated managed node group (`node_pools.<name>`)."""
+
+    instance_type: str = Field(description="An accelerated instance type from the catalog.")
+    capacity_type: CapacityType = Field(
+        "ON_DEMAND", description="ON_DEMAND, SPOT, or CAPACITY_BLOCK (needs a reservation id)."
+    )
+    capacity_reservation_id: str | None = Field(
+        None,
+        description="Capacity block or On-Demand reservation (cr-...) the pool launches into.",
+    )
+    efa: bool = Field(False, description="Attach every EFA interface the type has.")
+    placement_group: bool | None = Field(
+        None,
+        description=(
+            "Cluster placement group; default on for EFA pools without a reservation, "
+            "off otherwise (a placement group can starve blocks and reservations)."
+        ),
+    )
+    availability_zones: list[str] | None = Field(
+        None,
+        description="AZs of the pool's subnets; EFA and reserved pools name exactly one.",
+    )
+    local_nvme_raid0: bool = Field(
+        True,
+        description="Assemble the instance-store NVMe disks as RAID0 for containerd and kubelet.",
+    )
+    auto_repair: bool = Field(True, description="EKS node auto-repair of unhealthy GPU nodes.")
+    hugepages_2mi_mib: int | None = Field(
+        None,
+        ge=0,
+        le=65536,
+        description=(
+            "At least this many MiB of 2 MiB huge pages reserved at boot, never fewer than "
+            "the AMI's EFA installer reserves (the fabric test requests 5120; training pods "
+            "set FI_EFA_USE_HUGE_PAGE=0 and use none); default 5120 on EFA pools, 0 elsewhere."
+        ),
+    )
+    checkpointing: bool = Field(
+        False,
+        description=(
+            "Jobs on this pool checkpoint and resume (label `llm-platform/checkpointing`); "
+            "the policy pack requires it of SPOT pools."
+        ),
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra Kubernetes node labels."
+    )
+
+    _instance = field_validator("instance_type")(known_instance)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _accelerated(cls, v: str) -> str:
+        if not catalog().instance(v).accelerator:
+            raise ValueError("has no accelerator; CPU nodes belong in system_pool")
+        return v
+
+    @field_validator("capacity_reservation_id")
+    @classmethod
+    def _reservation(cls, v: str | None) -> str | None:
+        if v is not None and not RESERVATION_ID.match(v):
+            raise ValueError("not a capacity reservation id; e.g. cr-0123456789abcdef0")
+        return v
+
+    @model_validator(mode="after")
+    def _coherent(self) -> NodePoolConfig:
+        itype = catalog().instance(self.instance_type)
+        if self.efa and itype.efa_interfaces == 0:
+            with_efa = [
+                n for n, t in catalog().instances.items() if t.efa_interfaces and t.accelerator
+            ]
+            raise FieldError(
+                ("efa",),
+                True,
+                f"{self.instance_type} has no EFA interfaces; set efa: false or use one of "
+                f"{sorted_names(with_efa)}",
+            )
+        if self.capacity_type == "CAPACITY_BLOCK":
+            if itype.capacity_block_usd_per_hour is None:
+                raise FieldError(
+                    ("capacity_type",),
+                    self.capacity_type,
+                    f"{self.instance_type} is not sold as a capacity block; use ON_DEMAND or SPOT",
+                )
+            if self.capacity_reservation_id is None:
+                raise FieldError(
+                    ("capacity_reservation_id",),
+                    MISSING,
+                    "required with capacity_type CAPACITY_BLOCK: the block's id, cr-...",
+                )
+        if self.capacity_type == "SPOT" and self.capacity_reservation_id is not None:
+            raise FieldError(
+                ("capacity_reservation_id",),
+                self.capacity_reservation_id,
+                "spot capacity cannot use a reservation; remove it or use ON_DEMAND",
+            )
+        zones = self.availability_zones
+        if self.efa or self.capacity_reservation_id:
+            why = "an EFA pool" if self.efa else "a pool on a reservation"
+            if zones is None:
+                raise FieldError(
+                    ("availability_zones",),
+                    MISSING,
+                    f"{why} sits in one subnet: name exactly one AZ",
+                )
+            if len(zones) != 1:
+                raise FieldError(
+                    ("availability_zones",),
+                    zones,
+                    f"{why} must sit in one subnet (one AZ); list exactly one",
+                )
+        return self
+
+    @property
+    def hugepages_2mi_reserved(self) -> int:
+        if self.hugepages_2mi_mib is not None:
+            return self.hugepages_2mi_mib
+        return 5120 if self.efa else 0
+
+    @property
+    def uses_placement_group(self) -> bool:
+        if self.placement_group is not None:
+            return self.placement_group
+        return self.efa and self.capacity_reservation_id is None

@@ -1,0 +1,115 @@
+"""`tenants`, `addons` and `guardrails`: who may use what, which add-ons run, the limits
+the policy pack enforces."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+
+from spec.base import ROLE_ARN, Section
+from spec.errors import FieldError
+
+TENANT_BUCKETS = ("datasets", "checkpoints")
+"""The buckets in which a tenant's `s3_prefixes` are granted."""
+
+
+class GuardrailsConfig(Section):
+    """Limits the policy pack enforces on this stack."""
+
+    gpu_budget_usd_per_hour: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Most the accelerated pools may cost per hour at their max sizes "
+            "(catalog prices); none: no cap."
+        ),
+    )
+
+
+TENANT_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+RESERVED_NAMESPACES = frozenset(
+    {
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        "kueue-system",
+        "kubeflow",
+        "gpu-operator",
+        "monitoring",
+    }
+)
+_S3_PREFIX = re.compile(r"^[A-Za-z0-9!_.'()-]+(/[A-Za-z0-9!_.'()-]+)*/$")
+
+
+class TenantConfig(Section):
+    """One team's share of the cluster (`tenants.<name>`): a namespace, quotas, a queue, a role."""
+
+    gpu_quota: dict[str, int] = Field(
+        default_factory=dict,
+        description="GPUs per node pool the tenant is guaranteed (Kueue nominal quota).",
+    )
+    serving_gpus: dict[str, int] = Field(
+        default_factory=dict,
+        description=(
+            "GPUs per node pool for services outside Kueue (model servers): in the namespace "
+            "quota, and kept out of the queues' capacity."
+        ),
+    )
+    cpu: int = Field(ge=1, description="vCPUs the namespace may request in total.")
+    memory_gib: int = Field(ge=1, description="Memory (GiB) the namespace may request in total.")
+    pvcs: int = Field(8, ge=0, description="PersistentVolumeClaims the namespace may hold.")
+    admin_role_arn: str | None = Field(
+        None,
+        description="IAM role mapped to the tenant's Kubernetes group (EKS access entry).",
+    )
+    s3_prefixes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Key prefixes (ending in /) the tenant's `training` service account reads and "
+            "writes in the datasets and checkpoints buckets."
+        ),
+    )
+
+    @field_validator("gpu_quota", "serving_gpus")
+    @classmethod
+    def _quota(cls, v: dict[str, int]) -> dict[str, int]:
+        for pool, gpus in v.items():
+            if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+                raise FieldError((pool,), gpus, "a GPU count: a whole number, 0 or more")
+        return v
+
+    @field_validator("admin_role_arn")
+    @classmethod
+    def _role(cls, v: str | None) -> str | None:
+        if v is not None and not ROLE_ARN.match(v):
+            raise ValueError("not an IAM role ARN; e.g. arn:aws:iam::123456789012:role/team")
+        return v
+
+    @field_validator("s3_prefixes")
+    @classmethod
+    def _prefixes(cls, v: list[str]) -> list[str]:
+        for i, prefix in enumerate(v):
+            if not _S3_PREFIX.match(prefix):
+                raise FieldError(
+                    (i,), prefix, "a key prefix like teams/foundation/ (no *, ending in /)"
+                )
+        return v
+
+
+class AddonsConfig(Section):
+    """Cluster add-ons (Helm charts and operators pinned in the catalog), each on by default."""
+
+    gpu_operator: bool = Field(
+        True, description="NVIDIA GPU operator (device plugin, DCGM exporter; no driver/toolkit)."
+    )
+    efa_device_plugin: bool = Field(True, description="EFA device plugin on EFA nodes.")
+    kueue: bool = Field(True, description="Kueue: quotas, queues and preemption for jobs.")
+    training_operator: bool = Field(
+        True, description="Kubeflow training-operator (PyTorchJob with elastic torchrun)."
+    )
+    load_balancer_controller: bool = Field(
+        True, description="AWS Load Balancer Controller (Pod Identity role)."
+    )
+    metrics_server: bool = Field(True, description="metrics-server (kubectl top, HPA).")
