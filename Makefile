@@ -21,13 +21,14 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 preview: $(VENV)/.runtime
 	$(BIN)/llmp synth $(STACK)
 
-## make test: lint, type-check and the whole test suite
+## make test: lint, type-check, the layer contracts and the whole test suite
 test: $(VENV)/.dev lint
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.runtime
 	$(BIN)/python bench/synth.py

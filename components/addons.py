@@ -54,8 +54,8 @@ import yaml
 
 from components.iam import pod_identity_role
 from spec.catalog import catalog
-from spec.tenancy import AddonsConfig
 from workloads import kueue
+from workloads.kueue import PoolCapacity, TenantShare
 
 GPU_OPERATOR = "gpu-operator"
 EFA_PLUGIN = "aws-efa-k8s-device-plugin"
@@ -220,15 +220,21 @@ def lbc_policy() -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class AddonsArgs:
-    config: AddonsConfig
+    gpu_operator: bool = True
+    """NVIDIA GPU operator (device plugin, GPU feature discovery, DCGM exporter)."""
+    efa_device_plugin: bool = False
+    """The EFA device plugin: on where some pool has EFA."""
+    kueue: bool = True
+    """Kueue and the platform's flavors and queues."""
+    training_operator: bool = True
+    load_balancer_controller: bool = True
+    metrics_server: bool = True
     cluster_name: pulumi.Input[str]
     region: str
     vpc_id: pulumi.Input[str]
-    pools: list[kueue.PoolCapacity]
+    pools: list[PoolCapacity]
     """The GPU pools at max size (Kueue flavors and the cohort's capacity)."""
-    tenants: list[kueue.TenantShare] = field(default_factory=list)
-    efa: bool = False
-    """Some pool has EFA: install the EFA device plugin."""
+    tenants: list[TenantShare] = field(default_factory=list)
     system_nodes: list[pulumi.Resource] = field(default_factory=list)
     """What a controller Deployment needs first (the system node group)."""
 
@@ -241,7 +247,6 @@ class Addons(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: AddonsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:addons:Addons", name, None, opts)
-        cfg = args.config
         on_system = pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes)
         self.releases = {}
 
@@ -271,18 +276,18 @@ class Addons(pulumi.ComponentResource):
             self.releases[key] = created
             return created
 
-        if cfg.gpu_operator:
+        if args.gpu_operator:
             release(GPU_OPERATOR, "gpu-operator", gpu_operator_values(), on_system)
-        if cfg.efa_device_plugin and args.efa:
+        if args.efa_device_plugin:
             # A DaemonSet alone: installed (and ready) with no node to run on.
             release(
                 EFA_PLUGIN, "kube-system", efa_plugin_values(), pulumi.ResourceOptions(parent=self)
             )
-        if cfg.metrics_server:
+        if args.metrics_server:
             release(METRICS_SERVER, "kube-system", {"replicas": 2}, on_system)
 
         self.kueue_ready = []
-        if cfg.kueue:
+        if args.kueue:
             kueue_release = release(KUEUE, "kueue-system", kueue_values(), on_system)
             self.kueue_ready = [kueue_release]
             after_crds = pulumi.ResourceOptions(parent=self, depends_on=self.kueue_ready)
@@ -299,7 +304,7 @@ class Addons(pulumi.ComponentResource):
                     opts=after_crds,
                 )
 
-        if cfg.training_operator:
+        if args.training_operator:
             pin = catalog().addon_manifests[TRAINING_OPERATOR]
             k8s.kustomize.v2.Directory(
                 f"{name}-{TRAINING_OPERATOR}",
@@ -308,7 +313,7 @@ class Addons(pulumi.ComponentResource):
             )
 
         self.lbc_role_arn = None
-        if cfg.load_balancer_controller:
+        if args.load_balancer_controller:
             role, association = pod_identity_role(
                 f"{name}-lbc",
                 parent=self,

@@ -25,17 +25,17 @@ join before vpc-cni is active stay NotReady.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.iam import pod_identity_trust, service_trust
-from components.node_group import launch_template, managed_node_group
+from components.node_group import PoolSize, launch_template, managed_node_group
 from spec.catalog import Addon, catalog
-from spec.cluster import ClusterConfig
-from spec.pools import SystemPoolConfig
 
 _MANAGED = "arn:aws:iam::aws:policy"
 NODE_MONITORING_AGENT = "eks-node-monitoring-agent"
@@ -43,11 +43,16 @@ _CLUSTER_ADMIN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPo
 
 
 @dataclass(frozen=True, kw_only=True)
+class SystemPool:
+    """The CPU node group of add-ons and controllers (no taint)."""
+
+    instance_type: str = "m7i.4xlarge"
+    disk_size_gib: int = 100
+    size: PoolSize = field(default_factory=lambda: PoolSize(min_size=2, desired_size=2, max_size=4))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClusterArgs:
-    config: ClusterConfig
-    """Validated `cluster` section."""
-    system_pool: SystemPoolConfig
-    """Validated `system_pool` section."""
     cluster_name: str
     """EKS cluster name (fixed, so the log group name is known before the cluster exists)."""
     region: str
@@ -56,6 +61,18 @@ class ClusterArgs:
     """Subnets of the control-plane ENIs and the system pool."""
     tags: dict[str, str]
     """Tags for instances and volumes the system pool launches."""
+    version: str
+    """Kubernetes minor version; the catalog pins its managed add-ons."""
+    system_pool: SystemPool = field(default_factory=SystemPool)
+    endpoint_public_access: bool = False
+    public_access_cidrs: Sequence[str] = ()
+    """CIDRs that may reach a public endpoint (required with one)."""
+    admin_role_arns: Sequence[str] = ()
+    """IAM roles given cluster-admin through access entries."""
+    log_types: Sequence[str] = ("api", "audit", "authenticator")
+    log_retention_days: int = 90
+    support_type: Literal["STANDARD", "EXTENDED"] = "STANDARD"
+    deletion_protection: bool = False
     accelerated: bool = False
     """The stack has accelerated pools: install the EKS node monitoring agent."""
 
@@ -76,9 +93,8 @@ class Cluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:cluster:Cluster", name, None, opts)
-        cfg = args.config
         child = pulumi.ResourceOptions(parent=self)
-        versions = catalog().eks.versions[cfg.version]
+        versions = catalog().eks.versions[args.version]
 
         key = aws.kms.Key(
             f"{name}-secrets",
@@ -109,26 +125,26 @@ class Cluster(pulumi.ComponentResource):
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs",
             name=f"/aws/eks/{args.cluster_name}/cluster",
-            retention_in_days=cfg.log_retention_days,
+            retention_in_days=args.log_retention_days,
             opts=child,
         )
 
         cluster = aws.eks.Cluster(
             f"{name}-eks",
             name=args.cluster_name,
-            version=cfg.version,
+            version=args.version,
             role_arn=role.arn,
             vpc_config=aws.eks.ClusterVpcConfigArgs(
                 subnet_ids=args.private_subnet_ids,
                 endpoint_private_access=True,
-                endpoint_public_access=cfg.endpoint_public_access,
-                public_access_cidrs=cfg.public_access_cidrs or None,
+                endpoint_public_access=args.endpoint_public_access,
+                public_access_cidrs=list(args.public_access_cidrs) or None,
             ),
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn),
                 resources=["secrets"],
             ),
-            enabled_cluster_log_types=list(cfg.log_types),
+            enabled_cluster_log_types=list(args.log_types),
             access_config=aws.eks.ClusterAccessConfigArgs(
                 authentication_mode="API",
                 # The identity running `pulumi up` must reach the API to create
@@ -137,8 +153,8 @@ class Cluster(pulumi.ComponentResource):
             ),
             # Core add-ons are managed below at pinned versions instead.
             bootstrap_self_managed_addons=False,
-            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=cfg.support_type),
-            deletion_protection=cfg.deletion_protection,
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=args.support_type),
+            deletion_protection=args.deletion_protection,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # EKS must be able to use the role when it creates the cluster,
@@ -147,7 +163,7 @@ class Cluster(pulumi.ComponentResource):
             ),
         )
 
-        for i, admin in enumerate(cfg.admin_role_arns):
+        for i, admin in enumerate(args.admin_role_arns):
             entry = aws.eks.AccessEntry(
                 f"{name}-admin-{i}",
                 cluster_name=cluster.name,
@@ -255,10 +271,7 @@ class Cluster(pulumi.ComponentResource):
             instance_type=system.instance_type,
             ami_type=catalog().ami_type(system.instance_type),
             capacity_type="ON_DEMAND",
-            min_size=system.min_size,
-            desired_size=system.desired_size,
-            max_size=system.max_size,
-            max_unavailable=system.max_unavailable,
+            size=system.size,
             labels={"llm-platform/pool": "system"},
             wait_for=self.node_ready_after,
         )
@@ -271,7 +284,7 @@ class Cluster(pulumi.ComponentResource):
                 NODE_MONITORING_AGENT,
                 wait_for=[system_group],
                 configuration={"dcgmAgent": {"tolerations": catalog().accelerator_tolerations()}},
-                pin=catalog().gpu_node_addons[cfg.version][NODE_MONITORING_AGENT],
+                pin=catalog().gpu_node_addons[args.version][NODE_MONITORING_AGENT],
             )
         self.system_nodes = system_group
 

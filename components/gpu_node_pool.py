@@ -26,14 +26,15 @@ the node group. What it decides:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
 
-from components.node_group import launch_template, managed_node_group, node_user_data
+from components.node_group import PoolSize, launch_template, managed_node_group, node_user_data
 from spec.catalog import catalog
-from spec.pools import NodePoolConfig
 
 
 def efa_network_interfaces(
@@ -60,9 +61,27 @@ def efa_network_interfaces(
 @dataclass(frozen=True, kw_only=True)
 class GpuNodePoolArgs:
     pool_name: str
-    """Key of the pool in `node_pools`; used in labels."""
-    config: NodePoolConfig
-    """Validated pool spec."""
+    """The pool's name: the `llm-platform/pool` label and tag."""
+    instance_type: str
+    """An accelerated type of the catalog."""
+    size: PoolSize = field(default_factory=PoolSize)
+    disk_size_gib: int = 200
+    capacity_type: Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"] = "ON_DEMAND"
+    capacity_reservation_id: str | None = None
+    """The Capacity Block (required with CAPACITY_BLOCK) or On-Demand reservation."""
+    efa: bool = False
+    """Attach every EFA interface the type has (the pool then sits in one subnet)."""
+    placement_group: bool = False
+    """A cluster placement group (off for blocks and reservations: it would starve them)."""
+    local_nvme_raid0: bool = True
+    """Instance-store NVMe as RAID0 for containerd and the kubelet, where the type has any."""
+    hugepages_2mi_mib: int = 0
+    """At least this many MiB of 2 MiB huge pages reserved at boot (the AMI's kept if larger)."""
+    auto_repair: bool = True
+    checkpointing: bool = False
+    """Jobs here checkpoint and resume: the `llm-platform/checkpointing` label."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Extra node labels."""
     cluster_name: pulumi.Input[str]
     cluster_version: pulumi.Input[str]
     cluster_security_group_id: pulumi.Input[str]
@@ -85,13 +104,15 @@ class GpuNodePool(pulumi.ComponentResource):
         self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("llmp:nodes:GpuNodePool", name, None, opts)
-        cfg = args.config
-        itype = catalog().instance(cfg.instance_type)
-        kind = catalog().accelerator_kind(cfg.instance_type)
-        assert itype.accelerator is not None and kind is not None  # config guarantees it
+        itype = catalog().instance(args.instance_type)
+        kind = catalog().accelerator_kind(args.instance_type)
+        if itype.accelerator is None or kind is None:
+            raise ValueError(f"{args.instance_type} has no accelerator: not a GPU pool")
+        if args.capacity_type == "CAPACITY_BLOCK" and args.capacity_reservation_id is None:
+            raise ValueError("a CAPACITY_BLOCK pool needs capacity_reservation_id (cr-...)")
 
         placement: aws.ec2.PlacementGroup | None = None
-        if cfg.uses_placement_group:
+        if args.placement_group:
             placement = aws.ec2.PlacementGroup(
                 f"{name}-placement",
                 strategy="cluster",
@@ -100,26 +121,26 @@ class GpuNodePool(pulumi.ComponentResource):
             )
 
         interfaces = None
-        if cfg.efa:
+        if args.efa:
             interfaces = efa_network_interfaces(
                 itype.efa_interfaces,
                 [args.cluster_security_group_id, args.efa_security_group_id],
             )
 
-        block = cfg.capacity_type == "CAPACITY_BLOCK"
+        block = args.capacity_type == "CAPACITY_BLOCK"
         template = launch_template(
             f"{name}-nodes",
             parent=self,
-            disk_size_gib=cfg.disk_size_gib,
+            disk_size_gib=args.disk_size_gib,
             tags={**args.tags, "llm-platform/pool": args.pool_name},
             network_interfaces=interfaces,
             placement_group=placement.name if placement else None,
             capacity_block=block,
-            capacity_reservation_id=cfg.capacity_reservation_id,
-            instance_type=cfg.instance_type if block else None,
+            capacity_reservation_id=args.capacity_reservation_id,
+            instance_type=args.instance_type if block else None,
             user_data=node_user_data(
-                raid0=cfg.local_nvme_raid0 and itype.nvme_disks > 0,
-                hugepages_2mi_mib=cfg.hugepages_2mi_reserved,
+                raid0=args.local_nvme_raid0 and itype.nvme_disks > 0,
+                hugepages_2mi_mib=args.hugepages_2mi_mib,
             ),
         )
 
@@ -127,10 +148,10 @@ class GpuNodePool(pulumi.ComponentResource):
             kind.taint_key: "true",
             "llm-platform/pool": args.pool_name,
             "llm-platform/accelerator": itype.accelerator.model,
-            "llm-platform/efa": str(cfg.efa).lower(),
-            "llm-platform/capacity-type": cfg.capacity_type.lower(),
-            "llm-platform/checkpointing": str(cfg.checkpointing).lower(),
-            **cfg.labels,
+            "llm-platform/efa": str(args.efa).lower(),
+            "llm-platform/capacity-type": args.capacity_type.lower(),
+            "llm-platform/checkpointing": str(args.checkpointing).lower(),
+            **args.labels,
         }
         group = managed_node_group(
             f"{name}-nodes",
@@ -140,18 +161,15 @@ class GpuNodePool(pulumi.ComponentResource):
             node_role_arn=args.node_role_arn,
             subnet_ids=args.subnet_ids,
             template=template,
-            instance_type=None if block else cfg.instance_type,
+            instance_type=None if block else args.instance_type,
             ami_type=kind.ami_type,
-            capacity_type=cfg.capacity_type,
-            min_size=cfg.min_size,
-            desired_size=cfg.desired_size,
-            max_size=cfg.max_size,
-            max_unavailable=cfg.max_unavailable,
+            capacity_type=args.capacity_type,
+            size=args.size,
             labels=labels,
             taints=[
                 aws.eks.NodeGroupTaintArgs(key=kind.taint_key, value="true", effect="NO_SCHEDULE")
             ],
-            auto_repair=cfg.auto_repair,
+            auto_repair=args.auto_repair,
             wait_for=args.wait_for,
         )
 

@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
-
-from spec.storage import LustreConfig
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 LOG_GROUP_PREFIX = "/aws/fsx/"
@@ -97,8 +96,20 @@ def fsx_key_policy(key_arn: str, file_system_id: str, buckets: list[str]) -> str
 
 @dataclass(frozen=True, kw_only=True)
 class LustreFileSystemArgs:
-    config: LustreConfig
-    """Validated `storage.lustre` section."""
+    storage_capacity_gib: int = 1200
+    """1200 GiB or a multiple of 2400 GiB (PERSISTENT_2)."""
+    throughput_per_tib: Literal[125, 250, 500, 1000] = 125
+    compression: Literal["LZ4", "NONE"] = "LZ4"
+    metadata_mode: Literal["AUTOMATIC", "USER_PROVISIONED"] = "AUTOMATIC"
+    metadata_iops: int | None = None
+    """With USER_PROVISIONED only."""
+    lustre_version: Literal["2.15", "2.12"] = "2.15"
+    datasets_prefix: str = ""
+    """Prefix of the datasets bucket imported at /datasets."""
+    checkpoints_prefix: str = ""
+    """Prefix of the checkpoints bucket exported from /checkpoints."""
+    automatic_backup_retention_days: int = 7
+    log_retention_days: int = 90
     vpc_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
     """The private subnet of the GPU pool named in `node_pool` (one AZ)."""
@@ -127,13 +138,12 @@ class LustreFileSystem(pulumi.ComponentResource):
                 f"FSx log group {args.log_group_name!r} must begin with {LOG_GROUP_PREFIX}"
             )
         super().__init__("llmp:storage:LustreFileSystem", name, None, opts)
-        cfg = args.config
         child = pulumi.ResourceOptions(parent=self)
 
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs",
             name=args.log_group_name,
-            retention_in_days=cfg.log_retention_days,
+            retention_in_days=args.log_retention_days,
             opts=child,
         )
 
@@ -177,17 +187,17 @@ class LustreFileSystem(pulumi.ComponentResource):
             f"{name}-fs",
             deployment_type="PERSISTENT_2",
             storage_type="SSD",
-            storage_capacity=cfg.storage_capacity_gib,
-            per_unit_storage_throughput=cfg.throughput_per_tib,
-            data_compression_type=cfg.compression,
+            storage_capacity=args.storage_capacity_gib,
+            per_unit_storage_throughput=args.throughput_per_tib,
+            data_compression_type=args.compression,
             metadata_configuration=aws.fsx.LustreFileSystemMetadataConfigurationArgs(
-                mode=cfg.metadata_mode, iops=cfg.metadata_iops
+                mode=args.metadata_mode, iops=args.metadata_iops
             ),
-            file_system_type_version=cfg.lustre_version,
+            file_system_type_version=args.lustre_version,
             subnet_ids=args.subnet_id,  # FSx for Lustre lives in exactly one subnet
             security_group_ids=[sg.id],
             kms_key_id=args.kms_key_arn,
-            automatic_backup_retention_days=cfg.automatic_backup_retention_days,
+            automatic_backup_retention_days=args.automatic_backup_retention_days,
             copy_tags_to_backups=True,
             skip_final_backup=False,
             final_backup_tags={"llm-platform/backup": "final"},
@@ -243,7 +253,7 @@ class LustreFileSystem(pulumi.ComponentResource):
             "datasets",
             "/datasets",
             args.datasets_bucket,
-            cfg.datasets_prefix,
+            args.datasets_prefix,
             aws.fsx.DataRepositoryAssociationS3Args(
                 auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
                     events=["NEW", "CHANGED", "DELETED"]
@@ -254,7 +264,7 @@ class LustreFileSystem(pulumi.ComponentResource):
             "checkpoints",
             "/checkpoints",
             args.checkpoints_bucket,
-            cfg.checkpoints_prefix,
+            args.checkpoints_prefix,
             aws.fsx.DataRepositoryAssociationS3Args(
                 auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
                     events=["NEW", "CHANGED"]

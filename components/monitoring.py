@@ -51,6 +51,7 @@ take AWS credentials after their Pod Identity association; the FSx rules after t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,9 @@ from monitoring.models import (
     Monitor,
     MonitorSpec,
     NamespaceSelector,
+    PrometheusRule,
 )
 from spec.catalog import Chart, MonitoringPins, catalog
-from spec.monitoring import MonitoringConfig
 from workloads.volumes import PART_OF
 
 NAMESPACE = "monitoring"
@@ -288,20 +289,20 @@ def grafana_values(enabled: bool, admin_secret: str | None) -> dict[str, Any]:
 
 
 def kube_prometheus_stack_values(
-    cfg: MonitoringConfig, admin_secret: str | None = None
+    *, retention: str, storage_gib: int, grafana: bool, admin_secret: str | None = None
 ) -> dict[str, Any]:
     claim = {
         "spec": {
             "storageClassName": STORAGE_CLASS,
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": f"{cfg.storage_gib}Gi"}},
+            "resources": {"requests": {"storage": f"{storage_gib}Gi"}},
         }
     }
     return {
         "crds": {"enabled": False},
         "prometheus": {
             "prometheusSpec": {
-                "retention": cfg.retention,
+                "retention": retention,
                 "storageSpec": {"volumeClaimTemplate": claim},
                 # Select every monitor and rule, not only those labelled with the release.
                 "serviceMonitorSelectorNilUsesHelmValues": False,
@@ -309,7 +310,7 @@ def kube_prometheus_stack_values(
                 "ruleSelectorNilUsesHelmValues": False,
             }
         },
-        "grafana": grafana_values(cfg.grafana, admin_secret),
+        "grafana": grafana_values(grafana, admin_secret),
         "kube-state-metrics": {
             # Pod job-kind for the GPU-idle alert; node pool for the per-pool panels.
             "metricLabelsAllowlist": [f"pods=[{JOB_KIND_LABEL}]", "nodes=[llm-platform/pool]"]
@@ -339,11 +340,12 @@ def fluent_bit_values(region: str, log_group: str) -> dict[str, Any]:
     }
 
 
-def otel_collector_config(cfg: MonitoringConfig, region: str) -> dict[str, Any]:
-    if cfg.traces_exporter == "xray":
+def otel_collector_config(otlp_endpoint: str | None, region: str) -> dict[str, Any]:
+    """Traces to X-Ray in `region`, or to `otlp_endpoint` when one is given."""
+    if otlp_endpoint is None:
         exporter: dict[str, Any] = {"awsxray": {"region": region}}
     else:
-        exporter = {"otlp": {"endpoint": cfg.otlp_endpoint}}
+        exporter = {"otlp": {"endpoint": otlp_endpoint}}
     return {
         "receivers": {
             "otlp": {
@@ -367,13 +369,13 @@ def otel_collector_config(cfg: MonitoringConfig, region: str) -> dict[str, Any]:
     }
 
 
-def otel_values(cfg: MonitoringConfig, region: str) -> dict[str, Any]:
+def otel_values(otlp_endpoint: str | None, region: str) -> dict[str, Any]:
     return {
         "mode": "deployment",
         "replicaCount": 2,
         "image": {"repository": pins().otel_collector_image},
         "serviceAccount": {"create": True, "name": OTEL_SERVICE_ACCOUNT},
-        "config": otel_collector_config(cfg, region),
+        "config": otel_collector_config(otlp_endpoint, region),
     }
 
 
@@ -431,13 +433,25 @@ class FileSystemMetrics:
     """The FSx for Lustre file system whose CloudWatch metrics are exported and alerted on."""
 
     file_system_id: pulumi.Input[str]
-    capacity_gib: int
-    """`storage.lustre.storage_capacity_gib`: the fullness alert's 100%."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class MonitoringArgs:
-    config: MonitoringConfig
+    rules: Sequence[PrometheusRule]
+    """The alert rules to deploy (`monitoring.rules.prometheus_rules`); the storage ones wait
+    for the FSx exporter."""
+    retention: str = "15d"
+    """Prometheus TSDB retention."""
+    storage_gib: int = 100
+    """Prometheus volume (gp3)."""
+    grafana: bool = True
+    logs: bool = True
+    """Fluent Bit shipping container logs to CloudWatch Logs."""
+    log_retention_days: int = 30
+    traces: bool = True
+    """An OpenTelemetry collector for traces."""
+    otlp_endpoint: str | None = None
+    """Where traces go; None: AWS X-Ray."""
     stack: str
     cluster_name: pulumi.Input[str]
     kubernetes_version: str
@@ -455,7 +469,6 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:monitoring:Monitoring", name, None, opts)
-        cfg = args.config
         pinned = pins()
         # Check the pins before anything is registered.
         ebs_version = ebs_addon_version(args.kubernetes_version)
@@ -550,7 +563,7 @@ class Monitoring(pulumi.ComponentResource):
 
         admin_secret = None
         password = pulumi.Config(SECRET_CONFIG_NAMESPACE).get_secret(GRAFANA_PASSWORD_KEY)
-        if cfg.grafana and password is not None:
+        if args.grafana and password is not None:
             secret = k8s.core.v1.Secret(
                 f"{name}-grafana-admin",
                 metadata=ObjectMetaArgs(
@@ -563,9 +576,9 @@ class Monitoring(pulumi.ComponentResource):
             secrets: list[pulumi.Resource] = [secret]
         else:
             secrets = []
-            if cfg.grafana:
+            if args.grafana:
                 pulumi.log.warn(grafana_password_warning())
-        if cfg.grafana:
+        if args.grafana:
             for path in dashboard_files():
                 k8s.core.v1.ConfigMap(
                     f"{name}-dashboard-{path.stem}",
@@ -578,7 +591,12 @@ class Monitoring(pulumi.ComponentResource):
                     opts=child,
                 )
 
-        values = kube_prometheus_stack_values(cfg, admin_secret)
+        values = kube_prometheus_stack_values(
+            retention=args.retention,
+            storage_gib=args.storage_gib,
+            grafana=args.grafana,
+            admin_secret=admin_secret,
+        )
         release(
             KPS,
             values,
@@ -611,11 +629,7 @@ class Monitoring(pulumi.ComponentResource):
 
         cr_opts = pulumi.ResourceOptions(parent=self, depends_on=after_crds)
         fsx_rule_opts = pulumi.ResourceOptions(parent=self, depends_on=[*after_crds, *fsx_exporter])
-        capacity = args.file_system.capacity_gib if args.file_system else None
-        objects: list[Any] = [
-            *monitors(NAMESPACE),
-            *rules.prometheus_rules(cfg.alerts, NAMESPACE, fsx_capacity_gib=capacity),
-        ]
+        objects: list[Any] = [*monitors(NAMESPACE), *args.rules]
         for obj in objects:
             manifest = obj.dump()
             metadata = manifest["metadata"]
@@ -631,11 +645,11 @@ class Monitoring(pulumi.ComponentResource):
             )
 
         self.log_group_name = None
-        if cfg.logs:
+        if args.logs:
             group = aws.cloudwatch.LogGroup(
                 f"{name}-logs",
                 name=log_group_name(args.stack),
-                retention_in_days=cfg.log_retention_days,
+                retention_in_days=args.log_retention_days,
                 opts=child,
             )
             _, association = pod_identity_role(
@@ -654,9 +668,9 @@ class Monitoring(pulumi.ComponentResource):
             )
             self.log_group_name = group.name
 
-        if cfg.traces:
+        if args.traces:
             deps: list[pulumi.Resource] = [ns, *args.system_nodes]
-            if cfg.traces_exporter == "xray":
+            if args.otlp_endpoint is None:
                 _, otel_association = pod_identity_role(
                     f"{name}-otel",
                     parent=self,
@@ -667,7 +681,7 @@ class Monitoring(pulumi.ComponentResource):
                     service_account=OTEL_SERVICE_ACCOUNT,
                 )
                 deps.append(otel_association)
-            release(OTEL, otel_values(cfg, args.region), deps)
+            release(OTEL, otel_values(args.otlp_endpoint, args.region), deps)
 
         self.register_outputs(
             {

@@ -1,25 +1,33 @@
 """Network: the VPC every other component lives in.
 
-Owns the VPC, one private and one public subnet per AZ (layout computed from
-config, see `infra.addressing`), the internet gateway, NAT (one, or one per AZ),
+Owns the VPC, one private and one public subnet per AZ (the CIDRs it is given:
+the program computes them with `spec.addressing`), the internet gateway, NAT
+(one, or one per AZ),
 route tables, the S3 gateway endpoint that keeps checkpoint traffic off NAT,
 and the EFA security group that lets EFA traffic flow between its members.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
 
-from spec.network import NetworkConfig
-
 
 @dataclass(frozen=True, kw_only=True)
 class NetworkArgs:
-    config: NetworkConfig
-    """Validated `network` section of the stack config."""
+    vpc_cidr: str
+    private_subnets: Mapping[str, str]
+    """AZ -> CIDR of its private (node and pod) subnet, in the order the AZs are used."""
+    public_subnets: Mapping[str, str]
+    """AZ -> CIDR of its public subnet (NAT gateways, internet-facing load balancers)."""
+    nat_gateways: Literal["single", "per_az"] = "single"
+    """One NAT gateway in the first AZ, or one per AZ (survives the loss of an AZ)."""
+    s3_gateway_endpoint: bool = True
+    """Route the private subnets' S3 traffic through a (free) gateway endpoint."""
     region: str
     """Region of the VPC (for the S3 endpoint's service name)."""
     cluster_name: str
@@ -35,13 +43,14 @@ class Network(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:network:Network", name, None, opts)
-        cfg = args.config
-        layout = cfg.layout()
+        zones = list(args.private_subnets)
+        if list(args.public_subnets) != zones:
+            raise ValueError("private_subnets and public_subnets must name the same AZs")
         child = pulumi.ResourceOptions(parent=self)
 
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
-            cidr_block=cfg.vpc_cidr,
+            cidr_block=args.vpc_cidr,
             enable_dns_hostnames=True,
             enable_dns_support=True,
             tags={"Name": f"{name}-vpc"},
@@ -54,12 +63,12 @@ class Network(pulumi.ComponentResource):
         cluster_tag = f"kubernetes.io/cluster/{args.cluster_name}"
         public: dict[str, aws.ec2.Subnet] = {}
         private: dict[str, aws.ec2.Subnet] = {}
-        for zone in cfg.availability_zones:
+        for zone in zones:
             public[zone] = aws.ec2.Subnet(
                 f"{name}-public-{zone}",
                 vpc_id=vpc.id,
                 availability_zone=zone,
-                cidr_block=layout.public[zone],
+                cidr_block=args.public_subnets[zone],
                 map_public_ip_on_launch=False,
                 tags={
                     "Name": f"{name}-public-{zone}",
@@ -72,7 +81,7 @@ class Network(pulumi.ComponentResource):
                 f"{name}-private-{zone}",
                 vpc_id=vpc.id,
                 availability_zone=zone,
-                cidr_block=layout.private[zone],
+                cidr_block=args.private_subnets[zone],
                 tags={
                     "Name": f"{name}-private-{zone}",
                     "kubernetes.io/role/internal-elb": "1",
@@ -96,9 +105,7 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
 
-        nat_zones = (
-            cfg.availability_zones if cfg.nat_gateways == "per_az" else cfg.availability_zones[:1]
-        )
+        nat_zones = zones if args.nat_gateways == "per_az" else zones[:1]
         nats: dict[str, aws.ec2.NatGateway] = {}
         for zone in nat_zones:
             eip = aws.ec2.Eip(
@@ -128,7 +135,7 @@ class Network(pulumi.ComponentResource):
             )
             private_rts.append(rt)
 
-        if cfg.s3_gateway_endpoint:
+        if args.s3_gateway_endpoint:
             aws.ec2.VpcEndpoint(
                 f"{name}-s3",
                 vpc_id=vpc.id,

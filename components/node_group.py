@@ -11,9 +11,29 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSize:
+    """How many nodes a managed node group holds, and how many an update replaces at once."""
+
+    min_size: int = 0
+    desired_size: int = 0
+    """Nodes at creation; autoscalers own it afterwards (the group ignores later changes)."""
+    max_size: int = 1
+    max_unavailable: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_size <= self.desired_size <= self.max_size:
+            raise ValueError(
+                f"sizes must satisfy 0 <= min ({self.min_size}) <= desired "
+                f"({self.desired_size}) <= max ({self.max_size})"
+            )
+
 
 # AL2023 nodes are configured by nodeadm. Managed node groups merge our parts
 # with their own (cluster endpoint, CA) because the template sets no AMI id;
@@ -163,10 +183,7 @@ def managed_node_group(
     instance_type: str | None,
     ami_type: str,
     capacity_type: str,
-    min_size: int,
-    desired_size: int,
-    max_size: int,
-    max_unavailable: int,
+    size: PoolSize,
     labels: dict[str, str],
     taints: Sequence[aws.eks.NodeGroupTaintArgs] = (),
     auto_repair: bool = True,
@@ -194,9 +211,9 @@ def managed_node_group(
             version=template.latest_version.apply(str),
         ),
         scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-            min_size=min_size, desired_size=desired_size, max_size=max_size
+            min_size=size.min_size, desired_size=size.desired_size, max_size=size.max_size
         ),
-        update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=max_unavailable),
+        update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=size.max_unavailable),
         node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=auto_repair),
         labels=labels,
         taints=list(taints),

@@ -29,16 +29,16 @@ AWS and Kubernetes providers through `opts.providers`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from spec.catalog import catalog
-from spec.serving import ServingConfig
-from workloads.serving import gateway, keda, vllm
+from workloads.serving import ServedModel, ServingHours, gateway, keda, vllm
 from workloads.volumes import PART_OF
 
 KEDA = "keda"
@@ -69,7 +69,10 @@ def _visibility(name: str) -> dict[str, Any]:
     }
 
 
-def web_acl_rules(cfg: ServingConfig) -> list[aws.wafv2.WebAclRuleArgs]:
+def web_acl_rules(
+    rate_limit_per_key: int, rate_limit_per_ip: int
+) -> list[aws.wafv2.WebAclRuleArgs]:
+    """Known bad inputs, then a rate limit per API key and one per source IP (per 5 min)."""
     w = aws.wafv2
     return [
         w.WebAclRuleArgs(
@@ -92,7 +95,7 @@ def web_acl_rules(cfg: ServingConfig) -> list[aws.wafv2.WebAclRuleArgs]:
             statement=w.WebAclRuleStatementArgs(
                 rate_based_statement=w.WebAclRuleStatementRateBasedStatementArgs(
                     aggregate_key_type="CUSTOM_KEYS",
-                    limit=cfg.api.rate_limit_per_key,
+                    limit=rate_limit_per_key,
                     evaluation_window_sec=300,
                     custom_keys=[
                         w.WebAclRuleStatementRateBasedStatementCustomKeyArgs(
@@ -117,7 +120,7 @@ def web_acl_rules(cfg: ServingConfig) -> list[aws.wafv2.WebAclRuleArgs]:
             statement=w.WebAclRuleStatementArgs(
                 rate_based_statement=w.WebAclRuleStatementRateBasedStatementArgs(
                     aggregate_key_type="IP",
-                    limit=cfg.api.rate_limit_per_ip,
+                    limit=rate_limit_per_ip,
                     evaluation_window_sec=300,
                 )
             ),
@@ -128,11 +131,26 @@ def web_acl_rules(cfg: ServingConfig) -> list[aws.wafv2.WebAclRuleArgs]:
 
 @dataclass(frozen=True, kw_only=True)
 class ServingArgs:
-    config: ServingConfig
+    models: Sequence[ServedModel]
+    """Each a vLLM Deployment, Service, PodDisruptionBudget and ScaledObject."""
+    hostname: str
+    """DNS name of the API (the ALB's rule host)."""
+    certificate_arn: str
+    """ACM certificate of `hostname`, in the stack's region."""
+    clients: Sequence[str]
+    """API clients: each one's key is the secret config `llm-platform-serving:<client>`."""
+    scheme: Literal["internet-facing", "internal"] = "internal"
+    prometheus_url: str = "http://kube-prometheus-stack-prometheus.monitoring:9090"
+    """Where KEDA reads vLLM's queue depth."""
+    hours: ServingHours | None = None
+    """Serving hours; None: always at least min_replicas."""
+    rate_limit_per_key: int = 2000
+    """WAF: requests per 5 minutes per API key."""
+    rate_limit_per_ip: int = 6000
     namespace: pulumi.Input[str]
     """The `serving` tenant namespace (from tenancy: the objects wait for it)."""
     vpc_cidr: str
-    pools: dict[str, str]
+    pools: Mapping[str, str]
     """Instance type per node pool."""
     system_nodes: list[pulumi.Resource] = field(default_factory=list)
     """What KEDA's operator Deployment needs first (the system node group)."""
@@ -144,7 +162,6 @@ class Serving(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:serving:Serving", name, None, opts)
-        cfg = args.config
         ns = args.namespace
         child = pulumi.ResourceOptions(parent=self)
         pins = catalog().serving
@@ -168,13 +185,13 @@ class Serving(pulumi.ComponentResource):
         k8s.core.v1.Secret(
             f"{name}-gateway",
             gateway.gateway_secret_args(
-                ns, [m.name for m in cfg.models], api_keys(cfg.api.clients), PART_OF
+                ns, [m.name for m in args.models], api_keys(list(args.clients)), PART_OF
             ),
             opts=child,
         )
 
         after_keda = pulumi.ResourceOptions(parent=self, depends_on=[keda_release])
-        for model in cfg.models:
+        for model in args.models:
             itype = args.pools[model.node_pool]
             kind = catalog().accelerator_kind(itype)
             if kind is None:
@@ -191,7 +208,7 @@ class Serving(pulumi.ComponentResource):
                 f"{name}-{model.name}", vllm.pdb_args(ns, model.name), opts=child
             )
             manifest = keda.scaled_object(
-                model, cfg.prometheus_url, cfg.schedule, vllm.labels(model.name)
+                model, args.prometheus_url, args.hours, vllm.labels(model.name)
             ).manifest()
             k8s.apiextensions.CustomResource(
                 f"{name}-{model.name}",
@@ -209,13 +226,21 @@ class Serving(pulumi.ComponentResource):
             default_action=aws.wafv2.WebAclDefaultActionArgs(
                 allow=aws.wafv2.WebAclDefaultActionAllowArgs()
             ),
-            rules=web_acl_rules(cfg),
+            rules=web_acl_rules(args.rate_limit_per_key, args.rate_limit_per_ip),
             visibility_config=aws.wafv2.WebAclVisibilityConfigArgs(**_visibility(f"{name}-waf")),
             opts=child,
         )
         k8s.networking.v1.Ingress(
             f"{name}-api",
-            gateway.ingress_args(ns, cfg, web_acl.arn, PART_OF),
+            gateway.ingress_args(
+                ns,
+                hostname=args.hostname,
+                certificate_arn=args.certificate_arn,
+                scheme=args.scheme,
+                models=[m.name for m in args.models],
+                web_acl_arn=web_acl.arn,
+                labels=PART_OF,
+            ),
             opts=child,
         )
         k8s.networking.v1.NetworkPolicy(
@@ -224,5 +249,5 @@ class Serving(pulumi.ComponentResource):
             opts=child,
         )
         self.web_acl_arn = web_acl.arn
-        self.models = [m.name for m in cfg.models]
+        self.models = [m.name for m in args.models]
         self.register_outputs({"web_acl_arn": self.web_acl_arn, "models": self.models})

@@ -29,23 +29,73 @@ for nothing here, so both are created in parallel after a disaster.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import pulumi
 import pulumi_aws as aws
 
 from components.iam import policy_document, service_trust
-from spec.storage import BucketConfig, ReplicationConfig, StorageConfig
+
+
+@dataclass(frozen=True)
+class Transition:
+    """After `days`, move objects to `storage_class` (an S3 lifecycle transition)."""
+
+    days: int
+    storage_class: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LifecycleRule:
+    """Tiering and expiry of the objects under one prefix ("" for the whole bucket)."""
+
+    prefix: str = ""
+    transitions: Sequence[Transition] = ()
+    expire_days: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bucket:
+    """One bucket: its physical (global) name and how it keeps its objects."""
+
+    name: str
+    precious: bool = False
+    """Never force-destroyed, retained when the stack is deleted."""
+    versioned: bool = False
+    replicate: bool = False
+    """Replicate to the replication region (needs `versioned`)."""
+    adopted: bool = False
+    """It exists already (a disaster-recovery replica): imported, protected, retained."""
+    lifecycle: Sequence[LifecycleRule] = ()
+    noncurrent_version_expire_days: int = 30
+    abort_incomplete_multipart_days: int = 7
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replication:
+    """Cross-region replication of the buckets marked `replicate`."""
+
+    region: str
+    replicate_delete_markers: bool = False
+    time_control: bool = False
+    """S3 Replication Time Control (15-minute SLA)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class StorageArgs:
-    config: StorageConfig
-    """Validated `storage` section."""
+    bucket_name_prefix: str
+    """Prefix of the buckets' names (`<prefix>-<key>`), of the keys' aliases and policies."""
+    buckets: Mapping[str, Bucket] = field(default_factory=dict)
+    """By key; the `logs` bucket, required with any other, receives their access logs."""
     region: str
     """Region of the primary buckets."""
-    dr_provider: aws.Provider | None
-    """Provider of `storage.replication.region`; required when a bucket replicates."""
+    replication: Replication | None = None
+    """Required when a bucket replicates."""
+    dr_provider: aws.Provider | None = None
+    """Provider of the replication region; required when a bucket replicates."""
+    adopted_kms_key_id: str | None = None
+    """The existing key that encrypts adopted buckets' objects: imported as the storage key."""
 
 
 @dataclass(frozen=True)
@@ -82,53 +132,57 @@ class Storage(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:storage:Storage", name, None, opts)
-        cfg = args.config
         child = pulumi.ResourceOptions(parent=self)
+        if args.buckets and "logs" not in args.buckets:
+            raise ValueError(
+                "a `logs` bucket is required: every bucket sends its access logs there"
+            )
 
-        adoption = cfg.adoption
+        adoption = args.adopted_kms_key_id
         key = aws.kms.Key(
             f"{name}-s3",
-            description=f"S3 encryption for {cfg.bucket_name_prefix}-*",
+            description=f"S3 encryption for {args.bucket_name_prefix}-*",
             enable_key_rotation=True,
             deletion_window_in_days=30,
             tags=ADOPTED_TAGS if adoption else None,
             # The adopted buckets' objects are encrypted with this key: losing it loses them.
-            opts=pulumi.ResourceOptions.merge(child, _adopt(adoption.kms_key_id))
-            if adoption
-            else child,
+            opts=pulumi.ResourceOptions.merge(child, _adopt(adoption)) if adoption else child,
         )
         aws.kms.Alias(
             f"{name}-s3",
-            name=f"alias/{cfg.bucket_name_prefix}-s3",
+            name=f"alias/{args.bucket_name_prefix}-s3",
             target_key_id=key.key_id,
             opts=child,
         )
 
         # Logs first: every other bucket's access logs land there.
-        order = sorted(cfg.buckets, key=lambda k: k != "logs")
+        order = sorted(args.buckets, key=lambda k: k != "logs")
         self.buckets = {}
         for bucket_key in order:
-            spec = cfg.buckets[bucket_key]
+            spec = args.buckets[bucket_key]
             self.buckets[bucket_key] = self._bucket(
                 f"{name}-{bucket_key}",
-                physical=cfg.bucket_name(bucket_key),
                 spec=spec,
                 # S3 delivers server access logs only into buckets encrypted with
                 # SSE-S3: the logs bucket cannot use the KMS key.
                 key_arn=None if bucket_key == "logs" else key.arn,
                 logs=None if bucket_key == "logs" else self.buckets["logs"].name,
                 log_prefix=f"s3/{bucket_key}/",
-                log_sources=_log_sources(cfg) if bucket_key == "logs" else None,
-                adopted=cfg.adopted(bucket_key),
+                log_sources=_log_sources(args) if bucket_key == "logs" else None,
                 opts=child,
             )
 
         self.replicas = {}
         self.replica_kms_key_arn = None
-        replicated = [k for k in order if cfg.buckets[k].replicate]
+        replicated = [k for k in order if args.buckets[k].replicate]
         if replicated:
-            assert args.dr_provider is not None and cfg.replication.region is not None
-            self._replicate(name, args.region, cfg, replicated, key.arn, args.dr_provider)
+            if args.replication is None or args.dr_provider is None:
+                raise ValueError(
+                    f"buckets {', '.join(replicated)} replicate: give replication and dr_provider"
+                )
+            self._replicate(
+                name, args.region, args, args.replication, replicated, key.arn, args.dr_provider
+            )
 
         self.kms_key_arn = key.arn
         self.kms_key_id = key.key_id
@@ -147,14 +201,12 @@ class Storage(pulumi.ComponentResource):
         self,
         name: str,
         *,
-        physical: str,
-        spec: BucketConfig,
+        spec: Bucket,
         key_arn: pulumi.Input[str] | None,
         logs: pulumi.Input[str] | None,
         log_prefix: str,
         log_sources: str | list[str] | None = None,
         role_tag: str | None = None,
-        adopted: bool = False,
         opts: pulumi.ResourceOptions,
     ) -> BucketRef:
         """A private, encrypted, TLS-only, versioned-if-asked bucket with `spec`'s lifecycle.
@@ -164,7 +216,7 @@ class Storage(pulumi.ComponentResource):
         imported by its name; its settings are retained too, so a destroy of this
         stack leaves it versioned, encrypted and private.
         """
-        precious, versioned = spec.precious, spec.versioned
+        physical, adopted, precious = spec.name, spec.adopted, spec.precious
         tags = {"Name": physical, "llm-platform/bucket-role": role_tag or "primary"}
         bucket = aws.s3.Bucket(
             name,
@@ -225,7 +277,7 @@ class Storage(pulumi.ComponentResource):
             opts=opts,
         )
         versioning = None
-        if versioned:
+        if spec.versioned:
             versioning = aws.s3.BucketVersioning(
                 f"{name}-versioning",
                 bucket=on_bucket,
@@ -256,14 +308,13 @@ class Storage(pulumi.ComponentResource):
         self,
         name: str,
         source_region: str,
-        cfg: StorageConfig,
+        cfg: StorageArgs,
+        rep: Replication,
         replicated: list[str],
         source_key_arn: pulumi.Output[str],
         dr_provider: aws.Provider,
     ) -> None:
-        rep: ReplicationConfig = cfg.replication
-        assert rep.region is not None
-        replica_region: str = rep.region
+        replica_region = rep.region
         in_dr = pulumi.ResourceOptions(parent=self, provider=dr_provider)
         replica_key = aws.kms.Key(
             f"{name}-replica-s3",
@@ -292,10 +343,13 @@ class Storage(pulumi.ComponentResource):
             source = self.buckets[bucket_key]
             replica = self._bucket(
                 f"{name}-{bucket_key}-replica",
-                physical=f"{cfg.bucket_name_prefix}-{bucket_key}-{rep.region}",
                 # Replicas land in Standard and then age like their source, so the DR
                 # copy keeps data exactly as long as the primary does.
-                spec=cfg.buckets[bucket_key],
+                spec=replace(
+                    cfg.buckets[bucket_key],
+                    name=f"{cfg.bucket_name_prefix}-{bucket_key}-{rep.region}",
+                    adopted=False,
+                ),
                 key_arn=replica_key.arn,
                 logs=None,
                 log_prefix="",
@@ -341,13 +395,14 @@ def _adopt(import_id: str) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions(import_=import_id, protect=True, retain_on_delete=True)
 
 
-def _log_sources(cfg: StorageConfig) -> str | list[str]:
+def _log_sources(cfg: StorageArgs) -> str | list[str]:
     """Buckets whose access logs the logs bucket admits: the prefix's, plus adopted ones
     (their names come from the source stack's prefix)."""
     own = f"arn:aws:s3:::{cfg.bucket_name_prefix}-*"
-    if cfg.adoption is None:
+    adopted = sorted(b.name for b in cfg.buckets.values() if b.adopted)
+    if cfg.adopted_kms_key_id is None:
         return own
-    return [own, *(f"arn:aws:s3:::{n}" for n in sorted(cfg.adoption.buckets.values()))]
+    return [own, *(f"arn:aws:s3:::{n}" for n in adopted)]
 
 
 def _sse_default(
@@ -423,7 +478,7 @@ def replication_rule(
     bucket_key: str,
     replica_arn: pulumi.Input[str],
     replica_key_arn: pulumi.Input[str],
-    rep: ReplicationConfig,
+    rep: Replication,
 ) -> aws.s3.BucketReplicationConfigRuleArgs:
     """Replicate every object, SSE-KMS ones included, re-encrypted with the replica key."""
     rtc = "Enabled" if rep.time_control else "Disabled"
@@ -465,7 +520,7 @@ def replication_rule(
     )
 
 
-def lifecycle_rules(spec: BucketConfig) -> list[aws.s3.BucketLifecycleConfigurationRuleArgs]:
+def lifecycle_rules(spec: Bucket) -> list[aws.s3.BucketLifecycleConfigurationRuleArgs]:
     """The bucket's tiering rules by prefix, plus one rule for housekeeping."""
     rules = []
     for rule in spec.lifecycle:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,6 @@ from pulumi_kubernetes.rbac.v1 import (
 
 from components.iam import pod_identity_role
 from spec.catalog import catalog
-from spec.tenancy import TenantConfig
 from workloads import kueue, volumes
 
 TENANT_LABEL = "llm-platform/tenant"
@@ -79,8 +79,26 @@ def namespace_args(tenant: str) -> NamespaceInitArgs:
     return NamespaceInitArgs(metadata=ObjectMetaArgs(name=tenant, labels=labels))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Tenant:
+    """One team's share: its namespace's quota, its Kueue share, its IAM role and S3 prefixes."""
+
+    cpu: int
+    """vCPUs the namespace may request in total."""
+    memory_gib: int
+    pvcs: int = 8
+    gpu_quota: Mapping[str, int] = field(default_factory=dict)
+    """GPUs per pool guaranteed through Kueue (its ClusterQueue's nominal quota)."""
+    serving_gpus: Mapping[str, int] = field(default_factory=dict)
+    """GPUs per pool for services outside Kueue: in the namespace quota only."""
+    admin_role_arn: str | None = None
+    """IAM role mapped to the tenant's Kubernetes group (an EKS access entry)."""
+    s3_prefixes: Sequence[str] = ()
+    """Prefixes its `training` service account reads and writes in the tenant buckets."""
+
+
 def quota_args(
-    namespace: pulumi.Input[str], tenant: TenantConfig, gpus: dict[str, int]
+    namespace: pulumi.Input[str], tenant: Tenant, gpus: dict[str, int]
 ) -> ResourceQuotaInitArgs:
     """Hard caps: each accelerator resource (0 for kinds the tenant has no quota of)."""
     hard = {f"requests.{resource}": str(n) for resource, n in sorted(gpus.items())}
@@ -290,7 +308,8 @@ class TenantBuckets:
 
 @dataclass(frozen=True, kw_only=True)
 class TenancyArgs:
-    tenants: dict[str, TenantConfig]
+    tenants: Mapping[str, Tenant]
+    """By name: each name is also its namespace."""
     gpu_resources: dict[str, str]
     """Pool name -> its accelerator resource (nvidia.com/gpu, aws.amazon.com/neuron)."""
     cluster_name: pulumi.Input[str]

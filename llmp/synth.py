@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 import runpy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -319,6 +319,16 @@ def run_program(stack: str, region: str, program_dir: Path = PROGRAM_DIR) -> Pla
     The program reads its config the way it does under the engine (the
     runtime's config map, or PULUMI_CONFIG in the environment).
     """
+
+    def program() -> None:
+        runpy.run_path(str(program_dir), run_name="__main__")
+
+    return run(stack, region, program)
+
+
+def run(stack: str, region: str, program: Callable[[], None]) -> Plan:
+    """Run `program` (any function that declares resources: the whole program, or one
+    component built alone) inside a root stack, against a recording mock monitor."""
     # asyncio.run() elsewhere in the process (a load test, say) leaves the main
     # thread without an event loop; the Pulumi runtime expects one.
     _ensure_event_loop()
@@ -330,10 +340,6 @@ def run_program(stack: str, region: str, program_dir: Path = PROGRAM_DIR) -> Pla
     pulumi_mocks.set_mocks(mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
     # Like the language host: a new root stack around `runpy.run_path(main)`.
     settings.ROOT.set(None)
-
-    def program() -> None:
-        runpy.run_path(str(program_dir), run_name="__main__")
-
     try:
         _sync_await(run_in_stack(program))
     except pulumi.RunError as exc:
@@ -428,6 +434,7 @@ __all__ = [
     "autoname",
     "engine_config",
     "plan_text",
+    "run",
     "run_program",
     "stack_file",
     "stack_name_problem",

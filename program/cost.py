@@ -469,7 +469,8 @@ def _serving(cfg: PlatformConfig, hours: int) -> Component:
 
     assert cfg.serving is not None
     platform = catalog().platform_prices
-    rules = len(web_acl_rules(cfg.serving))
+    api = cfg.serving.api
+    rules = len(web_acl_rules(api.rate_limit_per_key, api.rate_limit_per_ip))
     lines = [
         priced(
             f"Application Load Balancer ({cfg.serving.scheme})",

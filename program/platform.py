@@ -12,16 +12,17 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from components.addons import Addons, AddonsArgs
-from components.cluster import Cluster, ClusterArgs
-from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from components.lustre import LustreFileSystem, LustreFileSystemArgs
+from components.addons import Addons
+from components.cluster import Cluster
+from components.gpu_node_pool import GpuNodePool
+from components.lustre import LustreFileSystem
 from components.lustre import log_group_name as lustre_log_group_name
+from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from components.monitoring import FileSystemMetrics, Monitoring, MonitoringArgs
-from components.network import Network, NetworkArgs
+from components.network import Network
 from components.priority_classes import PriorityClasses
 from components.serving import Serving, ServingArgs
-from components.storage import Storage, StorageArgs
+from components.storage import Storage
 from components.storage_csi import (
     LustreVolume,
     ModelWeightsVolume,
@@ -29,11 +30,11 @@ from components.storage_csi import (
     StorageVolumesArgs,
 )
 from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
-from program import cost
+from monitoring import rules
+from program import args, cost
 from spec.catalog import catalog
 from spec.platform import PlatformConfig
 from spec.tenancy import TENANT_BUCKETS
-from workloads import kueue
 
 
 def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, str]:
@@ -47,38 +48,6 @@ def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, st
     }
 
 
-def pool_capacities(cfg: PlatformConfig) -> list[kueue.PoolCapacity]:
-    """Each GPU pool at its max size, for Kueue's flavors and the cohort's capacity."""
-    out = []
-    for name, pool in cfg.node_pools.items():
-        itype = catalog().instance(pool.instance_type)
-        kind = catalog().accelerator_kind(pool.instance_type)
-        if kind is None or itype.accelerator is None:
-            continue
-        count = itype.accelerator.count
-        serving = sum(t.serving_gpus.get(name, 0) for t in cfg.tenants.values())
-        out.append(
-            kueue.PoolCapacity(
-                name=name,
-                gpu_resource=kind.resource,
-                taint_key=kind.taint_key,
-                # GPUs held by services outside Kueue are not the queues' to give.
-                gpus=count * pool.max_size - serving,
-                cpu_per_gpu=itype.vcpus / count,
-                memory_gib_per_gpu=itype.memory_gib / count,
-            )
-        )
-    return out
-
-
-def tenant_shares(cfg: PlatformConfig) -> list[kueue.TenantShare]:
-    """Each tenant's guaranteed share, for its ClusterQueue."""
-    return [
-        kueue.TenantShare(name=name, gpu_quota=t.gpu_quota, cpu=t.cpu, memory_gib=t.memory_gib)
-        for name, t in cfg.tenants.items()
-    ]
-
-
 def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     tags = standard_tags(cfg, project, stack)
     cluster_name = cfg.cluster.name or f"{project}-{stack}"
@@ -90,23 +59,11 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     )
     on_aws = pulumi.ResourceOptions(providers=[aws_provider])
 
-    network = Network(
-        "network",
-        NetworkArgs(config=cfg.network, region=cfg.region, cluster_name=cluster_name),
-        on_aws,
-    )
+    network = Network("network", args.network_args(cfg, cluster_name), on_aws)
     private_subnets = network.private_subnet_ids
     cluster = Cluster(
         "cluster",
-        ClusterArgs(
-            config=cfg.cluster,
-            system_pool=cfg.system_pool,
-            cluster_name=cluster_name,
-            region=cfg.region,
-            private_subnet_ids=list(private_subnets.values()),
-            tags=tags,
-            accelerated=bool(cfg.node_pools),
-        ),
+        args.cluster_args(cfg, cluster_name, list(private_subnets.values()), tags),
         on_aws,
     )
 
@@ -114,9 +71,9 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     for pool_name, pool in cfg.node_pools.items():
         pools[pool_name] = GpuNodePool(
             f"gpu-{pool_name}",
-            GpuNodePoolArgs(
-                pool_name=pool_name,
-                config=pool,
+            args.gpu_pool_args(
+                pool_name,
+                pool,
                 cluster_name=cluster.name,
                 cluster_version=cluster.version,
                 cluster_security_group_id=cluster.security_group_id,
@@ -134,14 +91,10 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
 
     addons = Addons(
         "addons",
-        AddonsArgs(
-            config=cfg.addons,
+        args.addons_args(
+            cfg,
             cluster_name=cluster.name,
-            region=cfg.region,
             vpc_id=network.vpc_id,
-            pools=pool_capacities(cfg),
-            tenants=tenant_shares(cfg),
-            efa=any(p.efa for p in cfg.node_pools.values()),
             system_nodes=[cluster.system_nodes],
         ),
         on_cluster,
@@ -160,16 +113,12 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 ),
             )
         # Beside the cluster, not after it: buckets and the cluster are built in parallel.
-        buckets = Storage(
-            "storage",
-            StorageArgs(config=storage, region=cfg.region, dr_provider=dr_provider),
-            on_aws,
-        )
+        buckets = Storage("storage", args.storage_args(storage, cfg.region, dr_provider), on_aws)
 
     tenancy = Tenancy(
         "tenancy",
         TenancyArgs(
-            tenants=cfg.tenants,
+            tenants={name: args.tenant(t) for name, t in cfg.tenants.items()},
             gpu_resources={
                 name: kind.resource
                 for name, pool in cfg.node_pools.items()
@@ -197,8 +146,8 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             (zone,) = cfg.pool_zones(cfg.node_pools[lustre.node_pool])
             file_system = LustreFileSystem(
                 "lustre",
-                LustreFileSystemArgs(
-                    config=lustre,
+                args.lustre_args(
+                    lustre,
                     vpc_id=network.vpc_id,
                     subnet_id=private_subnets[zone],
                     client_security_group_id=cluster.security_group_id,
@@ -210,10 +159,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 ),
                 on_aws,
             )
-            fsx_metrics = FileSystemMetrics(
-                file_system_id=file_system.file_system_id,
-                capacity_gib=lustre.storage_capacity_gib,
-            )
+            fsx_metrics = FileSystemMetrics(file_system_id=file_system.file_system_id)
             lustre_volume = LustreVolume(
                 file_system_id=file_system.file_system_id,
                 dns_name=file_system.dns_name,
@@ -262,10 +208,25 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             )
 
     if cfg.monitoring.enabled:
+        mon = cfg.monitoring
+        lustre_cfg = storage.lustre if storage is not None else None
         monitoring = Monitoring(
             "monitoring",
             MonitoringArgs(
-                config=cfg.monitoring,
+                rules=rules.prometheus_rules(
+                    mon.alerts,
+                    MONITORING_NAMESPACE,
+                    fsx_capacity_gib=lustre_cfg.storage_capacity_gib
+                    if lustre_cfg is not None and fsx_metrics is not None
+                    else None,
+                ),
+                retention=mon.retention,
+                storage_gib=mon.storage_gib,
+                grafana=mon.grafana,
+                logs=mon.logs,
+                log_retention_days=mon.log_retention_days,
+                traces=mon.traces,
+                otlp_endpoint=mon.otlp_endpoint if mon.traces_exporter == "otlp" else None,
                 stack=stack,
                 cluster_name=cluster.name,
                 kubernetes_version=cfg.cluster.version,
@@ -282,10 +243,19 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
 
     if cfg.serving is not None:
         # Only where the config asks for model servers (the inference stack).
+        serve = cfg.serving
         serving = Serving(
             "serving",
             ServingArgs(
-                config=cfg.serving,
+                models=serve.models,
+                hostname=serve.hostname,
+                certificate_arn=serve.certificate_arn,
+                clients=serve.api.clients,
+                scheme=serve.scheme,
+                prometheus_url=serve.prometheus_url,
+                hours=serve.schedule,
+                rate_limit_per_key=serve.api.rate_limit_per_key,
+                rate_limit_per_ip=serve.api.rate_limit_per_ip,
                 namespace=tenancy.namespaces["serving"],
                 vpc_cidr=cfg.network.vpc_cidr,
                 pools={name: pool.instance_type for name, pool in cfg.node_pools.items()},

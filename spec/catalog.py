@@ -454,7 +454,12 @@ class Catalog(_Data):
         return self
 
     def instance(self, name: str) -> InstanceType:
-        return self.instances[name]
+        """The catalog's facts of `name`; ValueError (one line) for a type it does not list."""
+        try:
+            return self.instances[name]
+        except KeyError:
+            known = ", ".join(sorted(self.instances))
+            raise ValueError(f"{name} is not an instance type of the catalog ({known})") from None
 
     def accelerator_tolerations(self) -> list[dict[str, str]]:
         """Tolerate every accelerator taint of the catalog (NoSchedule): what a DaemonSet
@@ -463,11 +468,11 @@ class Catalog(_Data):
         return [{"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in keys]
 
     def ami_type(self, instance_type: str) -> str:
-        acc = self.instances[instance_type].accelerator
+        acc = self.instance(instance_type).accelerator
         return self.accelerator_kinds[acc.kind].ami_type if acc else self.cpu_ami_type
 
     def accelerator_kind(self, instance_type: str) -> AcceleratorKind | None:
-        acc = self.instances[instance_type].accelerator
+        acc = self.instance(instance_type).accelerator
         return self.accelerator_kinds[acc.kind] if acc else None
 
 

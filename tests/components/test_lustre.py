@@ -149,10 +149,8 @@ def test_log_retention_follows_config(synth) -> None:
 
 def test_a_log_group_outside_the_fsx_prefix_is_refused() -> None:
     from components.lustre import LustreFileSystem, LustreFileSystemArgs
-    from spec.storage import LustreConfig
 
     args = LustreFileSystemArgs(
-        config=LustreConfig(node_pool="h100"),
         vpc_id="vpc",
         subnet_id="subnet",
         client_security_group_id="sg",

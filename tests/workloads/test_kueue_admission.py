@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from components.addons import kueue_manager_config
-from program.platform import pool_capacities, tenant_shares
+from program.args import pool_capacities, tenant_shares
 from spec.catalog import catalog
 from spec.platform import PlatformConfig
 from spec.stackfile import load_config

@@ -13,5 +13,42 @@ and the tests read them without a Pulumi runtime.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 NAMESPACE = "serving"
 """The tenant namespace every model server runs in (tenancy owns it)."""
+
+
+class ServedModel(Protocol):
+    """What the builders read of one served model (the stack's `serving.models[]` items are
+    one; a test may pass any object with these attributes)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def revision(self) -> str: ...
+    @property
+    def node_pool(self) -> str: ...
+    @property
+    def gpus_per_replica(self) -> int: ...
+    @property
+    def min_replicas(self) -> int: ...
+    @property
+    def max_replicas(self) -> int: ...
+    @property
+    def max_model_len(self) -> int: ...
+    @property
+    def quantization(self) -> str: ...
+    @property
+    def target_waiting_requests(self) -> int: ...
+
+
+class ServingHours(Protocol):
+    """Daily hours in which a model keeps its minimum replicas (KEDA's cron trigger)."""
+
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def start(self) -> str: ...
+    @property
+    def end(self) -> str: ...

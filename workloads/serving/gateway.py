@@ -23,7 +23,7 @@ rate-limits per key and per source IP (`components.serving`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -47,7 +47,6 @@ from pulumi_kubernetes.networking.v1 import (
     ServiceBackendPortArgs,
 )
 
-from spec.serving import ServingConfig
 from workloads.volumes import PART_OF
 
 API_PORT = 8080
@@ -216,15 +215,15 @@ def gateway_secret_args(
     )
 
 
-def ingress_annotations(cfg: ServingConfig, web_acl_arn: str) -> dict[str, str]:
+def ingress_annotations(scheme: str, certificate_arn: str, web_acl_arn: str) -> dict[str, str]:
     return {
-        "alb.ingress.kubernetes.io/scheme": cfg.scheme,
+        "alb.ingress.kubernetes.io/scheme": scheme,
         "alb.ingress.kubernetes.io/target-type": "ip",
         # HTTPS only: no HTTP listener exists, so nothing is served in clear; the
         # redirect stays set should anyone add port 80.
         "alb.ingress.kubernetes.io/listen-ports": json.dumps([{"HTTPS": 443}]),
         "alb.ingress.kubernetes.io/ssl-redirect": "443",
-        "alb.ingress.kubernetes.io/certificate-arn": cfg.certificate_arn,
+        "alb.ingress.kubernetes.io/certificate-arn": certificate_arn,
         "alb.ingress.kubernetes.io/ssl-policy": SSL_POLICY,
         "alb.ingress.kubernetes.io/wafv2-acl-arn": web_acl_arn,
         "alb.ingress.kubernetes.io/backend-protocol": "HTTP",
@@ -239,24 +238,29 @@ def ingress_annotations(cfg: ServingConfig, web_acl_arn: str) -> dict[str, str]:
 
 def ingress_args(
     namespace: pulumi.Input[str],
-    cfg: ServingConfig,
+    *,
+    hostname: str,
+    certificate_arn: str,
+    scheme: str,
+    models: Sequence[str],
     web_acl_arn: pulumi.Input[str],
     labels: Mapping[str, str],
 ) -> IngressInitArgs:
+    """The ALB's Ingress: HTTPS on 443 for `hostname`, a path `/<model>/` per model."""
     paths = [
         HTTPIngressPathArgs(
-            path=f"/{m.name}/",
+            path=f"/{model}/",
             path_type="Prefix",
             backend=IngressBackendArgs(
                 service=IngressServiceBackendArgs(
-                    name=m.name, port=ServiceBackendPortArgs(name="http")
+                    name=model, port=ServiceBackendPortArgs(name="http")
                 )
             ),
         )
-        for m in cfg.models
+        for model in models
     ]
     annotations = pulumi.Output.from_input(web_acl_arn).apply(
-        lambda arn: ingress_annotations(cfg, arn)
+        lambda arn: ingress_annotations(scheme, certificate_arn, arn)
     )
     return IngressInitArgs(
         metadata=ObjectMetaArgs(
@@ -264,7 +268,7 @@ def ingress_args(
         ),
         spec=IngressSpecArgs(
             ingress_class_name="alb",
-            rules=[IngressRuleArgs(host=cfg.hostname, http=HTTPIngressRuleValueArgs(paths=paths))],
+            rules=[IngressRuleArgs(host=hostname, http=HTTPIngressRuleValueArgs(paths=paths))],
         ),
     )
 

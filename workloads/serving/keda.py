@@ -19,8 +19,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from spec.serving import ServingModelConfig, ServingScheduleConfig
-from workloads.serving import NAMESPACE
+from workloads.serving import NAMESPACE, ServedModel, ServingHours
 
 API_VERSION: Final = "keda.sh/v1alpha1"
 WAITING_METRIC = "vllm:num_requests_waiting"
@@ -73,9 +72,9 @@ def waiting_query(model: str) -> str:
 
 
 def scaled_object(
-    model: ServingModelConfig,
+    model: ServedModel,
     prometheus_url: str,
-    schedule: ServingScheduleConfig | None,
+    schedule: ServingHours | None,
     labels: dict[str, str],
 ) -> ScaledObject:
     triggers = [

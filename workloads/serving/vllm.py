@@ -69,8 +69,7 @@ from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 from pulumi_kubernetes.policy.v1 import PodDisruptionBudgetInitArgs, PodDisruptionBudgetSpecArgs
 
 from spec.catalog import InstanceType, catalog
-from spec.serving import ServingModelConfig
-from workloads.serving import gateway
+from workloads.serving import ServedModel, gateway
 from workloads.volumes import MODEL_WEIGHTS_CLAIM, PART_OF
 
 PRIORITY_CLASS = "llmp-serving"
@@ -106,7 +105,7 @@ def selector(model: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": model}
 
 
-def vllm_args(model: ServingModelConfig) -> list[str]:
+def vllm_args(model: ServedModel) -> list[str]:
     args = [
         "--model",
         f"{WEIGHTS_PATH}/{model.revision}",
@@ -127,7 +126,7 @@ def vllm_args(model: ServingModelConfig) -> list[str]:
     return args
 
 
-def replica_resources(model: ServingModelConfig, itype: InstanceType) -> tuple[int, int]:
+def replica_resources(model: ServedModel, itype: InstanceType) -> tuple[int, int]:
     """(vCPUs, GiB) of a replica: its share of the node by GPUs, less 10% for the node."""
     share = model.gpus_per_replica / itype.gpu_count
     cpu = max(1, math.floor(itype.vcpus * share * 0.9) - 1)
@@ -152,9 +151,7 @@ def _hardened() -> SecurityContextArgs:
     )
 
 
-def vllm_container(
-    model: ServingModelConfig, instance_type: str, gpu_resource: str
-) -> ContainerArgs:
+def vllm_container(model: ServedModel, instance_type: str, gpu_resource: str) -> ContainerArgs:
     cpu, memory = replica_resources(model, catalog().instance(instance_type))
     gpus = str(model.gpus_per_replica)
     pins = catalog().serving
@@ -246,7 +243,7 @@ def gateway_container() -> ContainerArgs:
 
 def deployment_args(
     namespace: pulumi.Input[str],
-    model: ServingModelConfig,
+    model: ServedModel,
     instance_type: str,
     gpu_resource: str,
     taint_key: str,
