@@ -17,6 +17,23 @@ from typer.testing import CliRunner
 
 from llmp import dr
 from llmp.cli import app
+from llmp.dr.config import KEY_STAND_IN, DrError, RecoveryOptions, build_recovery_config
+from llmp.dr.equivalence import (
+    ADOPTION_RULE,
+    ALLOWED_DIFFERENCES,
+    BUCKET_RULE,
+    CAPACITY_BLOCK_RULE,
+    REGION_RULE,
+    REPLICATION_RULE,
+    RESERVATION_RULE,
+    STACK_RULE,
+    ZONE_RULE,
+    PlanDifferences,
+    plan_differences,
+    without_flavors,
+)
+from llmp.dr.rto import critical_path, estimate_rpo, waits_for
+from llmp.plan import parse_outputs, parse_plan
 from llmp.synth import synthesize
 from spec.catalog import catalog
 from spec.errors import ConfigError
@@ -29,13 +46,13 @@ CHECKPOINTS = "acme-llm-pretrain-checkpoints-us-west-2"
 MODELS = "acme-llm-pretrain-models-us-west-2"
 
 
-def options(**overrides: Any) -> dr.RecoveryOptions:
+def options(**overrides: Any) -> RecoveryOptions:
     base: dict[str, Any] = {
         "source_stack": "pretrain",
         "region": "us-west-2",
         "replica_key_arn": KEY_ARN,
     }
-    return dr.RecoveryOptions(**{**base, **overrides})
+    return RecoveryOptions(**{**base, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +65,11 @@ def plans_pair(recovery: dr.DrPlan) -> tuple[dict[str, Any], dict[str, Any]]:
     source = synthesize("pretrain", raw_stack("pretrain")).to_dict()
     rebuilt = synthesize(recovery.config.stack, recovery.config.synth_raw).to_dict()
     return source, rebuilt
+
+
+def differences(source: dict[str, Any], recovery: dict[str, Any]) -> PlanDifferences:
+    """The comparison of two plan documents (as plan.json holds them, mutated by a test)."""
+    return plan_differences(parse_plan(source), parse_plan(recovery))
 
 
 def one(plan: dict[str, Any], type_: str, name: str) -> dict[str, Any]:
@@ -82,12 +104,29 @@ def test_region_bound_settings_are_rewritten(recovery: dr.DrPlan) -> None:
     assert "region" not in storage.get("replication", {})
     assert not any(b.get("replicate") for b in storage["buckets"].values())
     assert recovery.config.dropped_pools == ["h100-block"]
+    # The file holds what the source file set and the rewrites, not every default.
+    assert "private_subnet_prefix" not in network and "version" not in raw["llm-platform:cluster"]
+    assert storage["replication"] == {"time_control": True}
+    assert storage["buckets"]["datasets"]["initial_gb"] == 200000  # as written, not 200000.0
+    assert set(raw) == set(raw_stack("pretrain"))
+
+
+def test_an_on_demand_reservation_is_dropped_and_the_pool_kept() -> None:
+    raw = with_section(
+        "pretrain", "node_pools", {"h100": {"capacity_reservation_id": "cr-0123456789abcdef0"}}
+    )
+    rc = build_recovery_config(raw, options())
+    pool = rc.raw["llm-platform:node_pools"]["h100"]
+    assert "capacity_reservation_id" not in pool and pool["placement_group"] is True
+    (rewrite,) = [r for r in rc.rewrites if r.key.endswith("h100.capacity_reservation_id")]
+    assert rewrite.before == "cr-0123456789abcdef0" and rewrite.after is None
+    assert rc.cfg.node_pools["h100"].capacity_reservation_id is None
 
 
 def test_the_source_config_is_left_unchanged() -> None:
     raw = raw_stack("pretrain")
     before = copy.deepcopy(raw)
-    dr.build_recovery_config(raw, options())
+    build_recovery_config(raw, options())
     assert raw == before
 
 
@@ -100,13 +139,13 @@ def test_the_written_stack_file_is_a_valid_stack_file(recovery: dr.DrPlan, tmp_p
     assert cfg.storage is not None and cfg.storage.adoption is not None
     assert cfg.storage.adoption.kms_key_id == KEY_ID
     assert runbook_path.name == "pretrain-dr.runbook.md"
-    with pytest.raises(FileExistsError):
+    with pytest.raises(DrError, match="exists; pass --force to overwrite it"):
         dr.write_plan_files(recovery, tmp_path, force=False)
     dr.write_plan_files(recovery, tmp_path, force=True)
 
 
 def test_an_unknown_replica_key_is_left_out_with_an_action_and_a_clear_error() -> None:
-    rc = dr.build_recovery_config(raw_stack("pretrain"), options(replica_key_arn=None))
+    rc = build_recovery_config(raw_stack("pretrain"), options(replica_key_arn=None))
     assert "kms_key_arn" not in rc.raw["llm-platform:storage"]["adoption"]
     assert any(n.level == "action" and "kms_key_arn" in n.text for n in rc.notes)
     with pytest.raises(ConfigError) as exc:
@@ -116,24 +155,31 @@ def test_an_unknown_replica_key_is_left_out_with_an_action_and_a_clear_error() -
     assert "alias/<source prefix>-s3-replica" in message and "\n" not in message
     # The offline plan still runs, with a stand-in key that never reaches the file.
     stand_in = rc.synth_raw["llm-platform:storage"]["adoption"]["kms_key_arn"]
-    assert stand_in == dr.KEY_STAND_IN.format(region="us-west-2")
+    assert stand_in == KEY_STAND_IN.format(region="us-west-2")
 
 
 def test_source_outputs_give_the_real_replica_names_and_key() -> None:
-    outputs = {
-        "dr_replicas": {
-            "checkpoints": {"bucket": "real-ckpt", "region": "us-west-2", "kms_key_arn": KEY_ARN},
-            "models": {"bucket": "real-models", "region": "us-west-2", "kms_key_arn": KEY_ARN},
+    outputs = parse_outputs(
+        {
+            "dr_replicas": {
+                "checkpoints": {
+                    "bucket": "real-ckpt",
+                    "region": "us-west-2",
+                    "kms_key_arn": KEY_ARN,
+                },
+                "models": {"bucket": "real-models", "region": "us-west-2", "kms_key_arn": KEY_ARN},
+            }
         }
-    }
-    rc = dr.build_recovery_config(
+    )
+    rc = build_recovery_config(
         raw_stack("pretrain"), options(replica_key_arn=None, outputs=outputs)
     )
     assert rc.adopted == {"checkpoints": "real-ckpt", "models": "real-models"}
     assert rc.key_arn == KEY_ARN and "outputs" in rc.key_from
     # Without dr_replicas, the primary names of `buckets` still give the replicas'.
-    rc = dr.build_recovery_config(
-        raw_stack("pretrain"), options(outputs={"buckets": {"checkpoints": "a", "models": "b"}})
+    rc = build_recovery_config(
+        raw_stack("pretrain"),
+        options(outputs=parse_outputs({"buckets": {"checkpoints": "a", "models": "b"}})),
     )
     assert rc.adopted == {"checkpoints": "a-us-west-2", "models": "b-us-west-2"}
 
@@ -161,8 +207,8 @@ def test_the_source_stacks_output_names_what_a_recovery_adopts(plans) -> None:
     ],
 )
 def test_options_that_cannot_work_are_one_line_errors(overrides, message) -> None:
-    with pytest.raises(dr.DrError) as exc:
-        dr.build_recovery_config(raw_stack("pretrain"), options(**overrides))
+    with pytest.raises(DrError) as exc:
+        build_recovery_config(raw_stack("pretrain"), options(**overrides))
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
@@ -172,7 +218,8 @@ def test_options_that_cannot_work_are_one_line_errors(overrides, message) -> Non
         ("{", "is not JSON: "),
         (b"\xff", "is not UTF-8 text (byte 0)"),
         ("[" * 100_000, "nested too deeply"),
-        ("[1]", "is not `pulumi stack output --json` (a JSON object of outputs)"),
+        ("[1]", "is not an object of stack outputs (`pulumi stack output --json`)"),
+        ('{"dr_replicas": {"models": {"bucket": 1}}}', "`dr_replicas.models.bucket` is not"),
     ],
 )
 def test_outputs_that_are_no_stack_outputs_are_one_line_errors(
@@ -183,14 +230,15 @@ def test_outputs_that_are_no_stack_outputs_are_one_line_errors(
         path.write_bytes(text)
     else:
         path.write_text(text)
-    with pytest.raises(dr.DrError) as exc:
-        dr.load_outputs(path)
-    assert str(exc.value).startswith(f"--outputs {path} ") and message in str(exc.value)
-    assert "\n" not in str(exc.value)
+    args = ["--from", "pretrain", "--region", "us-west-2", "--outputs", str(path)]
+    result = CliRunner().invoke(app, ["dr", "plan", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("--outputs: ") and str(path) in result.stderr
+    assert message in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_a_reservation_bought_in_the_region_keeps_the_block_pool() -> None:
-    rc = dr.build_recovery_config(
+    rc = build_recovery_config(
         raw_stack("pretrain"), options(reservations={"h100-block": "cr-0fedcba9876543210"})
     )
     pool = rc.raw["llm-platform:node_pools"]["h100-block"]
@@ -200,7 +248,7 @@ def test_a_reservation_bought_in_the_region_keeps_the_block_pool() -> None:
 
 
 def test_given_zones_map_by_position() -> None:
-    rc = dr.build_recovery_config(
+    rc = build_recovery_config(
         raw_stack("pretrain"), options(zones=["us-west-2c", "us-west-2a", "us-west-2b"])
     )
     assert rc.zone_map["us-east-1a"] == "us-west-2c"
@@ -211,20 +259,20 @@ def test_given_zones_map_by_position() -> None:
 def test_secrets_are_not_copied_but_named() -> None:
     raw = raw_stack("pretrain")
     raw["llm-platform-monitoring:grafanaAdminPassword"] = {"secure": "v1:abc"}
-    rc = dr.build_recovery_config(raw, options())
+    rc = build_recovery_config(raw, options())
     assert "llm-platform-monitoring:grafanaAdminPassword" not in rc.raw
     assert rc.secrets == ["llm-platform-monitoring:grafanaAdminPassword"]
 
 
 def test_a_serving_stack_needs_a_certificate_of_the_region() -> None:
     raw = with_section("inference", "network", {})
-    with pytest.raises(dr.DrError, match="ACM certificates are regional"):
-        dr.build_recovery_config(raw, options(source_stack="inference"))
+    with pytest.raises(DrError, match="ACM certificates are regional"):
+        build_recovery_config(raw, options(source_stack="inference"))
     cert = "arn:aws:acm:us-west-2:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
     wrong = cert.replace("us-west-2", "us-east-1")
-    with pytest.raises(dr.DrError, match="not an ACM certificate ARN in us-west-2"):
-        dr.build_recovery_config(raw, options(source_stack="inference", certificate_arn=wrong))
-    rc = dr.build_recovery_config(raw, options(source_stack="inference", certificate_arn=cert))
+    with pytest.raises(DrError, match="not an ACM certificate ARN in us-west-2"):
+        build_recovery_config(raw, options(source_stack="inference", certificate_arn=wrong))
+    rc = build_recovery_config(raw, options(source_stack="inference", certificate_arn=cert))
     assert rc.raw["llm-platform:serving"]["certificate_arn"] == cert
     # inference replicates nothing: its buckets start empty, and the plan says so.
     assert rc.adopted == {}
@@ -238,24 +286,24 @@ def test_a_serving_stack_needs_a_certificate_of_the_region() -> None:
 
 def test_the_recovery_plan_is_the_source_platform_in_another_region(plans_pair) -> None:
     source, rebuilt = plans_pair
-    diff = dr.plan_differences(source, rebuilt)
+    diff = differences(source, rebuilt)
     assert diff.unexplained == []
     assert diff.equivalent
     # Only replication and the capacity-block pool are missing; nothing is added.
     assert {d.rules for d in diff.only_in_source} == {
-        (dr.REPLICATION_RULE,),
-        (dr.CAPACITY_BLOCK_RULE,),
+        (REPLICATION_RULE,),
+        (CAPACITY_BLOCK_RULE,),
     }
     assert diff.only_in_recovery == []
-    left_out = {d.name for d in diff.only_in_source if d.rules == (dr.CAPACITY_BLOCK_RULE,)}
+    left_out = {d.name for d in diff.only_in_source if d.rules == (CAPACITY_BLOCK_RULE,)}
     assert left_out >= {"gpu-h100-block", "addons-resourceflavor-pool-h100-block"}
     by_rule = diff.by_rule()
-    for rule in (dr.REGION_RULE, dr.ZONE_RULE, dr.BUCKET_RULE, dr.ADOPTION_RULE, dr.STACK_RULE):
+    for rule in (REGION_RULE, ZONE_RULE, BUCKET_RULE, ADOPTION_RULE, STACK_RULE):
         assert by_rule.get(rule), f"no {rule} difference"
-    assert set(by_rule) <= set(dr.ALLOWED_DIFFERENCES)
+    assert set(by_rule) <= set(ALLOWED_DIFFERENCES)
     # The control plane differs only where the region and zones reach it.
     cluster = [d for d in diff.changed if d.type == "aws:eks/cluster:Cluster"]
-    assert cluster and all(set(d.rules) <= {dr.REGION_RULE, dr.ZONE_RULE} for d in cluster)
+    assert cluster and all(set(d.rules) <= {REGION_RULE, ZONE_RULE} for d in cluster)
     assert not any(d.path in ("inputs.name", "inputs.version") for d in cluster)
 
 
@@ -271,9 +319,9 @@ def test_a_bought_block_and_onward_replication_stay_equivalent() -> None:
     diff = plan.differences
     assert diff.equivalent, diff.unexplained[:5]
     assert diff.only_in_source == [] and diff.only_in_recovery == []
-    (reservation,) = [d for d in diff.changed if d.rules == (dr.RESERVATION_RULE,)]
+    (reservation,) = [d for d in diff.changed if d.rules == (RESERVATION_RULE,)]
     assert reservation.recovery == "cr-0fedcba9876543210"
-    assert diff.by_rule()[dr.REPLICATION_RULE] > 0  # replicas now go to eu-west-1
+    assert diff.by_rule()[REPLICATION_RULE] > 0  # replicas now go to eu-west-1
 
 
 def _mutated(rebuilt: dict[str, Any]) -> dict[str, Any]:
@@ -287,7 +335,7 @@ def test_a_difference_no_rule_names_is_unexplained(plans_pair) -> None:
         "maxSize"
     ] = 8
     one(changed, "aws:ec2/vpc:Vpc", "network-vpc")["inputs"]["cidrBlock"] = "10.99.0.0/16"
-    diff = dr.plan_differences(source, changed)
+    diff = differences(source, changed)
     found = {(d.name, d.path) for d in diff.unexplained}
     assert ("gpu-h100-nodes", "inputs.scalingConfig.maxSize") in found
     assert ("network-vpc", "inputs.cidrBlock") in found
@@ -303,7 +351,7 @@ def test_a_missing_or_extra_resource_is_unexplained(plans_pair) -> None:
     extra = copy.deepcopy(one(changed, "aws:iam/role:Role", "cluster-node"))
     extra["name"], extra["urn"] = "surprise", extra["urn"].replace("cluster-node", "surprise")
     changed["resources"].append(extra)
-    diff = dr.plan_differences(source, changed)
+    diff = differences(source, changed)
     assert {(d.name, d.source, d.recovery) for d in diff.unexplained} >= {
         ("cluster-eks", "present", None),
         ("surprise", None, "present"),
@@ -312,11 +360,11 @@ def test_a_missing_or_extra_resource_is_unexplained(plans_pair) -> None:
 
 def test_import_ids_and_protection_are_named_adoption_differences(plans_pair) -> None:
     source, rebuilt = plans_pair
-    diff = dr.plan_differences(source, rebuilt)
+    diff = differences(source, rebuilt)
     options_diff = {(d.name, d.path): d for d in diff.changed if d.path.startswith("options.")}
     assert options_diff[("storage-checkpoints", "options.import_id")].recovery == CHECKPOINTS
     assert options_diff[("storage-s3", "options.import_id")].recovery == KEY_ID
-    assert options_diff[("storage-s3", "options.protect")].rules == (dr.ADOPTION_RULE,)
+    assert options_diff[("storage-s3", "options.protect")].rules == (ADOPTION_RULE,)
 
 
 def _renamed(plan: dict[str, Any], old: str, new: str) -> None:
@@ -330,7 +378,7 @@ def test_a_bucket_name_that_is_not_region_bound_is_unexplained(plans_pair) -> No
     # A new bucket must keep its name under the new prefix, not take any name.
     elsewhere = _mutated(rebuilt)
     _renamed(elsewhere, "acme-llm-pretrain-us-west-2-datasets", "somebody-elses-datasets")
-    found = {(d.name, d.path) for d in dr.plan_differences(source, elsewhere).unexplained}
+    found = {(d.name, d.path) for d in differences(source, elsewhere).unexplained}
     assert ("storage-datasets", "inputs.bucket") in found
     assert ("lustre-datasets", "inputs.dataRepositoryPath") in found
     # Two buckets on one replica: each name alone looks adopted, together they are not.
@@ -338,12 +386,12 @@ def test_a_bucket_name_that_is_not_region_bound_is_unexplained(plans_pair) -> No
     checkpoints = one(merged, "aws:s3/bucket:Bucket", "storage-checkpoints")
     checkpoints["import_id"] = MODELS
     _renamed(merged, CHECKPOINTS, MODELS)
-    found = {(d.name, d.path) for d in dr.plan_differences(source, merged).unexplained}
+    found = {(d.name, d.path) for d in differences(source, merged).unexplained}
     assert {("storage-checkpoints", "inputs.bucket"), ("storage-models", "inputs.bucket")} <= found
 
 
 def test_two_buckets_adopting_one_replica_is_a_config_error() -> None:
-    raw = copy.deepcopy(dr.build_recovery_config(raw_stack("pretrain"), options()).raw)
+    raw = copy.deepcopy(build_recovery_config(raw_stack("pretrain"), options()).raw)
     raw["llm-platform:storage"]["adoption"]["buckets"]["models"] = CHECKPOINTS
     with pytest.raises(ConfigError, match=r"adoption\.buckets\.models = .* is already the name of"):
         load_config(raw)
@@ -360,7 +408,7 @@ def test_a_source_prefix_that_names_the_region_is_translated_once() -> None:
     raw = with_section("pretrain", "storage", {"bucket_name_prefix": "acme-us-east-1"})
     diff = dr.make_plan(raw, options()).differences
     assert diff.equivalent, diff.unexplained[:3]
-    assert diff.by_rule()[dr.BUCKET_RULE] > 0
+    assert diff.by_rule()[BUCKET_RULE] > 0
 
 
 def test_only_a_capacity_block_pool_may_be_left_out(plans_pair) -> None:
@@ -374,11 +422,11 @@ def test_only_a_capacity_block_pool_may_be_left_out(plans_pair) -> None:
     ]
     for r in changed["resources"]:
         if r["type"].startswith("kubernetes:kueue.x-k8s.io/"):
-            r["inputs"], _ = dr._without_dropped_flavors(r["inputs"], {"h100"})
+            r["inputs"], _ = without_flavors(r["inputs"], {"h100"})
     # The quota lowered by exactly what the left-out pools held, as for a block.
     quota = one(changed, "kubernetes:core/v1:ResourceQuota", "tenancy-foundation-quota")
     quota["inputs"]["spec"]["hard"]["requests.nvidia.com/gpu"] = "0"
-    diff = dr.plan_differences(source, changed)
+    diff = differences(source, changed)
     unexplained = {(d.name, d.path) for d in diff.unexplained}
     assert {("gpu-h100", ""), ("gpu-h100-nodes", "")} <= unexplained
     assert ("tenancy-foundation-quota", "inputs.spec.hard.requests.nvidia.com/gpu") in unexplained
@@ -389,17 +437,18 @@ def test_adoption_explains_only_what_adoption_sets(plans_pair) -> None:
     source, rebuilt = plans_pair
     changed = _mutated(rebuilt)
     bucket = one(changed, "aws:s3/bucket:Bucket", "storage-checkpoints")
-    bucket["protect"] = bucket["retain_on_delete"] = None  # adopted, yet deletable
+    bucket["protect"] = bucket["retain_on_delete"] = False  # adopted, yet deletable
+    # Adoption retains a bucket's settings; it does not protect them.
     one(changed, "aws:s3/bucketVersioning:BucketVersioning", "storage-checkpoints-versioning")[
-        "retain_on_delete"
-    ] = False
+        "protect"
+    ] = True
     cluster = one(changed, "aws:eks/cluster:Cluster", "cluster-eks")
     cluster["import_id"] = "llm-platform-pretrain"  # only buckets and their key are adopted
     cluster["inputs"].setdefault("tags", {})["llm-platform/adopted"] = "true"
-    found = {(d.name, d.path) for d in dr.plan_differences(source, changed).unexplained}
+    found = {(d.name, d.path) for d in differences(source, changed).unexplained}
     assert found >= {
         ("storage-checkpoints", "options.retain_on_delete"),
-        ("storage-checkpoints-versioning", "options.retain_on_delete"),
+        ("storage-checkpoints-versioning", "options.protect"),
         ("cluster-eks", "options.import_id"),
         ("cluster-eks", "inputs.tags.llm-platform/adopted"),
     }
@@ -420,7 +469,7 @@ def test_parents_providers_dependencies_and_twins_are_compared(plans_pair) -> No
     twin["urn"] = f"{cluster_urn.rsplit('::', 1)[0]}$aws:eks/nodeGroup:NodeGroup::gpu-h100-nodes"
     twin["parent"] = cluster_urn
     changed["resources"].append(twin)  # same type and name, another parent
-    diff = dr.plan_differences(source, changed)
+    diff = differences(source, changed)
     found = {(d.name, d.path) for d in diff.unexplained}
     assert found >= {
         ("gpu-h100-nodes", "dependencies"),
@@ -435,18 +484,18 @@ def test_parents_providers_dependencies_and_twins_are_compared(plans_pair) -> No
 @pytest.fixture(scope="module")
 def onward_pair() -> tuple[dict[str, Any], dict[str, Any]]:
     """pretrain recovered with its replicas kept replicating, to eu-west-1."""
-    rc = dr.build_recovery_config(raw_stack("pretrain"), options(replicate_to="eu-west-1"))
+    rc = build_recovery_config(raw_stack("pretrain"), options(replicate_to="eu-west-1"))
     source = synthesize("pretrain", raw_stack("pretrain")).to_dict()
     return source, synthesize(rc.stack, rc.synth_raw).to_dict()
 
 
 def test_onward_replication_differs_only_in_its_region_and_names(onward_pair) -> None:
     source, rebuilt = onward_pair
-    diff = dr.plan_differences(source, rebuilt)
+    diff = differences(source, rebuilt)
     assert diff.equivalent, diff.unexplained[:3]
     replica = [d for d in diff.changed if d.name == "storage-checkpoints-replica"]
     assert {d.path for d in replica} >= {"inputs.bucket"}
-    assert all(dr.REPLICATION_RULE in d.rules for d in replica)
+    assert all(REPLICATION_RULE in d.rules for d in replica)
     # Being part of the replication does not explain a setting that is not region-bound.
     changed = _mutated(rebuilt)
     lifecycle = one(
@@ -462,7 +511,7 @@ def test_onward_replication_differs_only_in_its_region_and_names(onward_pair) ->
     )
     rule["inputs"]["rules"][0]["destination"].pop("replicationTime")
     _renamed(changed, "acme-llm-pretrain-us-west-2-models-eu-west-1", "any-other-name")
-    found = {(d.name, d.path) for d in dr.plan_differences(source, changed).unexplained}
+    found = {(d.name, d.path) for d in differences(source, changed).unexplained}
     assert found >= {
         ("storage-checkpoints-replica-lifecycle", "inputs.rules[0].expiration.days"),
         ("storage-checkpoints-replication", "inputs.rules[0].destination.replicationTime.status"),
@@ -544,7 +593,7 @@ def test_the_recovery_plan_passes_the_policy_pack(plans_pair) -> None:
     from llmp.policy import evaluate, failed
 
     _, rebuilt = plans_pair
-    violations = evaluate(rebuilt, stack_config=False)
+    violations = evaluate(parse_plan(rebuilt), stack_config=False)
     assert not failed(violations), [v for v in violations if v.level == "mandatory"]
 
 
@@ -579,7 +628,7 @@ def test_the_critical_path_is_the_longest_weighted_chain() -> None:
             ),
         ]
     }
-    rto = dr.critical_path(plan)
+    rto = critical_path(parse_plan(plan))
     assert [s.name for s in rto.path] == ["vpc", "fs", "dra"]
     expected = sum(
         times[t].minutes
@@ -614,7 +663,7 @@ def test_the_critical_path_is_the_heaviest_chain_not_the_longest_one() -> None:
             _resource("nodes", "aws:eks/nodeGroup:NodeGroup", ["urn:eks"]),
         ]
     }
-    rto = dr.critical_path(plan)
+    rto = critical_path(parse_plan(plan))
     assert [s.name for s in rto.path] == ["vpc", "nat", "eks", "nodes"]
     expected = sum(
         times[t].minutes
@@ -629,7 +678,7 @@ def test_the_critical_path_is_the_heaviest_chain_not_the_longest_one() -> None:
     assert expected > 6 * times[role].minutes
     assert rto.minutes == pytest.approx(expected)
     # Brute force over every chain agrees.
-    edges = dr.waits_for(plan)
+    edges = waits_for(parse_plan(plan))
 
     def longest(urn: str) -> float:
         own = times[plan_types[urn]].minutes
@@ -647,8 +696,17 @@ def test_a_dependency_cycle_is_an_error_not_a_shorter_path() -> None:
             _resource("c", "aws:iam/role:Role", ["urn:b"]),
         ]
     }
-    with pytest.raises(dr.DrError, match="cycle through urn:"):
-        dr.critical_path(plan)
+    with pytest.raises(DrError, match="cycle through urn:") as exc:
+        critical_path(parse_plan(plan))
+    assert "\n" not in str(exc.value)
+
+
+def test_of_two_chains_that_end_together_the_path_is_the_first_urns() -> None:
+    role = "aws:iam/role:Role"
+    plan = {"resources": [_resource(n, role, ["urn:base"]) for n in ("b", "a")]}
+    plan["resources"].append(_resource("base", role))
+    rto = critical_path(parse_plan(plan))
+    assert [s.name for s in rto.path] == ["base", "a"]
 
 
 def test_depending_on_a_component_waits_for_all_its_resources_and_providers_count() -> None:
@@ -664,10 +722,11 @@ def test_depending_on_a_component_waits_for_all_its_resources_and_providers_coun
             _resource("odd", "aws:some/new:Thing"),
         ]
     }
-    edges = dr.waits_for(plan)
+    edges = waits_for(parse_plan(plan))
     assert edges["urn:after"] == {"urn:cluster", "urn:eks", "urn:addon"}
+    assert edges["urn:eks"] == {"urn:cluster"}  # a child waits for its parent (Plan.graph)
     assert edges["urn:ns"] == {"urn:k8s"}
-    rto = dr.critical_path(plan)
+    rto = critical_path(parse_plan(plan))
     assert [s.name for s in rto.path] == ["eks", "addon", "after"]
     assert rto.unknown_types == ["aws:some/new:Thing"]
 
@@ -696,11 +755,11 @@ def test_rpo_without_rtc_or_replication() -> None:
     no_rtc = load_config(
         with_section("pretrain", "storage", {"replication": {"time_control": False}})
     )
-    rpo = dr.estimate_rpo(no_rtc, interval_seconds=600)
+    rpo = estimate_rpo(no_rtc, interval_seconds=600)
     parts = {p.what: p for p in rpo.parts}
     assert parts["checkpoint interval"].minutes == 10
     assert parts["S3 replication (no RTC)"].kind == "assumption"
-    finetune = dr.estimate_rpo(load_config(raw_stack("finetune")))
+    finetune = estimate_rpo(load_config(raw_stack("finetune")))
     assert not finetune.replicated and not finetune.bound
     assert finetune.to_dict()["minutes"] is None  # unbounded: every checkpoint is lost
 
@@ -725,7 +784,7 @@ def test_the_runbook_walks_through_the_recovery(recovery: dr.DrPlan) -> None:
         f"llmp dr restore-point --bucket {CHECKPOINTS} --prefix runs/<job>/ --region us-west-2",
         "`L-417A185B` | 3,072",
         "## RTO: the critical path",
-        "| `lustre-datasets` |",
+        "| `lustre-checkpoints` |",
         "## RPO: what a disaster can take",
         "## Not carried over, and why",
         "## Failing back",
@@ -792,7 +851,7 @@ def test_dr_plan_writes_the_stack_file_and_runbook(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["equivalence"]["equivalent"] is True
-    assert doc["rto"]["critical_path"][-1]["name"] == "lustre-datasets"
+    assert doc["rto"]["critical_path"][-1]["name"] == "lustre-checkpoints"  # ties: first URN
     assert doc["rpo"]["minutes"] == 55
     assert (tmp_path / "Pulumi.pretrain-dr.yaml").is_file()
     assert (tmp_path / "pretrain-dr.runbook.md").is_file()
@@ -811,7 +870,7 @@ def test_dr_plan_writes_the_stack_file_and_runbook(tmp_path: Path) -> None:
         (["--from", "pretrain", "--region", "us-west-2", "--reservation", "x"], "POOL=cr-"),
         (
             ["--from", "pretrain", "--region", "us-west-2", "--outputs", "/nonexistent/o.json"],
-            "cannot read --outputs",
+            "--outputs: no outputs file /nonexistent/o.json",
         ),
         (["--from", "pretrain", "--region", "uswest2"], "is not an AWS region name"),
         (
