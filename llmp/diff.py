@@ -20,17 +20,15 @@ compared by URN, the identity Pulumi uses:
 - the cost delta from the plans' `cost` output;
 - the policy violations that are new, and the ones fixed.
 
-The comparison is pure (`compare_plans`, `cost_delta`, `violation_delta`);
-rendering is separate (`render_terminal`, `render_markdown`, `report_to_json`).
+The plan comparison is `llmp.compare` (shared with `llmp dr plan`); this
+module adds the cost and policy deltas (`cost_delta`, `violation_delta`) and
+renders the report (`render_terminal`, `render_markdown`, `report_to_json`).
 """
 
 from __future__ import annotations
 
-import difflib
-import json
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,544 +38,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-__all__ = [
-    "GITHUB_COMMENT_LIMIT",
-    "CostLine",
-    "DiffReport",
-    "InputChange",
-    "PlanDiff",
-    "Replacement",
-    "compare_plans",
-    "cost_delta",
-    "exit_code",
-    "render_markdown",
-    "render_terminal",
-    "replacement_rules",
-    "report_to_json",
-    "violation_delta",
-]
+from llmp.compare import PlanDiff, at_path, compare_plans
+from llmp.plan import Plan
 
 GITHUB_COMMENT_LIMIT = 65536
 """Characters GitHub accepts in one issue or PR comment body."""
-
-SECRET = "[secret]"
-ABSENT = "(absent)"
-_VALUE_WIDTH = 80
-
-_MISSING: Any = object()
-
-
-# ---------------------------------------------------------------------------
-# Inputs: flattening, values, paths
-# ---------------------------------------------------------------------------
-
-
-def _is_scalar_list(value: Any) -> bool:
-    return isinstance(value, list) and all(not isinstance(v, dict | list) for v in value)
-
-
-def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Input leaves by dotted path; lists of scalars are one leaf, lists of objects are indexed."""
-    if isinstance(value, dict):
-        if not value and prefix:
-            return {prefix: value}
-        out: dict[str, Any] = {}
-        for key in value:
-            out.update(_leaves(value[key], f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    if isinstance(value, list) and not _is_scalar_list(value):
-        out = {}
-        for i, item in enumerate(value):
-            out.update(_leaves(item, f"{prefix}[{i}]"))
-        return out
-    return {prefix: value}
-
-
-def show_value(value: Any, width: int = _VALUE_WIDTH) -> str:
-    """A value as the report shows it: JSON, secrets as [secret], long ones cut with an ellipsis."""
-    if value is _MISSING:
-        return ABSENT
-    if value == SECRET:
-        return SECRET
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _at_path(inputs: Mapping[str, Any], path: str) -> Any:
-    """The value at a dotted path through objects; _MISSING where any step is absent."""
-    node: Any = inputs
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _empty(value: Any) -> bool:
-    return value is _MISSING or value is None or value == [] or value == {}
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal as inputs: 30 and 30.0 are (the mocks return every number as a float), but
-    `true` and 1 are not, as Python's `==` would have it."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
-
-
-def _same_items(a: Any, b: Any) -> bool:
-    """Two lists of scalars holding the same items, in any order (a Terraform set)."""
-    if not (_is_scalar_list(a) and _is_scalar_list(b)) or len(a) != len(b):
-        return False
-
-    def key(value: Any) -> str:
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        return json.dumps(float(value) if number else value)
-
-    return sorted(map(key, a)) == sorted(map(key, b))
-
-
-def _version_key(value: Any) -> tuple[float, ...] | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return (float(value),)
-    if isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)*", value):
-        return tuple(float(p) for p in value.split("."))
-    return None
-
-
-def _strings_in(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings_in(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings_in(v)
-
-
-# ---------------------------------------------------------------------------
-# Replacement rules (catalog)
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ForceNew:
-    """One force-new input of a type (a plain copy of the catalog's, so tests can build them)."""
-
-    input: str
-    when: str = "changed"
-    unordered: bool = False
-    """A Terraform set: the same items in another order is no change."""
-
-
-@dataclass(frozen=True)
-class TypeRule:
-    precious: bool
-    force_new: tuple[ForceNew, ...]
-    why: str | None = None
-
-
-def replacement_rules() -> dict[str, TypeRule]:
-    """The catalog's `replacement` table by Pulumi type (empty when the catalog has none)."""
-    from spec.catalog import catalog
-
-    table = catalog().replacement
-    if table is None:
-        return {}
-    return {
-        type_: TypeRule(
-            rule.precious,
-            tuple(ForceNew(f.input, f.when, f.unordered) for f in rule.force_new),
-            rule.why,
-        )
-        for type_, rule in table.types.items()
-    }
-
-
-def _forced_by(rule: TypeRule, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """The force-new inputs of `rule` whose change between `old` and `new` replaces the resource."""
-    forced = []
-    for entry in rule.force_new:
-        before, after = _at_path(old, entry.input), _at_path(new, entry.input)
-        if _same(before, after) or (before == SECRET and after == SECRET):
-            continue
-        if entry.unordered and _same_items(before, after):
-            continue
-        if entry.when == "changed":
-            forced.append(entry.input)
-        elif entry.when == "decreased":
-            b, a = _version_key(before), _version_key(after)
-            if b is not None and a is not None and a < b:
-                forced.append(f"{entry.input} (decreased)")
-        elif entry.when == "removed" and _empty(after) and not _empty(before):
-            forced.append(f"{entry.input} (removed)")
-    return forced
-
-
-def computed_markers(resource: Mapping[str, Any]) -> set[str]:
-    """Values by which other inputs refer to this resource's computed outputs in a plan.
-
-    They follow `llmp.synth._PlanMocks`: the id is `<name>-id` and an unnamed
-    resource's physical name `synth.autoname(name)`; its ARN,
-    `arn:aws:mock:<region>:<account>:<type>/<name>`, is matched by `_MOCK_ARN`
-    (the region differs per provider). A real preview knows none of these
-    before the resource exists, which is what makes a replacement spread.
-    """
-    from llmp.synth import autoname
-
-    name = str(resource["name"])
-    return {f"{name}-id", autoname(name)}
-
-
-_MOCK_ARN = re.compile(r"^arn:aws:mock:[^:]*:\d+:([^/]+)/(.+)$")
-
-
-def _refers_to(value: Any, markers: Mapping[str, str], arns: Mapping[tuple[str, str], str]) -> str:
-    """The URN of a replaced resource that `value` (an input) takes an output of, or ''."""
-    for text in _strings_in(value):
-        if text in markers:
-            return markers[text]
-        match = _MOCK_ARN.match(text)
-        if match and (match.group(1), match.group(2)) in arns:
-            return arns[(match.group(1), match.group(2))]
-    return ""
-
-
-def _short_type(type_: str) -> str:
-    return type_.rsplit(":", 1)[-1].lower()
-
-
-# ---------------------------------------------------------------------------
-# Plan comparison
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InputChange:
-    path: str
-    old: str
-    new: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "old": self.old, "new": self.new}
-
-
-@dataclass
-class ResourceChange:
-    urn: str
-    type: str
-    name: str
-    changes: list[InputChange]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "urn": self.urn,
-            "type": self.type,
-            "name": self.name,
-            "changes": [c.to_dict() for c in self.changes],
-        }
-
-
-@dataclass(frozen=True)
-class ResourceRef:
-    urn: str
-    type: str
-    name: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"urn": self.urn, "type": self.type, "name": self.name}
-
-
-@dataclass(frozen=True)
-class Rename:
-    old: ResourceRef
-    new: ResourceRef
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"old": self.old.to_dict(), "new": self.new.to_dict()}
-
-
-@dataclass(frozen=True)
-class Replacement:
-    """A resource the change deletes and re-creates (or only deletes)."""
-
-    urn: str
-    type: str
-    name: str
-    precious: bool
-    cause: str
-    """force-new, provider, delete, rename or cascade."""
-    reason: str
-    why: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "urn": self.urn,
-            "type": self.type,
-            "name": self.name,
-            "precious": self.precious,
-            "cause": self.cause,
-            "reason": self.reason,
-            "why_it_matters": self.why,
-        }
-
-
-@dataclass
-class PlanDiff:
-    added: list[ResourceRef] = field(default_factory=list)
-    deleted: list[ResourceRef] = field(default_factory=list)
-    changed: list[ResourceChange] = field(default_factory=list)
-    renamed: list[Rename] = field(default_factory=list)
-    unchanged: int = 0
-    dependencies_only: int = 0
-    """Unchanged resources whose dependencies alone changed (not an input change)."""
-    replacements: list[Replacement] = field(default_factory=list)
-
-    @property
-    def precious_replacements(self) -> list[Replacement]:
-        return [r for r in self.replacements if r.precious]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "added": [r.to_dict() for r in self.added],
-            "deleted": [r.to_dict() for r in self.deleted],
-            "changed": [r.to_dict() for r in self.changed],
-            "renamed": [r.to_dict() for r in self.renamed],
-            "unchanged": self.unchanged,
-            "dependencies_only": self.dependencies_only,
-            "replacements": [r.to_dict() for r in self.replacements],
-        }
-
-
-def _ref(r: Mapping[str, Any]) -> ResourceRef:
-    return ResourceRef(str(r["urn"]), str(r["type"]), str(r["name"]))
-
-
-def _leaf_likeness(a: Any, b: Any) -> float:
-    if a == b:
-        return 1.0
-    if isinstance(a, str) and isinstance(b, str):
-        # A renamed resource's inputs carry its new name (bucket names, policy documents).
-        return difflib.SequenceMatcher(None, a[:2000], b[:2000], autojunk=False).ratio()
-    return 0.0
-
-
-def _similarity(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """How alike two resources' inputs are, 0 to 1: the mean likeness of their leaves."""
-    la, lb = _leaves(a), _leaves(b)
-    paths = set(la) | set(lb)
-    if not paths:
-        return 1.0
-    return sum(_leaf_likeness(la.get(p, _MISSING), lb.get(p, _MISSING)) for p in paths) / len(paths)
-
-
-def _pair_renames(
-    deleted: list[Mapping[str, Any]], added: list[Mapping[str, Any]]
-) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    """Pairs (old, new) of the same type: the only one of each, or else those of the same name
-    (a parent change), then the most alike first while their inputs are at least half alike."""
-    pairs = []
-    types = {r["type"] for r in deleted} & {r["type"] for r in added}
-    for type_ in sorted(types):
-        olds = [r for r in deleted if r["type"] == type_]
-        news = [r for r in added if r["type"] == type_]
-        if len(olds) == 1 and len(news) == 1:
-            pairs.append((olds[0], news[0]))
-            continue
-        # The same name is the same resource under another parent (the URN holds the
-        # parent's type): paired first, however much its inputs change.
-        scored = sorted(
-            (
-                (o["name"] == n["name"], _similarity(o["inputs"], n["inputs"]), i, j)
-                for i, o in enumerate(olds)
-                for j, n in enumerate(news)
-            ),
-            key=lambda t: (not t[0], -t[1], t[2], t[3]),
-        )
-        used_old: set[int] = set()
-        used_new: set[int] = set()
-        for same_name, score, i, j in scored:
-            if score < 0.5 and not same_name:
-                break
-            if i in used_old or j in used_new:
-                continue
-            used_old.add(i)
-            used_new.add(j)
-            pairs.append((olds[i], news[j]))
-    return pairs
-
-
-PROVIDER = "(provider)"
-"""The path under which a change of a resource's provider is listed."""
-
-
-def _provider_label(ref: Any) -> str:
-    """A provider reference (its URN, as plans record it) by its name; None is the default."""
-    return str(ref).rsplit("::", 1)[-1] if ref else "(the default provider)"
-
-
-def _provider_config_change(
-    before: Mapping[str, Any],
-    after: Mapping[str, Any],
-    old: Mapping[str, Mapping[str, Any]],
-    new: Mapping[str, Mapping[str, Any]],
-) -> str | None:
-    """Why moving a resource to another provider replaces it, or None when it does not.
-
-    The engine replaces a resource whose provider reference changes unless the new
-    provider's DiffConfig, given the old provider's configuration, asks for no replacement
-    (pulumi/pulumi pkg/resource/deploy/step_generator.go, providerChanged). Offline that
-    is known only when both configurations are in the plans and are the same; any other
-    move is reported as a replacement (a preview that errs loud).
-    """
-    was, now = before.get("provider"), after.get("provider")
-    old_provider, new_provider = old.get(str(was)), new.get(str(now))
-    move = f"its provider changes from {_provider_label(was)} to {_provider_label(now)}"
-    if old_provider is None or new_provider is None:
-        return f"{move}, whose configuration this plan does not show: Pulumi replaces it"
-    if old_provider["type"] != new_provider["type"]:
-        return f"{move}, another package: Pulumi replaces it"
-    a, b = _leaves(old_provider["inputs"]), _leaves(new_provider["inputs"])
-    keys = [k for k in sorted(set(a) | set(b)) if not _same(a.get(k, _MISSING), b.get(k, _MISSING))]
-    if not keys:
-        return None
-    return f"{move}, configured differently ({', '.join(keys)}): Pulumi replaces it"
-
-
-def compare_plans(
-    base: Mapping[str, Any],
-    head: Mapping[str, Any],
-    rules: Mapping[str, TypeRule] | None = None,
-) -> PlanDiff:
-    """Compare two plans (`llmp synth` format) by URN; `rules` default to the catalog's."""
-    rules = replacement_rules() if rules is None else rules
-    old = {r["urn"]: r for r in base.get("resources", [])}
-    new = {r["urn"]: r for r in head.get("resources", [])}
-    diff = PlanDiff()
-
-    gone = [old[u] for u in old if u not in new]
-    came = [new[u] for u in new if u not in old]
-    renames = _pair_renames(gone, came)
-    renamed_old = {o["urn"] for o, _ in renames}
-    renamed_new = {n["urn"] for _, n in renames}
-    diff.renamed = [Rename(_ref(o), _ref(n)) for o, n in renames]
-    diff.deleted = [_ref(r) for r in gone if r["urn"] not in renamed_old]
-    diff.added = [_ref(r) for r in came if r["urn"] not in renamed_new]
-
-    replaced: dict[str, Replacement] = {}  # by the URN of the resource that goes away
-
-    def replace(r: Mapping[str, Any], cause: str, reason: str) -> None:
-        rule = rules.get(str(r["type"]))
-        # Plans record these resource options where the program sets them (llmp/synth.py).
-        if r.get("protect"):
-            reason += "; it is protected: `pulumi up` refuses to delete it until protect is lifted"
-        elif r.get("retain_on_delete"):
-            reason += (
-                "; retain_on_delete is set: the old one stays in the account, outside the stack"
-            )
-        replaced[str(r["urn"])] = Replacement(
-            str(r["urn"]),
-            str(r["type"]),
-            str(r["name"]),
-            bool(rule and rule.precious),
-            cause,
-            reason,
-            rule.why if rule else None,
-        )
-
-    for o, n in renames:
-        if o.get("custom", True):  # a component holds nothing; its children are listed
-            moved = "its parent changes" if o["name"] == n["name"] else f"renamed to {n['name']}"
-            replace(
-                o,
-                "rename",
-                f"{moved}, and its URN with it: Pulumi deletes it and creates the new one unless "
-                "that has aliases=[old URN]",
-            )
-    for r in gone:
-        if r["urn"] not in renamed_old and r.get("custom", True):
-            replace(r, "delete", "deleted by this change")
-
-    for urn in sorted(set(old) & set(new)):
-        before, after = old[urn], new[urn]
-        a, b = _leaves(before["inputs"]), _leaves(after["inputs"])
-        changes = [
-            InputChange(path, show_value(a.get(path, _MISSING)), show_value(b.get(path, _MISSING)))
-            for path in sorted(set(a) | set(b))
-            if not _same(a.get(path, _MISSING), b.get(path, _MISSING))
-        ]
-        provider_moved = before.get("provider") != after.get("provider")
-        if provider_moved:
-            changes.insert(
-                0,
-                InputChange(
-                    PROVIDER,
-                    _provider_label(before.get("provider")),
-                    _provider_label(after.get("provider")),
-                ),
-            )
-        if changes:
-            diff.changed.append(ResourceChange(urn, after["type"], after["name"], changes))
-            rule = rules.get(after["type"])
-            forced = _forced_by(rule, before["inputs"], after["inputs"]) if rule else []
-            if forced:
-                replace(before, "force-new", f"changes {', '.join(forced)}, which forces a new one")
-            elif provider_moved and before.get("custom", True):
-                differs = _provider_config_change(before, after, old, new)
-                if differs is not None:
-                    replace(before, "provider", differs)
-        else:
-            diff.unchanged += 1
-            if sorted(before.get("dependencies", [])) != sorted(after.get("dependencies", [])):
-                diff.dependencies_only += 1
-
-    _spread(old, new, rules, replaced, replace)
-    diff.replacements = sorted(
-        replaced.values(), key=lambda r: (not r.precious, r.cause != "force-new", r.urn)
-    )
-    return diff
-
-
-def _spread(
-    old: Mapping[str, Mapping[str, Any]],
-    new: Mapping[str, Mapping[str, Any]],
-    rules: Mapping[str, TypeRule],
-    replaced: dict[str, Replacement],
-    replace: Any,
-) -> None:
-    """Replace, until nothing more changes, every kept resource whose force-new input takes an
-    id or ARN of a replaced resource."""
-    while True:
-        markers = {m: urn for urn in replaced for m in computed_markers(old[urn])}
-        arns = {(_short_type(old[u]["type"]), str(old[u]["name"])): u for u in replaced}
-        grew = False
-        for urn in sorted(set(old) & set(new)):
-            if urn in replaced or new[urn]["type"] not in rules:
-                continue
-            rule = rules[new[urn]["type"]]
-            for entry in rule.force_new:
-                if entry.when != "changed":
-                    continue
-                source = _refers_to(_at_path(new[urn]["inputs"], entry.input), markers, arns)
-                if source and source != urn:
-                    name = old[source]["name"]
-                    replace(
-                        new[urn],
-                        "cascade",
-                        f"{entry.input} takes an output of {name}, which is replaced: unknown "
-                        "until the new one exists, so this is replaced too",
-                    )
-                    grew = True
-                    break
-        if not grew:
-            return
 
 
 # ---------------------------------------------------------------------------
@@ -615,9 +80,8 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _cost_of(plan: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    outputs = plan.get("outputs") if plan else None
-    cost = outputs.get("cost") if isinstance(outputs, Mapping) else None
+def _cost_of(plan: Plan | None) -> Mapping[str, Any]:
+    cost = plan.outputs.get("cost") if plan is not None else None
     return cost if isinstance(cost, Mapping) else {}
 
 
@@ -632,9 +96,7 @@ def _component_costs(cost: Mapping[str, Any]) -> dict[str, float | None]:
     return out
 
 
-def cost_delta(
-    base: Mapping[str, Any] | None, head: Mapping[str, Any] | None
-) -> dict[str, list[CostLine]]:
+def cost_delta(base: Plan | None, head: Plan | None) -> dict[str, list[CostLine]]:
     """Cost base vs head from the plans' `cost` output: totals, GPU pools, components.
 
     A measure either plan lacks is None there (an older revision without the
@@ -645,7 +107,7 @@ def cost_delta(
     missing_a, missing_b = base is None, head is None
 
     def side(cost: Mapping[str, Any], missing: bool, path: str) -> float | None:
-        return 0.0 if missing else _number(_at_path(cost, path))
+        return 0.0 if missing else _number(at_path(cost, path))
 
     totals = [
         CostLine(label, side(a, missing_a, p), side(b, missing_b, p)) for p, label in _COST_MEASURES
@@ -657,8 +119,8 @@ def cost_delta(
             path = f"node_pools.{pool}.usd_per_hour.{size}"
             line = CostLine(
                 f"pool {pool}, $/h at {size}",
-                _number(_at_path(a, path)),
-                _number(_at_path(b, path)),
+                _number(at_path(a, path)),
+                _number(at_path(b, path)),
             )
             if line.base != line.head:
                 pools.append(line)
@@ -671,7 +133,7 @@ def cost_delta(
     return {"totals": totals, "node_pools": pools, "components": components}
 
 
-def has_component_costs(plan: Mapping[str, Any] | None) -> bool:
+def has_component_costs(plan: Plan | None) -> bool:
     """Whether a plan's cost output has the per-component breakdown (`cost.components`)."""
     return bool(_component_costs(_cost_of(plan)))
 
@@ -1031,7 +493,7 @@ def render_markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT) -> st
 
 
 def _violations(
-    plan: Mapping[str, Any] | None, stack: str, stack_text: str | None, fallback: str | None
+    plan: Plan | None, stack: str, stack_text: str | None, fallback: str | None
 ) -> tuple[list[Any], str | None]:
     """The policy pack's violations of `plan`, configured by the stack file it came from.
 
@@ -1090,8 +552,8 @@ def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = N
             f"no {rev.stack_relpath(stack)}"
         )
 
-    base_plan: dict[str, Any] | None = None
-    head_plan: dict[str, Any] | None = None
+    base_plan: Plan | None = None
+    head_plan: Plan | None = None
     if base_text is None:
         notes.append(
             f"stack {stack} does not exist at {base_revision.label}: it is added by this change"
@@ -1105,8 +567,7 @@ def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = N
     else:
         head_plan = rev.plan_of_worktree(stack, repo)
 
-    empty: dict[str, Any] = {"resources": [], "outputs": {}}
-    plan_diff = compare_plans(base_plan or empty, head_plan or empty)
+    plan_diff = compare_plans(base_plan, head_plan)
     base_violations, note = _violations(base_plan, stack, base_text, head_text)
     if note:
         notes.append(note)

@@ -31,13 +31,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from llmp import errors
+
 MAX_REQUESTS = 1_000_000
 MAX_DURATION_S = 24 * 3600.0
 MAX_CONCURRENCY = 4096
 PROMPT_WORD = "hello"
 
 
-class BadInput(Exception):
+class BadInput(errors.BadInput):
     """Exit 2: bad arguments or an unreachable endpoint."""
 
 

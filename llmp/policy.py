@@ -31,24 +31,19 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
+from llmp.plan import Plan, Resource, read_json
 from policies.config import PolicyConfigError, merge, resolve
 from policies.cost import BUDGET_KEY
 from policies.registry import RULES
 
 __all__ = [
-    "PlanError",
     "PolicyConfigError",
     "Violation",
     "evaluate",
     "failed",
-    "load_plan",
     "load_policy_config",
     "stack_policy_config",
 ]
-
-
-class PlanError(Exception):
-    """The plan cannot be read or is not one `llmp synth` writes (one line)."""
 
 
 @dataclass(frozen=True)
@@ -75,35 +70,9 @@ def failed(violations: list[Violation]) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def load_plan(path: Path) -> dict[str, Any]:
-    """Read a plan.json; PlanError (one line) when it is missing, unreadable or not a plan."""
-    from llmp.verify import read_json_file
-
-    plan = read_json_file(path, "plan", "is", PlanError)
-    validate_plan(plan, str(path))
-    return plan
-
-
-def validate_plan(plan: Any, source: str = "plan") -> None:
-    if not isinstance(plan, dict) or not isinstance(plan.get("resources"), list):
-        raise PlanError(f"{source} is not a plan written by `llmp synth` (no `resources` list)")
-    for i, r in enumerate(plan["resources"]):
-        if not (
-            isinstance(r, dict)
-            and isinstance(r.get("urn"), str)
-            and isinstance(r.get("type"), str)
-            and isinstance(r.get("name"), str)
-            and isinstance(r.get("inputs"), dict)
-            and isinstance(r.get("dependencies", []), list)
-        ):
-            raise PlanError(f"{source}: resource {i} lacks a urn, a type, a name or inputs")
-
-
 def load_policy_config(path: Path) -> dict[str, Any]:
     """A CrossGuard policy-config JSON file; PolicyConfigError (one line) when it is not one."""
-    from llmp.verify import read_json_file
-
-    data = read_json_file(path, "policy config", "is", PolicyConfigError)
+    data = read_json(path, "policy config")
     if not isinstance(data, dict):
         raise PolicyConfigError(f"policy config {path} must be a JSON object keyed by rule name")
     resolve(data)  # names and levels are checked before anything runs
@@ -136,30 +105,30 @@ def stack_policy_config(stack: str, stack_file: Path | None = None) -> dict[str,
 # ---------------------------------------------------------------------------
 
 
-def _opts(resource: Mapping[str, Any]) -> PolicyResourceOptions:
+def _opts(resource: Resource) -> PolicyResourceOptions:
     # `protect` is the one lifecycle option a real preview hands CrossGuard
     # (retain_on_delete and import ids never reach the analyzer).
     return PolicyResourceOptions(
-        protect=resource.get("protect") is True,
+        protect=resource.protect,
         ignore_changes=[],
         delete_before_replace=None,
         aliases=[],
         custom_timeouts=PolicyCustomTimeouts(0, 0, 0),
         additional_secret_outputs=[],
-        parent=resource.get("parent"),
+        parent=resource.parent,
     )
 
 
-def _resource_name(urn: str, by_urn: Mapping[str, Mapping[str, Any]]) -> str:
+def _resource_name(urn: str, by_urn: Mapping[str, Resource]) -> str:
     if not urn:
         return "(stack)"
     if urn in by_urn:
-        return str(by_urn[urn]["name"])
+        return by_urn[urn].name
     return urn.rsplit("::", 1)[-1]
 
 
 def evaluate(
-    plan: Mapping[str, Any],
+    plan: Plan,
     config: Mapping[str, Any] | None = None,
     *,
     stack_config: bool = True,
@@ -171,24 +140,18 @@ def evaluate(
     stack file implies is applied under it; `only` limits the run to those
     rules. PolicyConfigError on bad config.
     """
-    validate_plan(plan)
-    implied = (
-        stack_policy_config(str(plan.get("stack"))) if stack_config and plan.get("stack") else {}
-    )
+    implied = stack_policy_config(plan.stack) if stack_config and plan.stack else {}
     settings = resolve(merge(implied, config))
-    resources: list[Mapping[str, Any]] = plan["resources"]
-    by_urn = {r["urn"]: r for r in resources}
+    resources = plan.resources
+    by_urn = {r.urn: r for r in resources}
     providers: dict[str, PolicyProviderResource] = {
-        r["urn"]: PolicyProviderResource(
-            r["type"], unknown_checking_proxy(r["inputs"]), r["urn"], r["name"]
-        )
+        r.urn: PolicyProviderResource(r.type, unknown_checking_proxy(r.inputs), r.urn, r.name)
         for r in resources
-        if r["type"].startswith("pulumi:providers:")
+        if r.type.startswith("pulumi:providers:")
     }
 
-    def provider_of(r: Mapping[str, Any]) -> PolicyProviderResource | None:
-        urn = r.get("provider")
-        return providers.get(urn.split("::id", 1)[0]) if isinstance(urn, str) else None
+    def provider_of(r: Resource) -> PolicyProviderResource | None:
+        return providers.get(r.provider.split("::id", 1)[0]) if r.provider else None
 
     violations: list[Violation] = []
 
@@ -213,15 +176,15 @@ def evaluate(
             continue
         for r in resources:
             args = ResourceValidationArgs(
-                r["type"],
-                unknown_checking_proxy(r["inputs"]),
-                r["urn"],
-                r["name"],
+                r.type,
+                unknown_checking_proxy(r.inputs),
+                r.urn,
+                r.name,
                 _opts(r),
                 provider_of(r),
                 dict(s.properties) or None,
             )
-            _run(rule.validate, args, reporter(rule.name, s.level, r["urn"]))
+            _run(rule.validate, args, reporter(rule.name, s.level, r.urn))
 
     for rule, s in enabled:
         if rule.kind != "stack":
@@ -239,13 +202,13 @@ def _run(validate: Any, args: Any, report: Any) -> None:
         validate(args, report)
 
 
-def _policy_resources(resources: list[Mapping[str, Any]], provider_of: Any) -> list[PolicyResource]:
+def _policy_resources(resources: list[Resource], provider_of: Any) -> list[PolicyResource]:
     built = {
-        r["urn"]: PolicyResource(
-            r["type"],
-            unknown_checking_proxy(r["inputs"]),
-            r["urn"],
-            r["name"],
+        r.urn: PolicyResource(
+            r.type,
+            unknown_checking_proxy(r.inputs),
+            r.urn,
+            r.name,
             _opts(r),
             provider_of(r),
             None,
@@ -255,8 +218,7 @@ def _policy_resources(resources: list[Mapping[str, Any]], provider_of: Any) -> l
         for r in resources
     }
     for r in resources:
-        res = built[r["urn"]]
-        parent = r.get("parent")
-        res.parent = built.get(parent) if isinstance(parent, str) else None
-        res.dependencies = [built[d] for d in r.get("dependencies", []) if d in built]
+        res = built[r.urn]
+        res.parent = built.get(r.parent) if r.parent else None
+        res.dependencies = [built[d] for d in r.dependencies if d in built]
     return list(built.values())

@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from llmp.errors import Failed
 from program.cost import PriceBook
 from spec.catalog import catalog
 
@@ -41,7 +42,7 @@ _FIXED_FILTERS = {
 }
 
 
-class PricingError(Exception):
+class PricingError(Failed):
     """The Price List API cannot be used at all (access denied, unreachable, unknown region)."""
 
 

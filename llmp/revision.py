@@ -31,7 +31,9 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from llmp.errors import EXIT_BAD_INPUT, EXIT_FAILED, LlmpError
+from llmp.plan import Plan, PlanError, parse_plan
 
 __all__ = [
     "WORKING_TREE",
@@ -53,19 +55,15 @@ __all__ = [
 WORKING_TREE = "the working tree"
 """How the working tree is named in messages and reports."""
 
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-
 _GIT_TIMEOUT_S = 120
 _SYNTH_TIMEOUT_S = 900
 
 
-class RevisionError(Exception):
+class RevisionError(LlmpError):
     """A revision cannot be synthesized; `str()` is one line, `exit_code` is 1 or 2."""
 
     def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT):
-        super().__init__(message)
-        self.exit_code = exit_code
+        super().__init__(message, exit_code=exit_code)
 
 
 class StackMissing(RevisionError):
@@ -241,10 +239,12 @@ def _synth_args(tree: Path, stack: str, out: str) -> list[str]:
     """`synth STACK --out DIR`, plus `--no-policy` where the tree's synth runs the policy
     pack by default: a revision's plan is wanted even when it violates a policy (`llmp
     diff` evaluates the pack itself), and an older synth would refuse the option."""
-    try:
-        knows = "--no-policy" in (tree / "llmp" / "cli.py").read_text()
-    except (OSError, UnicodeDecodeError):
-        knows = False
+    knows = False
+    for source in sorted((tree / "llmp").rglob("*.py")):
+        try:
+            knows = knows or "--no-policy" in source.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
     return ["synth", stack, "--out", out, *(["--no-policy"] if knows else [])]
 
 
@@ -273,7 +273,7 @@ def import_origins(tree: Path) -> dict[str, str | None]:
     return origins
 
 
-def _synth_in_tree(tree: Path, stack: str, where: str) -> dict[str, Any]:
+def _synth_in_tree(tree: Path, stack: str, where: str) -> Plan:
     """`llmp synth STACK` run by the tree's own code; the plan it wrote."""
     with tempfile.TemporaryDirectory(prefix="llmp-plan-") as out:
         try:
@@ -288,16 +288,15 @@ def _synth_in_tree(tree: Path, stack: str, where: str) -> dict[str, Any]:
             raise RevisionError(f"synth of {stack} at {where} failed: {detail}", code)
         plan_file = Path(out) / stack / "plan.json"
         try:
-            plan: dict[str, Any] = json.loads(plan_file.read_text())
-        except (OSError, ValueError) as exc:
+            return parse_plan(json.loads(plan_file.read_text()), f"the plan of {stack} at {where}")
+        except (OSError, ValueError, PlanError) as exc:
             raise RevisionError(
                 f"synth of {stack} at {where} wrote no readable plan ({plan_file.name}: {exc})",
                 EXIT_FAILED,
             ) from None
-    return plan
 
 
-def plan_at(ref: str, stack: str, repo: Path) -> dict[str, Any]:
+def plan_at(ref: str, stack: str, repo: Path) -> Plan:
     """The plan of `stack` as the program at git revision `ref` of `repo` synthesizes it.
 
     Raises StackMissing when the stack file does not exist at `ref`, and
@@ -309,7 +308,7 @@ def plan_at(ref: str, stack: str, repo: Path) -> dict[str, Any]:
     return plan_of_revision(revision, stack, repo)
 
 
-def plan_of_revision(revision: Revision, stack: str, repo: Path) -> dict[str, Any]:
+def plan_of_revision(revision: Revision, stack: str, repo: Path) -> Plan:
     """`plan_at` for a revision already resolved: messages name it as the user did
     (`origin/main (1a2b3c4)`), not by its SHA alone."""
     check_stack_name(stack)
@@ -319,7 +318,7 @@ def plan_of_revision(revision: Revision, stack: str, repo: Path) -> dict[str, An
         return _synth_in_tree(tree, stack, revision.label)
 
 
-def plan_of_worktree(stack: str, repo: Path) -> dict[str, Any]:
+def plan_of_worktree(stack: str, repo: Path) -> Plan:
     """The plan of `stack` in the working tree of `repo`, uncommitted edits included.
 
     In-process when `repo` is the tree whose code is running (the usual case:
@@ -336,7 +335,7 @@ def plan_of_worktree(stack: str, repo: Path) -> dict[str, Any]:
     from spec.errors import ConfigError
 
     try:
-        return synthesize_stack(stack).to_dict()
+        return synthesize_stack(stack)
     except (ConfigError, StackNotFound) as exc:
         raise RevisionError(f"{stack} in {WORKING_TREE}: {exc}", EXIT_BAD_INPUT) from None
     except SynthError as exc:

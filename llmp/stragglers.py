@@ -46,15 +46,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmp import errors
+
 METRIC = "llmp_train_step_seconds"
 MAX_POINTS = 11_000  # Prometheus refuses query_range with more points per series
 
 
-class BadInput(ValueError):
+class BadInput(errors.BadInput):
     """The input cannot be read as step times (exit 2)."""
 
 
-class SourceUnavailable(RuntimeError):
+class SourceUnavailable(errors.Failed):
     """Prometheus could not be reached or answered an error (exit 1)."""
 
 

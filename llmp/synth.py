@@ -23,7 +23,6 @@ import json
 import re
 import runpy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,8 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
+from llmp.errors import BadInput, Failed
+from llmp.plan import SECRET, Plan, Resource
 from spec.keys import NAMESPACE, REGION_KEY
 from spec.stackfile import load_config
 
@@ -42,62 +43,19 @@ PROJECT = "llm-platform"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROGRAM_DIR = REPO_ROOT / "program"
 STACKS_DIR = REPO_ROOT / "stacks"
-SECRET = "[secret]"
-SECRET_BASE64 = base64.b64encode(SECRET.encode()).decode()
 _ACCOUNT = "000000000000"
 
 
-class SynthError(Exception):
+class SynthError(Failed):
     """The program failed under the mock runtime (not a config error)."""
 
 
-class StackNotFound(Exception):
+class StackNotFound(BadInput):
     """No stack file for the named stack (`missing_file`), or a name that is not a stack's."""
 
     def __init__(self, message: str, missing_file: bool = False):
         super().__init__(message)
         self.missing_file = missing_file
-
-
-@dataclass
-class Plan:
-    project: str
-    stack: str
-    resources: list[dict[str, Any]] = field(default_factory=list)
-    outputs: dict[str, Any] = field(default_factory=dict)
-    invokes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "project": self.project,
-            "stack": self.stack,
-            "resources": self.resources,
-            "outputs": self.outputs,
-        }
-
-    def by_type(self, type_: str) -> list[dict[str, Any]]:
-        return [r for r in self.resources if r["type"] == type_]
-
-    def one(self, type_: str, name: str) -> dict[str, Any]:
-        matches = [r for r in self.resources if r["type"] == type_ and r["name"] == name]
-        if len(matches) != 1:
-            raise KeyError(f"{len(matches)} resources of type {type_} named {name}")
-        return matches[0]
-
-    def manifests(self) -> list[dict[str, Any]]:
-        """Every Kubernetes object the program declares, as it would be applied."""
-        out = []
-        for r in self.resources:
-            inputs = r["inputs"]
-            if r["custom"] and r["type"].startswith("kubernetes:") and "kind" in inputs:
-                manifest = {k: v for k, v in inputs.items() if not k.startswith("__")}
-                if manifest["kind"] == "Secret" and isinstance(manifest.get("data"), dict):
-                    # `data` values are base64: the placeholder is written encoded.
-                    manifest["data"] = {
-                        k: SECRET_BASE64 if v == SECRET else v for k, v in manifest["data"].items()
-                    }
-                out.append(manifest)
-        return out
 
 
 def stack_file(stack: str) -> Path:
@@ -125,15 +83,16 @@ class _PlanMocks(pulumi_mocks.Mocks):
     the name), so tests can tell which resource's output an input came from.
     """
 
-    def __init__(self, region: str, plan: Plan):
+    def __init__(self, region: str):
         self.region = region
-        self.plan = plan
+        self.invokes: list[str] = []
+        """The provider functions the program called (refused: a preview must not look up)."""
         self.provider_regions: dict[str, str] = {}
         """Provider id -> region: a second AWS provider (DR) puts its ARNs in its own region."""
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
-        self.plan.invokes.append(args.token)
-        raise SynthError(_lookup_message(self.plan.invokes))
+        self.invokes.append(args.token)
+        raise SynthError(_lookup_message(self.invokes))
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
         name, inputs = args.name, dict(args.inputs)
@@ -200,19 +159,6 @@ def _hidden(value: Any) -> Any:
     return SECRET
 
 
-def _lifecycle_options(request: Any) -> dict[str, Any]:
-    """The options that decide whether a resource can be lost, recorded only when set
-    (plans without them read as before): `protect`, `retain_on_delete`, `import_id`."""
-    options: dict[str, Any] = {}
-    if request.protect:
-        options["protect"] = True
-    if request.retainOnDelete:
-        options["retain_on_delete"] = True
-    if request.importId:
-        options["import_id"] = request.importId
-    return options
-
-
 def _is_stack(urn: str) -> bool:
     return not urn or "::pulumi:pulumi:Stack::" in urn
 
@@ -247,19 +193,22 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
         resource_id, state = self.mocks.new_resource(args)
         resource_id = resource_id or ""
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
-        record = {
-            "urn": urn,
-            "type": request.type,
-            "name": request.name,
-            # The root stack is not a resource of the plan: its children are top-level.
-            "parent": None if _is_stack(request.parent) else request.parent,
-            "custom": bool(request.custom),
-            "provider": request.provider.rsplit("::", 1)[0] if request.provider else None,
-            "inputs": _redact(inputs),
-            "dependencies": sorted(set(request.dependencies)),
-        }
-        record.update(_lifecycle_options(request))
-        self.plan.resources.append(record)
+        self.plan.resources.append(
+            Resource(
+                urn=urn,
+                type=request.type,
+                name=request.name,
+                # The root stack is not a resource of the plan: its children are top-level.
+                parent=None if _is_stack(request.parent) else request.parent,
+                custom=bool(request.custom),
+                provider=request.provider.rsplit("::", 1)[0] if request.provider else None,
+                inputs=_redact(inputs),
+                dependencies=sorted(set(request.dependencies)),
+                protect=bool(request.protect),
+                retain_on_delete=bool(request.retainOnDelete),
+                import_id=request.importId or None,
+            )
+        )
         obj = _sync_await(rpc.serialize_properties(state, {}))
         return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=obj)
 
@@ -333,21 +282,33 @@ def run(stack: str, region: str, program: Callable[[], None]) -> Plan:
     # thread without an event loop; the Pulumi runtime expects one.
     _ensure_event_loop()
     plan = Plan(project=PROJECT, stack=stack)
-    mocks = _PlanMocks(region, plan)
+    mocks = _PlanMocks(region)
     monitor = _RecordingMonitor(mocks, plan)
     # One fresh mock state per run: set_mocks is global to the process.
     settings.ROOT.set(None)
     pulumi_mocks.set_mocks(mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
     # Like the language host: a new root stack around `runpy.run_path(main)`.
     settings.ROOT.set(None)
+    declared: dict[tuple[str, str], int] = {}
+
+    def in_order(args: pulumi.ResourceTransformationArgs) -> None:
+        declared.setdefault((args.type_, args.name), len(declared))
+
+    def declared_in_order() -> None:
+        # Registrations reach the engine in whatever order their inputs resolve; the
+        # plan lists resources in the order the program declares them.
+        pulumi.runtime.register_stack_transformation(in_order)
+        program()
+
     try:
-        _sync_await(run_in_stack(program))
+        _sync_await(run_in_stack(declared_in_order))
     except pulumi.RunError as exc:
         raise SynthError(str(exc)) from None
     except Exception:
-        if plan.invokes:  # an SDK may wrap the refusal in its own error
-            raise SynthError(_lookup_message(plan.invokes)) from None
+        if mocks.invokes:  # an SDK may wrap the refusal in its own error
+            raise SynthError(_lookup_message(mocks.invokes)) from None
         raise
+    plan.resources.sort(key=lambda r: declared.get((r.type, r.name), len(declared)))
     return plan
 
 
@@ -372,13 +333,20 @@ def stack_name_problem(stack: str) -> str | None:
     return f"not a stack name: {stack!r}; stack names take letters, digits, '-', '_' and '.'"
 
 
-def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:
+def synthesize_stack(
+    stack: str, config_file: Path | None = None, *, hint: bool = False, quiet: bool = False
+) -> Plan:
     """Synthesize `stack` from its stack file (or `config_file`).
 
-    Raises StackNotFound for a stack name that is not one or has no file,
-    ConfigError for a file that cannot be read or holds bad config, SynthError
-    when the program fails.
+    Raises StackNotFound for a stack name that is not one or has no file (`hint`:
+    saying that --config names another), ConfigError for a file that cannot be read or
+    holds bad config, SynthError (`synth of STACK failed: ...`) when the program fails.
+    `quiet` keeps the program's warnings (a secret not yet set) off stderr: they are
+    for `llmp synth`, not for a command that only reads the plan.
     """
+    import contextlib
+    import io
+
     from spec.stackfile import load_stack_file
 
     problem = stack_name_problem(stack)
@@ -392,18 +360,16 @@ def synthesize_stack(stack: str, config_file: Path | None = None) -> Plan:
     if not exists:
         known = sorted(p.name.split(".")[1] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
         shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        more = " (or pass --config FILE)" if hint else ""
         raise StackNotFound(
-            f"no stack file {shown}; known stacks: {', '.join(known)}", missing_file=True
+            f"no stack file {shown}; known stacks: {', '.join(known)}{more}", missing_file=True
         )
-    return synthesize(stack, load_stack_file(str(path)))
-
-
-def plan_text(plan: Plan) -> str:
-    """The plan as `plan.json` holds it: resources in URN order (registration order varies
-    from run to run), keys sorted, so the same program and config give the same bytes."""
-    doc = plan.to_dict()
-    doc["resources"] = sorted(doc["resources"], key=lambda r: r["urn"])
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    raw = load_stack_file(str(path))
+    with contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext():
+        try:
+            return synthesize(stack, raw)
+        except SynthError as exc:
+            raise SynthError(f"synth of {stack} failed: {exc}") from None
 
 
 def write_plan(plan: Plan, out_dir: Path) -> Path:
@@ -415,7 +381,7 @@ def write_plan(plan: Plan, out_dir: Path) -> Path:
     manifests_dir.mkdir(parents=True, exist_ok=True)
     for old in manifests_dir.glob("*.yaml"):
         old.unlink()
-    (target / "plan.json").write_text(plan_text(plan))
+    (target / "plan.json").write_text(plan.text())
     for manifest in plan.manifests():
         meta = manifest.get("metadata", {})
         parts = [manifest["kind"].lower(), meta.get("namespace"), meta.get("name")]
@@ -433,7 +399,6 @@ __all__ = [
     "SynthError",
     "autoname",
     "engine_config",
-    "plan_text",
     "run",
     "run_program",
     "stack_file",

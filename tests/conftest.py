@@ -88,7 +88,7 @@ def moto_server() -> Iterator[str]:
 
 
 def inputs_of(plan: Plan, type_: str, name: str) -> dict[str, Any]:
-    return plan.one(type_, name)["inputs"]
+    return plan.one(type_, name).inputs
 
 
 def config_error(raw: dict[str, Any]) -> str:

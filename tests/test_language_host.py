@@ -27,7 +27,7 @@ plan = run_program(os.environ['STACK'], os.environ['REGION'], Path.cwd())
 import components, workloads
 print(json.dumps({
     'resources': len(plan.resources),
-    'types': sorted({r['type'] for r in plan.resources}),
+    'types': sorted({r.type for r in plan.resources}),
     'outputs': sorted(plan.outputs),
     'components_from': components.__file__,
     'sys_path_has_repo_root': any(

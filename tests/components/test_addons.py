@@ -28,14 +28,14 @@ KUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:"
 
 def _releases(plan) -> dict[str, dict]:
     return {
-        r["name"].removeprefix("addons-"): r
+        r.name.removeprefix("addons-"): r
         for r in plan.by_type(RELEASE)
-        if r["name"].startswith("addons-")
+        if r.name.startswith("addons-")
     }
 
 
 def _system(plan) -> str:
-    return plan.one(NODE_GROUP, "cluster-system")["urn"]
+    return plan.one(NODE_GROUP, "cluster-system").urn
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -45,7 +45,7 @@ def test_every_release_is_pinned_from_the_catalog(plans, stack: str) -> None:
         if key == "aws-efa-k8s-device-plugin" and stack == "inference":
             assert key not in releases  # no EFA pool
             continue
-        inputs = releases[key]["inputs"]
+        inputs = releases[key].inputs
         assert inputs["version"] == chart.version
         if chart.repository.startswith("oci://"):
             assert inputs["chart"] == f"{chart.repository}/{key}"
@@ -54,7 +54,7 @@ def test_every_release_is_pinned_from_the_catalog(plans, stack: str) -> None:
 
 
 def test_gpu_operator_uses_the_ami_driver_and_toolkit(plans) -> None:
-    values = _releases(plans("pretrain"))["gpu-operator"]["inputs"]["values"]
+    values = _releases(plans("pretrain"))["gpu-operator"].inputs["values"]
     assert values["driver"]["enabled"] is False
     assert values["toolkit"]["enabled"] is False
     assert values["dcgmExporter"]["enabled"] is True
@@ -64,7 +64,7 @@ def test_gpu_operator_uses_the_ami_driver_and_toolkit(plans) -> None:
 
 
 def test_dcgm_exporter_publishes_the_inventory_from_a_chart_made_config_map(plans) -> None:
-    values = _releases(plans("pretrain"))["gpu-operator"]["inputs"]["values"]
+    values = _releases(plans("pretrain"))["gpu-operator"].inputs["values"]
     config = values["dcgmExporter"]["config"]
     assert config["name"] == DCGM_METRICS_CONFIG
     assert config["create"] is True
@@ -92,7 +92,7 @@ def test_dcgm_exporter_publishes_the_inventory_from_a_chart_made_config_map(plan
 
 
 def test_efa_plugin_runs_on_efa_nodes_through_the_gpu_taints(plans) -> None:
-    values = _releases(plans("pretrain"))["aws-efa-k8s-device-plugin"]["inputs"]["values"]
+    values = _releases(plans("pretrain"))["aws-efa-k8s-device-plugin"].inputs["values"]
     assert values["nodeSelector"] == {"llm-platform/efa": "true"}
     keys = {t["key"] for t in values["tolerations"]}
     assert {"nvidia.com/gpu", "aws.amazon.com/neuron"} <= keys
@@ -104,27 +104,27 @@ def test_controllers_wait_for_the_system_pool_and_daemonsets_do_not(plans) -> No
     system = _system(plan)
     releases = _releases(plan)
     for key in ("gpu-operator", "kueue", "metrics-server", "aws-load-balancer-controller"):
-        assert system in releases[key]["dependencies"], key
-    assert system not in releases["aws-efa-k8s-device-plugin"]["dependencies"]
+        assert system in releases[key].dependencies, key
+    assert system not in releases["aws-efa-k8s-device-plugin"].dependencies
     operator = plan.one(KUSTOMIZE, "addons-training-operator")
-    assert system in operator["dependencies"]
+    assert system in operator.dependencies
 
 
 def test_kueue_objects_wait_for_the_kueue_release(plans) -> None:
     plan = plans("finetune")
-    kueue = _releases(plan)["kueue"]["urn"]
-    objects = [r for r in plan.resources if r["type"].startswith(KUEUE)]
-    assert {r["type"].rsplit(":", 1)[1] for r in objects} == {
+    kueue = _releases(plan)["kueue"].urn
+    objects = [r for r in plan.resources if r.type.startswith(KUEUE)]
+    assert {r.type.rsplit(":", 1)[1] for r in objects} == {
         "ResourceFlavor",
         "ClusterQueue",
         "LocalQueue",
     }
     for r in objects:
-        assert kueue in r["dependencies"], r["name"]
+        assert kueue in r.dependencies, r.name
 
 
 def test_kueue_config_adds_pytorchjob_and_no_mpi_v2(plans) -> None:
-    values = _releases(plans("pretrain"))["kueue"]["inputs"]["values"]
+    values = _releases(plans("pretrain"))["kueue"].inputs["values"]
     config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
     assert config == kueue_manager_config()
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
@@ -135,35 +135,35 @@ def test_kueue_config_adds_pytorchjob_and_no_mpi_v2(plans) -> None:
 
 def test_flavors_and_queues_follow_the_pools_and_tenants(plans) -> None:
     plan = plans("finetune")
-    flavors = {r["inputs"]["metadata"]["name"]: r for r in plan.by_type(KUEUE + "ResourceFlavor")}
+    flavors = {r.inputs["metadata"]["name"]: r for r in plan.by_type(KUEUE + "ResourceFlavor")}
     assert set(flavors) == {"cpu", "pool-a100-spot", "pool-h100"}
-    assert flavors["pool-h100"]["inputs"]["spec"]["nodeLabels"] == {"llm-platform/pool": "h100"}
-    queues = {r["inputs"]["metadata"]["name"]: r for r in plan.by_type(KUEUE + "ClusterQueue")}
+    assert flavors["pool-h100"].inputs["spec"]["nodeLabels"] == {"llm-platform/pool": "h100"}
+    queues = {r.inputs["metadata"]["name"]: r for r in plan.by_type(KUEUE + "ClusterQueue")}
     assert set(queues) == {"chat", "code", "eval", "spare"}
-    assert {q["inputs"]["spec"]["cohortName"] for q in queues.values()} == {"llm-platform"}
+    assert {q.inputs["spec"]["cohortName"] for q in queues.values()} == {"llm-platform"}
 
 
 def test_training_operator_comes_from_pinned_manifests(plans) -> None:
     pin = catalog().addon_manifests["training-operator"]
     directory = plans("pretrain").one(KUSTOMIZE, "addons-training-operator")
-    assert directory["inputs"]["directory"] == f"{pin.url}?ref={pin.ref}"
+    assert directory.inputs["directory"] == f"{pin.url}?ref={pin.ref}"
     assert pin.ref.startswith("v1.9.")
 
 
 def test_lbc_gets_cluster_region_and_vpc_and_a_pod_identity_role(plans) -> None:
     plan = plans("inference")
-    values = _releases(plan)["aws-load-balancer-controller"]["inputs"]["values"]
+    values = _releases(plan)["aws-load-balancer-controller"].inputs["values"]
     assert values["clusterName"] == plan.outputs["cluster_name"]
     assert values["region"] == "us-east-1"
     assert values["vpcId"] == plan.outputs["vpc_id"]
     association = plan.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "addons-lbc")
-    assert association["inputs"]["namespace"] == "kube-system"
-    assert association["inputs"]["serviceAccount"] == values["serviceAccount"]["name"]
+    assert association.inputs["namespace"] == "kube-system"
+    assert association.inputs["serviceAccount"] == values["serviceAccount"]["name"]
     role = plan.one("aws:iam/role:Role", "addons-lbc")
-    trust = json.loads(role["inputs"]["assumeRolePolicy"])
+    trust = json.loads(role.inputs["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     policy = plan.one("aws:iam/rolePolicy:RolePolicy", "addons-lbc")
-    assert json.loads(policy["inputs"]["policy"]) == json.loads(LBC_POLICY_FILE.read_text())
+    assert json.loads(policy.inputs["policy"]) == json.loads(LBC_POLICY_FILE.read_text())
 
 
 @pytest.mark.parametrize(
@@ -183,9 +183,9 @@ def test_each_addon_can_be_turned_off(synth, flag: str, gone: set[str]) -> None:
     assert gone.isdisjoint(_releases(plan))
     assert len(_releases(plan)) == len(catalog().addon_charts) - len(gone)
     if flag == "kueue":
-        assert not [r for r in plan.resources if r["type"].startswith(KUEUE)]
+        assert not [r for r in plan.resources if r.type.startswith(KUEUE)]
     if flag == "load_balancer_controller":
-        assert not [r for r in plan.resources if r["name"] == "addons-lbc"]
+        assert not [r for r in plan.resources if r.name == "addons-lbc"]
 
 
 def test_training_operator_can_be_turned_off(synth) -> None:

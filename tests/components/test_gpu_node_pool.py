@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from components.gpu_node_pool import efa_network_interfaces
-from components.node_group import hugepages_script
+from components.managed_nodes import hugepages_script
 from llmp.synth import autoname
 from tests.conftest import inputs_of, with_section
 
@@ -53,9 +53,9 @@ def test_efa_node_group_sits_in_one_subnet_with_a_cluster_placement_group(plans)
     group = inputs_of(plan, NODE_GROUP, "gpu-h100-nodes")
     assert group["subnetIds"] == ["network-private-us-east-1a-id"]
     (placement,) = plan.by_type(PG)
-    assert placement["inputs"]["strategy"] == "cluster"
+    assert placement.inputs["strategy"] == "cluster"
     template = inputs_of(plan, LT, "gpu-h100-nodes")
-    assert template["placement"]["groupName"] == autoname(placement["name"])
+    assert template["placement"]["groupName"] == autoname(placement.name)
     assert "instanceMarketOptions" not in template
 
 
@@ -141,7 +141,7 @@ def test_efa_nodes_reserve_at_least_the_fabric_tests_huge_pages(plans) -> None:
 def test_templates_encrypt_the_root_volume_and_require_imdsv2(plans) -> None:
     plan = plans("pretrain")
     for template in plan.by_type(LT):
-        inputs = template["inputs"]
+        inputs = template.inputs
         (disk,) = inputs["blockDeviceMappings"]
         assert disk["ebs"]["encrypted"] == "true"
         assert disk["ebs"]["volumeType"] == "gp3"

@@ -43,11 +43,11 @@ def test_lustre_ports_between_the_file_system_and_the_nodes(plans, ports) -> Non
 
     def rules(type_: str) -> set[tuple[str, str]]:
         return {
-            (r["inputs"]["securityGroupId"], r["inputs"]["referencedSecurityGroupId"])
+            (r.inputs["securityGroupId"], r.inputs["referencedSecurityGroupId"])
             for r in plan.by_type(type_)
-            if r["inputs"].get("fromPort") == low
-            and r["inputs"].get("toPort") == high
-            and r["inputs"]["ipProtocol"] == "tcp"
+            if r.inputs.get("fromPort") == low
+            and r.inputs.get("toPort") == high
+            and r.inputs["ipProtocol"] == "tcp"
         }
 
     assert rules(INGRESS) == {(fs_sg, fs_sg), (fs_sg, node_sg), (node_sg, fs_sg)}
@@ -100,8 +100,8 @@ def test_key_policy_admits_this_file_systems_s3_role_for_the_linked_buckets(plan
 
     plan = plans("pretrain")
     policy_resource = plan.one("aws:kms/keyPolicy:KeyPolicy", "lustre-key-policy")
-    assert policy_resource["inputs"]["keyId"] == "storage-s3-key-id"
-    statements = {s["Sid"]: s for s in json.loads(policy_resource["inputs"]["policy"])["Statement"]}
+    assert policy_resource.inputs["keyId"] == "storage-s3-key-id"
+    statements = {s["Sid"]: s for s in json.loads(policy_resource.inputs["policy"])["Statement"]}
     assert statements["EnableIamPolicies"]["Principal"] == {"AWS": "arn:aws:iam::000000000000:root"}
     fsx = statements["FsxS3AccessThroughS3"]
     assert fsx["Principal"]["AWS"].endswith(
@@ -113,7 +113,7 @@ def test_key_policy_admits_this_file_systems_s3_role_for_the_linked_buckets(plan
         "arn:aws:s3:::acme-llm-pretrain-checkpoints",
     ]
     for dra in plan.by_type(DRA):
-        assert policy_resource["urn"] in dra["dependencies"]
+        assert policy_resource.urn in dra.dependencies
 
 
 LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
@@ -123,16 +123,16 @@ def test_data_repository_failures_are_logged_to_a_pulumi_log_group(plans) -> Non
     plan = plans("pretrain")
     group = plan.one(LOG_GROUP, "lustre-logs")
     # FSx writes only to groups under /aws/fsx (its service-linked role's policy).
-    assert group["inputs"]["name"] == "/aws/fsx/llm-platform-pretrain-lustre"
-    assert group["inputs"]["retentionInDays"] == 90
-    assert group["parent"] == plan.one("llmp:storage:LustreFileSystem", "lustre")["urn"]
+    assert group.inputs["name"] == "/aws/fsx/llm-platform-pretrain-lustre"
+    assert group.inputs["retentionInDays"] == 90
+    assert group.parent == plan.one("llmp:storage:LustreFileSystem", "lustre").urn
     fs = plan.one(FS, "lustre-fs")
-    log = fs["inputs"]["logConfiguration"]
+    log = fs.inputs["logConfiguration"]
     assert log["level"] == "WARN_ERROR"
     # The group's ARN (the provider strips a trailing `:*`; LogGroup.arn has none).
     assert log["destination"].endswith(":loggroup/lustre-logs")
-    assert group["urn"] in fs["dependencies"]
-    finetune = plans("finetune").one(LOG_GROUP, "lustre-logs")["inputs"]
+    assert group.urn in fs.dependencies
+    finetune = plans("finetune").one(LOG_GROUP, "lustre-logs").inputs
     assert finetune["name"] == "/aws/fsx/llm-platform-finetune-lustre"
 
 
@@ -140,7 +140,7 @@ def test_log_retention_follows_config(synth) -> None:
     from tests.conftest import config_error, with_section
 
     raw = with_section("pretrain", "storage", {"lustre": {"log_retention_days": 30}})
-    assert synth(raw).one(LOG_GROUP, "lustre-logs")["inputs"]["retentionInDays"] == 30
+    assert synth(raw).one(LOG_GROUP, "lustre-logs").inputs["retentionInDays"] == 30
     bad = with_section("pretrain", "storage", {"lustre": {"log_retention_days": 2}})
     message = config_error(bad)
     assert "llm-platform:storage.lustre.log_retention_days = 2" in message

@@ -51,19 +51,19 @@ NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 
 
 def _ours(plan) -> list[dict]:
-    return [r for r in plan.resources if r["name"].startswith("monitoring")]
+    return [r for r in plan.resources if r.name.startswith("monitoring")]
 
 
 def _releases(plan) -> dict[str, dict]:
     return {
-        r["name"].removeprefix("monitoring-"): r
+        r.name.removeprefix("monitoring-"): r
         for r in plan.by_type(RELEASE)
-        if r["name"].startswith("monitoring-")
+        if r.name.startswith("monitoring-")
     }
 
 
 def _kps(plan) -> dict:
-    return _releases(plan)["kube-prometheus-stack"]["inputs"]["values"]
+    return _releases(plan)["kube-prometheus-stack"].inputs["values"]
 
 
 def _lustre_capacity(stack: str) -> int | None:
@@ -82,8 +82,8 @@ def _monitoring(synth, overrides: dict, **secrets):
 def test_every_stack_gets_the_component_with_children_parented(plans, stack: str) -> None:
     plan = plans(stack)
     component = plan.one("llmp:monitoring:Monitoring", "monitoring")
-    children = [r for r in _ours(plan) if r["urn"] != component["urn"]]
-    assert children and all(r["parent"] == component["urn"] for r in children)
+    children = [r for r in _ours(plan) if r.urn != component.urn]
+    assert children and all(r.parent == component.urn for r in children)
     assert plan.outputs["monitoring"] == {
         "namespace": "monitoring",
         "log_group": f"/llm-platform/{stack}/containers",
@@ -103,7 +103,7 @@ def test_charts_are_pinned_from_the_catalog_into_the_namespace(plans, stack: str
     for key, chart in pins.charts.items():
         if key not in releases:
             continue
-        inputs = releases[key]["inputs"]
+        inputs = releases[key].inputs
         assert inputs["version"] == chart.version
         assert inputs["repositoryOpts"]["repo"] == chart.repository
         assert inputs["namespace"] == "monitoring"
@@ -113,16 +113,16 @@ def test_charts_are_pinned_from_the_catalog_into_the_namespace(plans, stack: str
 def test_ebs_csi_addon_role_and_gp3_class(plans) -> None:
     plan = plans("pretrain")
     addon = plan.one(ADDON, "monitoring-aws-ebs-csi-driver")
-    inputs = addon["inputs"]
+    inputs = addon.inputs
     assert inputs["addonVersion"] == ebs_addon_version("1.35") == "v1.59.0-eksbuild.1"
     (association,) = inputs["podIdentityAssociations"]
     assert association["serviceAccount"] == "ebs-csi-controller-sa"
     role = plan.one(ROLE, "monitoring-ebs-csi")
-    assert "pods.eks.amazonaws.com" in role["inputs"]["assumeRolePolicy"]
+    assert "pods.eks.amazonaws.com" in role.inputs["assumeRolePolicy"]
     assert association["roleArn"].endswith("/monitoring-ebs-csi")
-    assert plan.one(ATTACHMENT, "monitoring-ebs-csi")["inputs"]["policyArn"] == EBS_POLICY_ARN
-    assert plan.one(NODE_GROUP, "cluster-system")["urn"] in addon["dependencies"]
-    sc = plan.one(STORAGE_CLASS, "monitoring-gp3")["inputs"]
+    assert plan.one(ATTACHMENT, "monitoring-ebs-csi").inputs["policyArn"] == EBS_POLICY_ARN
+    assert plan.one(NODE_GROUP, "cluster-system").urn in addon.dependencies
+    sc = plan.one(STORAGE_CLASS, "monitoring-gp3").inputs
     assert sc["provisioner"] == "ebs.csi.aws.com"
     assert sc["parameters"]["type"] == "gp3"
     assert sc["parameters"]["encrypted"] == "true"
@@ -136,15 +136,15 @@ def test_ebs_pin_is_required_for_the_cluster_version() -> None:
 
 def test_namespace_is_privileged_for_node_agents_and_capped(plans) -> None:
     plan = plans("pretrain")
-    labels = plan.one(NAMESPACE, "monitoring-namespace")["inputs"]["metadata"]["labels"]
+    labels = plan.one(NAMESPACE, "monitoring-namespace").inputs["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
     assert labels["pod-security.kubernetes.io/warn"] == "baseline"
     assert labels["pod-security.kubernetes.io/audit"] == "baseline"
     assert labels["app.kubernetes.io/part-of"] == "llm-platform"
-    quota = plan.one("kubernetes:core/v1:ResourceQuota", "monitoring-quota")["inputs"]
+    quota = plan.one("kubernetes:core/v1:ResourceQuota", "monitoring-quota").inputs
     assert quota["metadata"]["namespace"] == "monitoring"
     assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "0"
-    limits = plan.one("kubernetes:core/v1:LimitRange", "monitoring-limits")["inputs"]
+    limits = plan.one("kubernetes:core/v1:LimitRange", "monitoring-limits").inputs
     (item,) = limits["spec"]["limits"]
     assert {"cpu", "memory"} <= set(item["default"]) & set(item["defaultRequest"])
 
@@ -154,27 +154,27 @@ def test_crds_are_applied_first_from_the_pinned_release(plans) -> None:
     crds = plan.one(CONFIG_FILE, "monitoring-crds")
     pins = catalog().monitoring
     assert pins is not None
-    assert crds["inputs"]["file"] == pins.prometheus_operator_crds.url
+    assert crds.inputs["file"] == pins.prometheus_operator_crds.url
     assert "/releases/download/v" in pins.prometheus_operator_crds.url
     kps = _releases(plan)["kube-prometheus-stack"]
-    assert crds["urn"] in kps["dependencies"]
+    assert crds.urn in kps.dependencies
     for type_ in (SERVICE_MONITOR, POD_MONITOR, PROMETHEUS_RULE):
         objects = plan.by_type(type_)
         assert objects
-        assert all(crds["urn"] in r["dependencies"] for r in objects)
+        assert all(crds.urn in r.dependencies for r in objects)
     assert _kps(plan)["crds"] == {"enabled": False}
 
 
 def test_kube_prometheus_stack_waits_for_storage_namespace_and_system_pool(plans) -> None:
     plan = plans("pretrain")
-    deps = set(_releases(plan)["kube-prometheus-stack"]["dependencies"])
+    deps = set(_releases(plan)["kube-prometheus-stack"].dependencies)
     for type_, name in [
         (NAMESPACE, "monitoring-namespace"),
         (STORAGE_CLASS, "monitoring-gp3"),
         (ADDON, "monitoring-aws-ebs-csi-driver"),
         (NODE_GROUP, "cluster-system"),
     ]:
-        assert plan.one(type_, name)["urn"] in deps
+        assert plan.one(type_, name).urn in deps
 
 
 def test_prometheus_retention_volume_and_selectors(plans, synth) -> None:
@@ -211,11 +211,11 @@ def test_grafana_sidecar_and_one_config_map_per_dashboard(plans) -> None:
     sidecar = grafana["sidecar"]["dashboards"]
     assert sidecar["enabled"] is True
     assert (sidecar["label"], sidecar["labelValue"]) == ("grafana_dashboard", "1")
-    maps = [r for r in plan.by_type(CONFIG_MAP) if r["name"].startswith("monitoring-dashboard-")]
+    maps = [r for r in plan.by_type(CONFIG_MAP) if r.name.startswith("monitoring-dashboard-")]
     files = dashboard_files()
     assert len(maps) == len(files)
     for path in files:
-        inputs = plan.one(CONFIG_MAP, f"monitoring-dashboard-{path.stem}")["inputs"]
+        inputs = plan.one(CONFIG_MAP, f"monitoring-dashboard-{path.stem}").inputs
         assert inputs["metadata"]["namespace"] == "monitoring"
         assert DASHBOARD_LABEL.items() <= inputs["metadata"]["labels"].items()
         assert inputs["data"] == {path.name: path.read_text()}
@@ -253,39 +253,39 @@ def test_without_a_password_grafana_login_is_off(plans) -> None:
     assert ini["auth"]["disable_login_form"] is True
     assert ini["auth.basic"]["enabled"] is False
     assert ini["auth.anonymous"]["enabled"] is False
-    assert not [r for r in plan.by_type(SECRET) if r["name"].startswith("monitoring-")]
+    assert not [r for r in plan.by_type(SECRET) if r.name.startswith("monitoring-")]
 
 
 def test_a_secret_password_goes_to_a_secret_the_chart_reads(synth) -> None:
     plan = _monitoring(synth, {}, **{GRAFANA_PASSWORD_KEY: "s3cret"})
     secret = plan.one(SECRET, "monitoring-grafana-admin")
-    assert secret["inputs"]["metadata"]["name"] == GRAFANA_ADMIN_SECRET
+    assert secret.inputs["metadata"]["name"] == GRAFANA_ADMIN_SECRET
     assert "s3cret" not in json.dumps(plan.to_dict())
     grafana = _kps(plan)["grafana"]
     assert grafana["admin"]["existingSecret"] == GRAFANA_ADMIN_SECRET
     assert "grafana.ini" not in grafana
-    assert secret["urn"] in _releases(plan)["kube-prometheus-stack"]["dependencies"]
+    assert secret.urn in _releases(plan)["kube-prometheus-stack"].dependencies
 
 
 def test_grafana_off_drops_it_and_its_dashboards(synth) -> None:
     plan = _monitoring(synth, {"grafana": False})
     assert _kps(plan)["grafana"] == {"enabled": False}
-    assert not [r for r in plan.by_type(CONFIG_MAP) if r["name"].startswith("monitoring-")]
+    assert not [r for r in plan.by_type(CONFIG_MAP) if r.name.startswith("monitoring-")]
 
 
 def test_monitors_select_dcgm_training_pods_and_vllm(plans) -> None:
     plan = plans("pretrain")
-    dcgm = plan.one(SERVICE_MONITOR, "monitoring-servicemonitor-dcgm-exporter")["inputs"]
+    dcgm = plan.one(SERVICE_MONITOR, "monitoring-servicemonitor-dcgm-exporter").inputs
     assert dcgm["metadata"]["namespace"] == "monitoring"
     assert dcgm["spec"]["namespaceSelector"] == {"matchNames": ["gpu-operator"]}
     assert dcgm["spec"]["endpoints"][0]["honorLabels"] is True
-    training = plan.one(POD_MONITOR, "monitoring-podmonitor-training")["inputs"]["spec"]
+    training = plan.one(POD_MONITOR, "monitoring-podmonitor-training").inputs["spec"]
     assert training["selector"]["matchLabels"] == {"llm-platform/job-kind": "training"}
     assert training["podMetricsEndpoints"][0]["port"] == "metrics"
     # train.py's own `job` label must survive the scrape.
     assert training["podMetricsEndpoints"][0]["honorLabels"] is True
     assert training["namespaceSelector"] == {"any": True}
-    vllm = plan.one(SERVICE_MONITOR, "monitoring-servicemonitor-vllm")["inputs"]["spec"]
+    vllm = plan.one(SERVICE_MONITOR, "monitoring-servicemonitor-vllm").inputs["spec"]
     assert vllm["selector"]["matchLabels"] == {"llm-platform/scrape": "true"}
     assert vllm["endpoints"][0]["port"] == "metrics"
 
@@ -297,23 +297,23 @@ def test_prometheus_rules_come_from_monitoring_rules_with_the_stack_thresholds(
     expected = rules.prometheus_rules(AlertThresholds(), "monitoring", fsx_capacity_gib=48000)
     for rule in expected:
         inputs = plan.one(PROMETHEUS_RULE, f"monitoring-prometheusrule-{rule.metadata.name}")
-        assert inputs["inputs"]["spec"] == rule.dump()["spec"]
+        assert inputs.inputs["spec"] == rule.dump()["spec"]
     assert len(plan.by_type(PROMETHEUS_RULE)) == len(expected)
     custom = _monitoring(synth, {"alerts": {"gpu_temp_critical_c": 90}})
-    gpu = custom.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-gpu")["inputs"]["spec"]
+    gpu = custom.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-gpu").inputs["spec"]
     assert "DCGM_FI_DEV_GPU_TEMP > 90" in json.dumps(gpu)
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_storage_rules_only_with_a_file_system_and_its_capacity(plans, stack: str) -> None:
     plan = plans(stack)
-    names = {r["inputs"]["metadata"]["name"] for r in plan.by_type(PROMETHEUS_RULE)}
+    names = {r.inputs["metadata"]["name"] for r in plan.by_type(PROMETHEUS_RULE)}
     capacity = _lustre_capacity(stack)
     if capacity is None:
         # No file system, no exporter: FsxMetricsMissing would fire for ever.
         assert "llmp-storage" not in names
         return
-    spec = plan.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-storage")["inputs"]["spec"]
+    spec = plan.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-storage").inputs["spec"]
     (group,) = spec["groups"]
     full = {r["alert"]: r for r in group["rules"]}["FsxFileSystemAlmostFull"]
     free = rules.fsx_free_bytes_threshold(AlertThresholds(), capacity)
@@ -324,7 +324,7 @@ def test_storage_rules_only_with_a_file_system_and_its_capacity(plans, stack: st
 def test_fsx_metrics_exporter_reads_this_file_system_through_its_own_role(plans) -> None:
     plan = plans("pretrain")
     release = _releases(plan)[CLOUDWATCH_EXPORTER]
-    inputs = release["inputs"]
+    inputs = release.inputs
     values = inputs["values"]
     assert values == json.loads(json.dumps(cloudwatch_exporter_values("us-east-1", "lustre-fs-id")))
     # No aws.* values: no AWS variables in the pod, so Pod Identity's credentials are used.
@@ -348,7 +348,7 @@ def test_fsx_metrics_exporter_reads_this_file_system_through_its_own_role(plans)
     assert metrics["AgeOfOldestQueuedMessage"]["aws_dimension_select"]["Publisher"] == [
         "AutoExport"
     ]
-    policy = json.loads(plan.one(ROLE_POLICY, "monitoring-cloudwatch-exporter")["inputs"]["policy"])
+    policy = json.loads(plan.one(ROLE_POLICY, "monitoring-cloudwatch-exporter").inputs["policy"])
     (statement,) = policy["Statement"]
     assert sorted(statement["Action"]) == [
         "cloudwatch:GetMetricData",
@@ -357,18 +357,18 @@ def test_fsx_metrics_exporter_reads_this_file_system_through_its_own_role(plans)
     ]
     assert statement["Resource"] == "*"
     association = plan.one(ASSOCIATION, "monitoring-cloudwatch-exporter")
-    assert association["inputs"]["namespace"] == "monitoring"
-    assert association["inputs"]["serviceAccount"] == CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT
-    deps = set(release["dependencies"])
-    assert association["urn"] in deps
+    assert association.inputs["namespace"] == "monitoring"
+    assert association.inputs["serviceAccount"] == CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT
+    deps = set(release.dependencies)
+    assert association.urn in deps
     # its chart's ServiceMonitor needs the CRDs
-    assert plan.one(CONFIG_FILE, "monitoring-crds")["urn"] in deps
+    assert plan.one(CONFIG_FILE, "monitoring-crds").urn in deps
     # the FSx rules arrive with their exporter, not while the file system is being created
     storage_rule = plan.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-storage")
-    assert release["urn"] in storage_rule["dependencies"]
+    assert release.urn in storage_rule.dependencies
     gpu_rule = plan.one(PROMETHEUS_RULE, "monitoring-prometheusrule-llmp-gpu")
-    assert release["urn"] not in gpu_rule["dependencies"]
-    assert not [r for r in plans("inference").by_type(ROLE) if "cloudwatch" in r["name"]]
+    assert release.urn not in gpu_rule.dependencies
+    assert not [r for r in plans("inference").by_type(ROLE) if "cloudwatch" in r.name]
 
 
 def test_the_exporter_config_cannot_hold_a_template() -> None:
@@ -379,10 +379,10 @@ def test_the_exporter_config_cannot_hold_a_template() -> None:
 
 def test_logs_go_to_a_pulumi_log_group_through_a_scoped_role(plans) -> None:
     plan = plans("pretrain")
-    group = plan.one(LOG_GROUP, "monitoring-logs")["inputs"]
+    group = plan.one(LOG_GROUP, "monitoring-logs").inputs
     assert group["name"] == log_group_name("pretrain") == "/llm-platform/pretrain/containers"
     assert group["retentionInDays"] == 30
-    policy = json.loads(plan.one(ROLE_POLICY, "monitoring-fluent-bit")["inputs"]["policy"])
+    policy = json.loads(plan.one(ROLE_POLICY, "monitoring-fluent-bit").inputs["policy"])
     (statement,) = policy["Statement"]
     assert sorted(statement["Action"]) == [
         "logs:CreateLogStream",
@@ -392,49 +392,49 @@ def test_logs_go_to_a_pulumi_log_group_through_a_scoped_role(plans) -> None:
     arn = statement["Resource"][0]
     assert arn.endswith(":loggroup/monitoring-logs")
     assert statement["Resource"] == [arn, f"{arn}:log-stream:*"]
-    association = plan.one(ASSOCIATION, "monitoring-fluent-bit")["inputs"]
+    association = plan.one(ASSOCIATION, "monitoring-fluent-bit").inputs
     assert association["namespace"] == "monitoring"
     assert association["serviceAccount"] == FLUENT_BIT_SERVICE_ACCOUNT
     release = _releases(plan)["aws-for-fluent-bit"]
-    values = release["inputs"]["values"]
+    values = release.inputs["values"]
     assert values["cloudWatchLogs"]["logGroupName"] == group["name"]
     assert values["cloudWatchLogs"]["autoCreateGroup"] is False
     assert values["serviceAccount"]["name"] == FLUENT_BIT_SERVICE_ACCOUNT
-    assert plan.one(ASSOCIATION, "monitoring-fluent-bit")["urn"] in release["dependencies"]
+    assert plan.one(ASSOCIATION, "monitoring-fluent-bit").urn in release.dependencies
 
 
 def test_log_retention_follows_config_and_logs_can_be_off(synth) -> None:
     plan = _monitoring(synth, {"log_retention_days": 90})
-    assert plan.one(LOG_GROUP, "monitoring-logs")["inputs"]["retentionInDays"] == 90
+    assert plan.one(LOG_GROUP, "monitoring-logs").inputs["retentionInDays"] == 90
     off = _monitoring(synth, {"logs": False})
-    assert not [r for r in off.resources if r["type"] == LOG_GROUP and "monitoring" in r["name"]]
+    assert not [r for r in off.resources if r.type == LOG_GROUP and "monitoring" in r.name]
     assert "aws-for-fluent-bit" not in _releases(off)
     assert off.outputs["monitoring"].get("log_group") is None  # None outputs are dropped
 
 
 def test_traces_go_to_xray_through_their_own_role(plans) -> None:
     plan = plans("pretrain")
-    values = _releases(plan)["opentelemetry-collector"]["inputs"]["values"]
+    values = _releases(plan)["opentelemetry-collector"].inputs["values"]
     assert values["mode"] == "deployment"
     assert values["image"]["repository"] == "otel/opentelemetry-collector-contrib"
     assert values["serviceAccount"]["name"] == OTEL_SERVICE_ACCOUNT
     config = values["config"]
     assert config["exporters"] == {"awsxray": {"region": "us-east-1"}}
     assert config["service"]["pipelines"]["traces"]["exporters"] == ["awsxray"]
-    policy = json.loads(plan.one(ROLE_POLICY, "monitoring-otel")["inputs"]["policy"])
+    policy = json.loads(plan.one(ROLE_POLICY, "monitoring-otel").inputs["policy"])
     (statement,) = policy["Statement"]
     assert statement["Action"] == ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
     assert statement["Resource"] == "*"
-    association = plan.one(ASSOCIATION, "monitoring-otel")["inputs"]
+    association = plan.one(ASSOCIATION, "monitoring-otel").inputs
     assert association["serviceAccount"] == OTEL_SERVICE_ACCOUNT
 
 
 def test_traces_to_otlp_need_no_aws_role_and_can_be_off(synth) -> None:
     endpoint = "https://otlp.example.com:4317"
     plan = _monitoring(synth, {"traces_exporter": "otlp", "otlp_endpoint": endpoint})
-    config = _releases(plan)["opentelemetry-collector"]["inputs"]["values"]["config"]
+    config = _releases(plan)["opentelemetry-collector"].inputs["values"]["config"]
     assert config["exporters"] == {"otlp": {"endpoint": endpoint}}
-    assert not [r for r in plan.by_type(ROLE) if r["name"] == "monitoring-otel"]
+    assert not [r for r in plan.by_type(ROLE) if r.name == "monitoring-otel"]
     off = _monitoring(synth, {"traces": False})
     assert "opentelemetry-collector" not in _releases(off)
 

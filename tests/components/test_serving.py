@@ -21,12 +21,12 @@ MODELS = ("llama-8b", "llama-70b")
 
 
 def _containers(plan, model: str) -> dict[str, dict[str, Any]]:
-    spec = plan.one(DEPLOYMENT, f"serving-{model}")["inputs"]["spec"]["template"]["spec"]
+    spec = plan.one(DEPLOYMENT, f"serving-{model}").inputs["spec"]["template"]["spec"]
     return {c["name"]: c for c in spec["containers"]}
 
 
 def _pod(plan, model: str) -> dict[str, Any]:
-    return plan.one(DEPLOYMENT, f"serving-{model}")["inputs"]["spec"]["template"]["spec"]
+    return plan.one(DEPLOYMENT, f"serving-{model}").inputs["spec"]["template"]["spec"]
 
 
 def test_only_a_stack_with_serving_gets_it(plans) -> None:
@@ -70,7 +70,7 @@ def test_probes_drain_and_rollout(plans) -> None:
         pod = _pod(plan, model)
         assert pod["terminationGracePeriodSeconds"] > 30
         assert pod["priorityClassName"] == "llmp-serving"
-        spec = plan.one(DEPLOYMENT, f"serving-{model}")["inputs"]["spec"]
+        spec = plan.one(DEPLOYMENT, f"serving-{model}").inputs["spec"]
         assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
         assert "replicas" not in spec  # KEDA owns it
 
@@ -92,12 +92,12 @@ def test_placement_on_the_pool_spread_over_zones_and_nodes(plans) -> None:
 def test_service_pdb_and_metrics_port_labelled_for_scraping(plans) -> None:
     plan = plans("inference")
     for model in MODELS:
-        svc = plan.one(SERVICE, f"serving-{model}")["inputs"]
+        svc = plan.one(SERVICE, f"serving-{model}").inputs
         assert svc["metadata"]["labels"]["llm-platform/scrape"] == "true"
         assert svc["metadata"]["annotations"]["prometheus.io/port"] == "8000"
         ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
         assert ports == {"http": 8080, "health": 8081, "metrics": 8000}
-        pdb = plan.one(PDB, f"serving-{model}")["inputs"]["spec"]
+        pdb = plan.one(PDB, f"serving-{model}").inputs["spec"]
         assert pdb["maxUnavailable"] == 1
         assert pdb["selector"]["matchLabels"] == svc["spec"]["selector"]
 
@@ -107,12 +107,12 @@ def test_keda_is_pinned_and_scaled_objects_wait_for_it(plans) -> None:
     pins = catalog().serving
     assert pins is not None
     release = plan.one(RELEASE, "serving-keda")
-    assert release["inputs"]["version"] == pins.keda.version
-    assert release["inputs"]["repositoryOpts"]["repo"] == pins.keda.repository
+    assert release.inputs["version"] == pins.keda.version
+    assert release.inputs["repositoryOpts"]["repo"] == pins.keda.repository
     for model in MODELS:
         scaled = plan.one(SCALED, f"serving-{model}")
-        assert release["urn"] in scaled["dependencies"]
-        spec = scaled["inputs"]["spec"]
+        assert release.urn in scaled.dependencies
+        spec = scaled.inputs["spec"]
         assert spec["minReplicaCount"] == 0  # serving hours in the stack file
         assert {t["type"] for t in spec["triggers"]} == {"prometheus", "cron"}
         prom = next(t for t in spec["triggers"] if t["type"] == "prometheus")
@@ -124,15 +124,15 @@ def test_keda_is_pinned_and_scaled_objects_wait_for_it(plans) -> None:
 def test_ingress_is_https_only_with_certificate_and_waf(plans) -> None:
     plan = plans("inference")
     ingress = plan.one(INGRESS, "serving-api")
-    notes = ingress["inputs"]["metadata"]["annotations"]
+    notes = ingress.inputs["metadata"]["annotations"]
     assert json.loads(notes["alb.ingress.kubernetes.io/listen-ports"]) == [{"HTTPS": 443}]
     assert notes["alb.ingress.kubernetes.io/ssl-redirect"] == "443"
     assert notes["alb.ingress.kubernetes.io/certificate-arn"].startswith("arn:aws:acm:")
     assert notes["alb.ingress.kubernetes.io/scheme"] == "internal"
     waf = plan.one(WAF, "serving-waf")
     assert notes["alb.ingress.kubernetes.io/wafv2-acl-arn"].endswith("/serving-waf")
-    assert waf["urn"] in ingress["dependencies"]
-    paths = ingress["inputs"]["spec"]["rules"][0]["http"]["paths"]
+    assert waf.urn in ingress.dependencies
+    paths = ingress.inputs["spec"]["rules"][0]["http"]["paths"]
     assert [(p["path"], p["backend"]["service"]["port"]["name"]) for p in paths] == [
         ("/llama-8b/", "http"),
         ("/llama-70b/", "http"),
@@ -140,7 +140,7 @@ def test_ingress_is_https_only_with_certificate_and_waf(plans) -> None:
 
 
 def test_waf_rate_limits_per_key_and_per_ip(plans) -> None:
-    rules = {r["name"]: r for r in plans("inference").one(WAF, "serving-waf")["inputs"]["rules"]}
+    rules = {r["name"]: r for r in plans("inference").one(WAF, "serving-waf").inputs["rules"]}
     per_key = rules["rate-per-key"]["statement"]["rateBasedStatement"]
     assert per_key["aggregateKeyType"] == "CUSTOM_KEYS"
     assert per_key["customKeys"][0]["header"]["name"] == "authorization"
@@ -152,7 +152,7 @@ def test_scheme_comes_from_config(synth) -> None:
     raw = raw_stack("inference")
     raw["llm-platform:serving"] = {**raw["llm-platform:serving"], "scheme": "internet-facing"}
     plan = synth(raw)
-    notes = plan.one(INGRESS, "serving-api")["inputs"]["metadata"]["annotations"]
+    notes = plan.one(INGRESS, "serving-api").inputs["metadata"]["annotations"]
     assert notes["alb.ingress.kubernetes.io/scheme"] == "internet-facing"
 
 
@@ -162,7 +162,7 @@ def test_api_keys_stay_secret_in_the_plan(synth, tmp_path) -> None:
     raw = raw_stack("inference")
     raw["llm-platform-serving:chat-app"] = {"secure": "v1:c2VydmluZy1rZXktMQ=="}
     plan = synth(raw)
-    secret = plan.one(SECRET_TYPE, "serving-gateway")["inputs"]
+    secret = plan.one(SECRET_TYPE, "serving-gateway").inputs
     # Shape kept, values hidden: the manifest still applies (a map, not a string).
     assert secret["stringData"] == {f"{m}.yaml": SECRET for m in ("llama-8b", "llama-70b")}
     target = write_plan(plan, tmp_path)
@@ -177,7 +177,7 @@ def test_api_keys_stay_secret_in_the_plan(synth, tmp_path) -> None:
 def test_alb_reaches_only_the_gateway_ports(plans) -> None:
     policy = plans("inference").one(
         "kubernetes:networking.k8s.io/v1:NetworkPolicy", "serving-allow-alb"
-    )["inputs"]["spec"]
+    ).inputs["spec"]
     rule = policy["ingress"][0]
     assert rule["from"] == [{"ipBlock": {"cidr": "10.30.0.0/16"}}]
     assert sorted(p["port"] for p in rule["ports"]) == [8080, 8081]

@@ -15,8 +15,8 @@ import pytest
 
 from components.cluster import Cluster, ClusterArgs, SystemPool
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.managed_nodes import PoolSize
 from components.network import Network, NetworkArgs
-from components.node_group import PoolSize
 from components.serving import Serving, ServingArgs
 from components.storage import Bucket, LifecycleRule, Storage, StorageArgs, Transition
 from llmp.synth import run
@@ -29,7 +29,7 @@ def built(program) -> list[dict]:
 
 
 def of_type(resources: list[dict], type_: str) -> list[dict]:
-    return [r for r in resources if r["type"] == type_]
+    return [r for r in resources if r.type == type_]
 
 
 def test_a_network_alone_has_the_subnets_and_nat_gateways_it_is_given() -> None:
@@ -48,7 +48,7 @@ def test_a_network_alone_has_the_subnets_and_nat_gateways_it_is_given() -> None:
         )
 
     resources = built(program)
-    cidrs = sorted(r["inputs"]["cidrBlock"] for r in of_type(resources, "aws:ec2/subnet:Subnet"))
+    cidrs = sorted(r.inputs["cidrBlock"] for r in of_type(resources, "aws:ec2/subnet:Subnet"))
     assert cidrs == ["10.20.0.0/18", "10.20.128.0/24", "10.20.129.0/24", "10.20.64.0/18"]
     assert len(of_type(resources, "aws:ec2/natGateway:NatGateway")) == 2
     assert not of_type(resources, "aws:ec2/vpcEndpoint:VpcEndpoint")
@@ -95,9 +95,9 @@ def test_a_capacity_block_pool_alone_names_its_type_in_the_template_only() -> No
     resources = built(program)
     [template] = of_type(resources, "aws:ec2/launchTemplate:LaunchTemplate")
     [group] = of_type(resources, "aws:eks/nodeGroup:NodeGroup")
-    assert template["inputs"]["instanceType"] == "p5.48xlarge"
-    assert "instanceTypes" not in group["inputs"]
-    assert len(template["inputs"]["networkInterfaces"]) == 33  # ENA + 32 efa-only
+    assert template.inputs["instanceType"] == "p5.48xlarge"
+    assert "instanceTypes" not in group.inputs
+    assert len(template.inputs["networkInterfaces"]) == 33  # ENA + 32 efa-only
     assert not of_type(resources, "aws:ec2/placementGroup:PlacementGroup")
 
 
@@ -147,9 +147,9 @@ def test_a_cluster_alone_pins_its_add_ons_and_sizes_its_system_pool() -> None:
 
     resources = built(program)
     [group] = of_type(resources, "aws:eks/nodeGroup:NodeGroup")
-    assert group["inputs"]["instanceTypes"] == ["c7i.4xlarge"]
-    assert group["inputs"]["scalingConfig"] == {"desiredSize": 3, "maxSize": 3, "minSize": 3}
-    addons = {r["inputs"]["addonName"] for r in of_type(resources, "aws:eks/addon:Addon")}
+    assert group.inputs["instanceTypes"] == ["c7i.4xlarge"]
+    assert group.inputs["scalingConfig"] == {"desiredSize": 3, "maxSize": 3, "minSize": 3}
+    addons = {r.inputs["addonName"] for r in of_type(resources, "aws:eks/addon:Addon")}
     assert addons == {"vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent"}
 
 
@@ -174,13 +174,13 @@ def test_storage_alone_keeps_a_precious_bucket_and_tiers_it() -> None:
 
     plan = run("alone", REGION, program)
     bucket = plan.one("aws:s3/bucket:Bucket", "storage-checkpoints")
-    assert bucket["inputs"]["bucket"] == "acme-alone-checkpoints"
-    assert bucket.get("retain_on_delete") is True
+    assert bucket.inputs["bucket"] == "acme-alone-checkpoints"
+    assert bucket.retain_on_delete is True
     lifecycle = plan.one(
         "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
         "storage-checkpoints-lifecycle",
     )
-    assert lifecycle["inputs"]["rules"][0]["transitions"] == [
+    assert lifecycle.inputs["rules"][0]["transitions"] == [
         {"days": 30, "storageClass": "GLACIER_IR"}
     ]
 
@@ -238,11 +238,11 @@ def test_serving_alone_takes_any_object_shaped_like_a_served_model() -> None:
 
     resources = built(program)
     [deployment] = of_type(resources, "kubernetes:apps/v1:Deployment")
-    assert deployment["inputs"]["metadata"]["name"] == "tiny"
+    assert deployment.inputs["metadata"]["name"] == "tiny"
     [acl] = of_type(resources, "aws:wafv2/webAcl:WebAcl")
     limits = [
         r["statement"]["rateBasedStatement"]["limit"]
-        for r in acl["inputs"]["rules"]
+        for r in acl.inputs["rules"]
         if "rateBasedStatement" in r["statement"]
     ]
     assert limits == [100, 6000]

@@ -16,16 +16,16 @@ S3 = "aws:s3/"
 def by_bucket(plan, type_suffix: str) -> dict[str, dict]:
     """Sub-resources of one kind keyed by the physical bucket name they configure."""
     return {
-        r["inputs"]["bucket"]: r["inputs"]
+        r.inputs["bucket"]: r.inputs
         for r in plan.resources
-        if r["type"].startswith(S3) and r["type"].endswith(type_suffix)
+        if r.type.startswith(S3) and r.type.endswith(type_suffix)
     }
 
 
 def test_every_bucket_is_encrypted_private_owner_enforced_and_tls_only(plans) -> None:
     for stack in ("pretrain", "finetune", "inference"):
         plan = plans(stack)
-        names = {b["inputs"]["bucket"] for b in plan.by_type(BUCKET)}
+        names = {b.inputs["bucket"] for b in plan.by_type(BUCKET)}
         encryption = by_bucket(plan, ":BucketServerSideEncryptionConfiguration")
         access = by_bucket(plan, ":BucketPublicAccessBlock")
         ownership = by_bucket(plan, ":BucketOwnershipControls")
@@ -58,7 +58,7 @@ def test_every_bucket_is_encrypted_private_owner_enforced_and_tls_only(plans) ->
 
 
 def test_bucket_names_come_from_the_prefix(plans) -> None:
-    names = sorted(b["inputs"]["bucket"] for b in plans("pretrain").by_type(BUCKET))
+    names = sorted(b.inputs["bucket"] for b in plans("pretrain").by_type(BUCKET))
     assert names == [
         "acme-llm-pretrain-checkpoints",
         "acme-llm-pretrain-checkpoints-us-west-2",
@@ -90,8 +90,8 @@ def test_precious_buckets_are_versioned_and_retained_never_force_destroyed(plans
     plan = plans("pretrain")
     versioned = by_bucket(plan, ":BucketVersioning")
     for bucket in plan.by_type(BUCKET):
-        name = bucket["inputs"]["bucket"]
-        assert bucket["inputs"]["forceDestroy"] is False
+        name = bucket.inputs["bucket"]
+        assert bucket.inputs["forceDestroy"] is False
         precious = any(k in name for k in ("checkpoints", "models"))
         assert (name in versioned) == precious, name
         if precious:
@@ -158,16 +158,16 @@ def test_replication_to_the_dr_region(plans) -> None:
     assert dest["metrics"]["status"] == "Enabled"
     # The replica key lives in the DR region.
     dr = plan.one("pulumi:providers:aws", "aws-dr")
-    assert plan.one("aws:kms/key:Key", "storage-replica-s3")["provider"] == dr["urn"]
+    assert plan.one("aws:kms/key:Key", "storage-replica-s3").provider == dr.urn
 
 
 def test_replication_role_is_least_privilege(plans) -> None:
     plan = plans("pretrain")
     role = plan.one("aws:iam/role:Role", "storage-replication")
-    trust = json.loads(role["inputs"]["assumeRolePolicy"])
+    trust = json.loads(role.inputs["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "s3.amazonaws.com"}
     policy = json.loads(
-        plan.one("aws:iam/rolePolicy:RolePolicy", "storage-replication")["inputs"]["policy"]
+        plan.one("aws:iam/rolePolicy:RolePolicy", "storage-replication").inputs["policy"]
     )
     for statement in policy["Statement"]:
         actions = (
@@ -205,19 +205,19 @@ def test_delete_markers_and_rtc_follow_config(synth) -> None:
 
 def test_no_replication_means_no_dr_provider(plans) -> None:
     plan = plans("finetune")
-    assert [p["name"] for p in plan.by_type("pulumi:providers:aws")] == ["aws"]
+    assert [p.name for p in plan.by_type("pulumi:providers:aws")] == ["aws"]
     assert not by_bucket(plan, ":BucketReplicationConfig")
 
 
 def test_storage_and_the_cluster_do_not_wait_on_each_other(plans) -> None:
     plan = plans("pretrain")
-    storage = [r for r in plan.resources if (r["parent"] or "").endswith("::storage")]
-    cluster = [r for r in plan.resources if (r["parent"] or "").endswith("::cluster")]
-    storage_urns = {r["urn"] for r in storage}
-    cluster_urns = {r["urn"] for r in cluster}
+    storage = [r for r in plan.resources if (r.parent or "").endswith("::storage")]
+    cluster = [r for r in plan.resources if (r.parent or "").endswith("::cluster")]
+    storage_urns = {r.urn for r in storage}
+    cluster_urns = {r.urn for r in cluster}
     assert storage and cluster
-    assert not any(set(r["dependencies"]) & cluster_urns for r in storage)
-    assert not any(set(r["dependencies"]) & storage_urns for r in cluster)
+    assert not any(set(r.dependencies) & cluster_urns for r in storage)
+    assert not any(set(r.dependencies) & storage_urns for r in cluster)
 
 
 # ---------------------------------------------------------------------------
@@ -236,37 +236,37 @@ def adopting(**overrides) -> dict:
 def test_the_replica_key_has_an_alias_to_find_it_by_in_the_dr_region(plans) -> None:
     plan = plans("pretrain")
     alias = plan.one("aws:kms/alias:Alias", "storage-replica-s3")
-    assert alias["inputs"]["name"] == "alias/acme-llm-pretrain-s3-replica"
-    assert alias["provider"] == plan.one("pulumi:providers:aws", "aws-dr")["urn"]
+    assert alias.inputs["name"] == "alias/acme-llm-pretrain-s3-replica"
+    assert alias.provider == plan.one("pulumi:providers:aws", "aws-dr").urn
 
 
 def test_an_adopted_bucket_is_imported_protected_and_retained(synth) -> None:
     plan = synth(adopting())
     bucket = plan.one(BUCKET, "storage-checkpoints")
-    assert bucket["inputs"]["bucket"] == "old-checkpoints"  # the import id is its name
-    assert bucket["import_id"] == "old-checkpoints"
-    assert bucket["protect"] is True and bucket["retain_on_delete"] is True
-    assert bucket["inputs"]["tags"]["llm-platform/adopted"] == "true"
+    assert bucket.inputs["bucket"] == "old-checkpoints"  # the import id is its name
+    assert bucket.import_id == "old-checkpoints"
+    assert bucket.protect is True and bucket.retain_on_delete is True
+    assert bucket.inputs["tags"]["llm-platform/adopted"] == "true"
     for settings in ("encryption", "versioning", "lifecycle", "policy", "public-access"):
-        r = next(r for r in plan.resources if r["name"] == f"storage-checkpoints-{settings}")
-        assert r["retain_on_delete"] is True, settings
+        r = next(r for r in plan.resources if r.name == f"storage-checkpoints-{settings}")
+        assert r.retain_on_delete is True, settings
     key = plan.one("aws:kms/key:Key", "storage-s3")
-    assert key["import_id"] == "1234abcd-12ab-34cd-56ef-1234567890ab"
-    assert key["protect"] is True
+    assert key.import_id == "1234abcd-12ab-34cd-56ef-1234567890ab"
+    assert key.protect is True
     encryption = by_bucket(plan, ":BucketServerSideEncryptionConfiguration")["old-checkpoints"]
     assert encryption["rules"][0]["applyServerSideEncryptionByDefault"]["kmsMasterKeyId"].endswith(
         ":key/storage-s3"
     )
     # Everything else is created as before.
     datasets = plan.one(BUCKET, "storage-datasets")
-    assert datasets["inputs"]["bucket"] == "acme-llm-finetune-datasets"
+    assert datasets.inputs["bucket"] == "acme-llm-finetune-datasets"
     assert "import_id" not in datasets and "protect" not in datasets
 
 
 def test_without_adoption_nothing_is_imported_or_protected(plans) -> None:
     for stack in ("pretrain", "finetune", "inference"):
         for r in plans(stack).resources:
-            assert "import_id" not in r and "protect" not in r, r["name"]
+            assert r.import_id is None and not r.protect, r.name
 
 
 @pytest.mark.parametrize(

@@ -115,14 +115,14 @@ def variant(tmp_path: Path) -> Callable[..., Plan]:
 def _by_k8s_name(plan: Plan, type_: str) -> dict[tuple[str | None, str], dict[str, Any]]:
     out = {}
     for r in plan.by_type(type_):
-        meta = r["inputs"]["metadata"]
+        meta = r.inputs["metadata"]
         out[(meta.get("namespace"), meta["name"])] = r
     return out
 
 
 def _urn(plan: Plan, type_: str) -> str:
     (resource,) = plan.by_type(type_)
-    return str(resource["urn"])
+    return str(resource.urn)
 
 
 # --- namespaces -------------------------------------------------------------------
@@ -132,7 +132,7 @@ def test_one_namespace_per_distinct_name_with_pod_security_labels(plan: Plan) ->
     namespaces = _by_k8s_name(plan, NAMESPACE)
     assert set(namespaces) == {(None, "training"), (None, "eval"), (None, "serving")}
     for r in namespaces.values():
-        labels = r["inputs"]["metadata"]["labels"]
+        labels = r.inputs["metadata"]["labels"]
         assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
         assert labels["pod-security.kubernetes.io/warn"] == "restricted"
         assert labels["pod-security.kubernetes.io/audit"] == "restricted"
@@ -148,22 +148,22 @@ def test_every_namespace_has_a_quota_and_container_defaults(plan: Plan) -> None:
     assert set(limits) == {(ns, "llmp-limits") for ns in names}
     default = NamespaceQuota()
     for ns in names:
-        namespace_urn = namespaces[(None, ns)]["urn"]
+        namespace_urn = namespaces[(None, ns)].urn
         quota, limit = quotas[(ns, "llmp-quota")], limits[(ns, "llmp-limits")]
         # In the namespace through data: created after it, deleted before it.
-        assert namespace_urn in quota["dependencies"]
-        assert namespace_urn in limit["dependencies"]
-        assert quota["inputs"]["metadata"]["labels"] == {
+        assert namespace_urn in quota.dependencies
+        assert namespace_urn in limit.dependencies
+        assert quota.inputs["metadata"]["labels"] == {
             "app.kubernetes.io/part-of": "llm-platform"
         }
-        assert quota["inputs"]["spec"]["hard"] == {
+        assert quota.inputs["spec"]["hard"] == {
             "requests.nvidia.com/gpu": str(default.accelerators),
             "requests.aws.amazon.com/neuron": str(default.accelerators),
             "requests.cpu": default.cpu,
             "requests.memory": default.memory,
             "persistentvolumeclaims": str(default.persistent_volume_claims),
         }
-        (item,) = limit["inputs"]["spec"]["limits"]
+        (item,) = limit.inputs["spec"]["limits"]
         assert item == {
             "type": "Container",
             "defaultRequest": {
@@ -176,7 +176,7 @@ def test_every_namespace_has_a_quota_and_container_defaults(plan: Plan) -> None:
 
 def test_every_accelerator_resource_of_the_catalog_is_capped(plan: Plan) -> None:
     (quota, *_) = plan.by_type(QUOTA)
-    hard = quota["inputs"]["spec"]["hard"]
+    hard = quota.inputs["spec"]["hard"]
     for kind in catalog().accelerator_kinds.values():
         assert f"requests.{kind.resource}" in hard
 
@@ -187,7 +187,7 @@ def test_namespace_quota_is_an_argument(variant) -> None:
         quota={"accelerators": 16, "cpu": "512", "memory": "4Ti", "persistent_volume_claims": 4},
     )
     for r in plan.by_type(QUOTA):
-        hard = r["inputs"]["spec"]["hard"]
+        hard = r.inputs["spec"]["hard"]
         assert hard["requests.nvidia.com/gpu"] == "16"
         assert (hard["requests.cpu"], hard["requests.memory"]) == ("512", "4Ti")
         assert hard["persistentvolumeclaims"] == "4"
@@ -211,19 +211,19 @@ def test_default_quota_caps_nothing_a_stack_could_run(stack: str) -> None:
 
 def test_children_are_named_after_the_component_and_parented_to_it(plan: Plan) -> None:
     (component,) = plan.by_type("llmp:storage:StorageVolumes")
-    assert component["dependencies"] == []
-    children = [r for r in plan.resources if r["parent"] == component["urn"]]
+    assert component.dependencies == []
+    children = [r for r in plan.resources if r.parent == component.urn]
     assert children
-    assert all(r["name"].startswith("storage-") for r in children)
+    assert all(r.name.startswith("storage-") for r in children)
     assert len(children) == len(plan.resources) - 4  # providers, the VPC and the component
 
 
 def test_kubernetes_objects_use_the_kubernetes_provider_and_aws_the_aws_one(plan: Plan) -> None:
     for r in plan.resources:
-        if r["type"].startswith("kubernetes:"):
-            assert r["provider"].endswith("pulumi:providers:kubernetes::k8s"), r["urn"]
-        elif r["type"].startswith("aws:") and r["type"] != VPC:
-            assert r["provider"].endswith("pulumi:providers:aws::aws"), r["urn"]
+        if r.type.startswith("kubernetes:"):
+            assert r.provider.endswith("pulumi:providers:kubernetes::k8s"), r.urn
+        elif r.type.startswith("aws:") and r.type != VPC:
+            assert r.provider.endswith("pulumi:providers:aws::aws"), r.urn
 
 
 # --- FSx for Lustre -------------------------------------------------------------
@@ -233,7 +233,7 @@ def test_one_static_lustre_pv_per_namespace_pre_bound_to_its_claim(plan: Plan) -
     pvs = {k: v for k, v in _by_k8s_name(plan, PV).items() if k[1].startswith("fsx-")}
     assert set(pvs) == {(None, "fsx-lustre-training"), (None, "fsx-lustre-eval")}
     for (_, pv_name), r in pvs.items():
-        spec = r["inputs"]["spec"]
+        spec = r.inputs["spec"]
         ns = pv_name.removeprefix("fsx-lustre-")
         assert spec["csi"] == {
             "driver": "fsx.csi.aws.com",
@@ -256,19 +256,19 @@ def test_lustre_claims_bind_their_pv_by_name_and_depend_on_it_and_the_namespace(
     claims = {k: v for k, v in _by_k8s_name(plan, PVC).items() if k[1] == "fsx-lustre"}
     assert set(claims) == {("training", "fsx-lustre"), ("eval", "fsx-lustre")}
     for (ns, _), r in claims.items():
-        spec = r["inputs"]["spec"]
+        spec = r.inputs["spec"]
         pv = pvs[(None, f"fsx-lustre-{ns}")]
-        assert spec["volumeName"] == pv["inputs"]["metadata"]["name"]
+        assert spec["volumeName"] == pv.inputs["metadata"]["name"]
         assert spec["storageClassName"] == ""
         assert spec["accessModes"] == ["ReadWriteMany"]
         assert spec["resources"] == {"requests": {"storage": "2400Gi"}}
-        assert pv["urn"] in r["dependencies"]
-        assert namespaces[(None, ns)]["urn"] in r["dependencies"]
+        assert pv.urn in r.dependencies
+        assert namespaces[(None, ns)].urn in r.dependencies
 
 
 def test_fsx_driver_chart_is_pinned_and_runs_on_accelerated_nodes(plan: Plan) -> None:
     (release,) = plan.by_type(RELEASE)
-    inputs = release["inputs"]
+    inputs = release.inputs
     pin = catalog().charts["aws-fsx-csi-driver"]
     assert inputs["chart"] == "aws-fsx-csi-driver"
     assert inputs["version"] == pin.version
@@ -289,8 +289,8 @@ def test_fsx_driver_chart_is_pinned_and_runs_on_accelerated_nodes(plan: Plan) ->
 def test_fsx_driver_needs_no_iam(plan: Plan) -> None:
     # Static provisioning only: the single role is Mountpoint's.
     (role,) = plan.by_type(ROLE)
-    assert "pods.eks.amazonaws.com" in role["inputs"]["assumeRolePolicy"]
-    assert role["name"] == "storage-s3-csi"
+    assert "pods.eks.amazonaws.com" in role.inputs["assumeRolePolicy"]
+    assert role.name == "storage-s3-csi"
 
 
 # --- Mountpoint for S3 ----------------------------------------------------------
@@ -298,7 +298,7 @@ def test_fsx_driver_needs_no_iam(plan: Plan) -> None:
 
 def test_mountpoint_addon_is_pinned_with_a_pod_identity_role(plan: Plan) -> None:
     (addon,) = plan.by_type(ADDON)
-    inputs = addon["inputs"]
+    inputs = addon.inputs
     assert inputs["addonName"] == "aws-mountpoint-s3-csi-driver"
     pin = catalog().storage_addons["1.35"]["aws-mountpoint-s3-csi-driver"]
     assert inputs["addonVersion"] == pin.version
@@ -308,8 +308,8 @@ def test_mountpoint_addon_is_pinned_with_a_pod_identity_role(plan: Plan) -> None
     assert association["serviceAccount"] == "s3-csi-driver-sa"
     role = plan.one(ROLE, "storage-s3-csi")
     assert association["roleArn"].endswith(":role/storage-s3-csi")
-    assert role["urn"] in addon["dependencies"]
-    trust = json.loads(role["inputs"]["assumeRolePolicy"])
+    assert role.urn in addon.dependencies
+    trust = json.loads(role.inputs["assumeRolePolicy"])
     (statement,) = trust["Statement"]
     assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(statement["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
@@ -318,8 +318,8 @@ def test_mountpoint_addon_is_pinned_with_a_pod_identity_role(plan: Plan) -> None
 def test_driver_policy_is_read_only_and_scoped_to_the_prefix(plan: Plan) -> None:
     (policy,) = plan.by_type(ROLE_POLICY)
     role = plan.one(ROLE, "storage-s3-csi")
-    assert role["urn"] in policy["dependencies"]
-    statements = {s["Sid"]: s for s in json.loads(policy["inputs"]["policy"])["Statement"]}
+    assert role.urn in policy.dependencies
+    statements = {s["Sid"]: s for s in json.loads(policy.inputs["policy"])["Statement"]}
     actions = {s["Action"] for s in statements.values()}
     assert actions == {"s3:ListBucket", "s3:GetObject", "kms:Decrypt"}
     assert all(s["Effect"] == "Allow" for s in statements.values())
@@ -334,11 +334,11 @@ def test_driver_policy_is_read_only_and_scoped_to_the_prefix(plan: Plan) -> None
 def test_whole_bucket_policy_has_no_prefix_condition(variant) -> None:
     plan = variant(lustre=None, weights={**WEIGHTS, "prefix": ""})
     (policy,) = plan.by_type(ROLE_POLICY)
-    statements = {s["Sid"]: s for s in json.loads(policy["inputs"]["policy"])["Statement"]}
+    statements = {s["Sid"]: s for s in json.loads(policy.inputs["policy"])["Statement"]}
     assert "Condition" not in statements["ListModels"]
     assert statements["ReadModels"]["Resource"] == f"{BUCKET_ARN}/*"
     for r in plan.by_type(PV):
-        assert not any(o.startswith("prefix") for o in r["inputs"]["spec"]["mountOptions"])
+        assert not any(o.startswith("prefix") for o in r.inputs["spec"]["mountOptions"])
 
 
 def test_one_read_only_s3_pv_per_namespace_pre_bound_to_its_claim(plan: Plan) -> None:
@@ -346,7 +346,7 @@ def test_one_read_only_s3_pv_per_namespace_pre_bound_to_its_claim(plan: Plan) ->
     assert set(pvs) == {(None, "s3-models-serving"), (None, "s3-models-eval")}
     handles = set()
     for (_, pv_name), r in pvs.items():
-        spec = r["inputs"]["spec"]
+        spec = r.inputs["spec"]
         ns = pv_name.removeprefix("s3-models-")
         assert spec["csi"]["driver"] == "s3.csi.aws.com"
         assert spec["csi"]["volumeAttributes"] == {"bucketName": "acme-models"}
@@ -372,12 +372,12 @@ def test_model_weight_claims_bind_their_pv(plan: Plan) -> None:
     assert set(claims) == {("serving", "model-weights"), ("eval", "model-weights")}
     for (ns, _), r in claims.items():
         pv = pvs[(None, f"s3-models-{ns}")]
-        spec = r["inputs"]["spec"]
+        spec = r.inputs["spec"]
         assert spec["volumeName"] == f"s3-models-{ns}"
         assert spec["accessModes"] == ["ReadOnlyMany"]
         assert spec["storageClassName"] == ""
-        assert pv["urn"] in r["dependencies"]
-        assert namespaces[(None, ns)]["urn"] in r["dependencies"]
+        assert pv.urn in r.dependencies
+        assert namespaces[(None, ns)].urn in r.dependencies
 
 
 # --- switches and ordering ------------------------------------------------------
@@ -387,7 +387,7 @@ def test_without_lustre_there_is_no_fsx_driver_nor_volume(variant) -> None:
     plan = variant(lustre=None)
     assert plan.by_type(RELEASE) == []
     assert not [
-        r for r in plan.by_type(PV) if r["inputs"]["spec"]["csi"]["driver"].startswith("fsx")
+        r for r in plan.by_type(PV) if r.inputs["spec"]["csi"]["driver"].startswith("fsx")
     ]
     assert {k[1] for k in _by_k8s_name(plan, NAMESPACE)} == {"serving", "eval"}
     assert {k[1] for k in _by_k8s_name(plan, PVC)} == {"model-weights"}
@@ -399,14 +399,14 @@ def test_without_model_weights_there_is_no_mountpoint_driver_nor_iam(variant) ->
     for type_ in (ADDON, ROLE, ROLE_POLICY):
         assert plan.by_type(type_) == []
     assert not [
-        r for r in plan.by_type(PV) if r["inputs"]["spec"]["csi"]["driver"].startswith("s3")
+        r for r in plan.by_type(PV) if r.inputs["spec"]["csi"]["driver"].startswith("s3")
     ]
     assert {k[1] for k in _by_k8s_name(plan, NAMESPACE)} == {"training", "eval"}
 
 
 def test_without_either_only_the_component_is_left(variant) -> None:
     plan = variant(lustre=None, weights=None)
-    assert [r["type"] for r in plan.resources if r["type"] not in {VPC}] == [
+    assert [r.type for r in plan.resources if r.type not in {VPC}] == [
         "pulumi:providers:aws",
         "pulumi:providers:kubernetes",
         "llmp:storage:StorageVolumes",
@@ -415,7 +415,7 @@ def test_without_either_only_the_component_is_left(variant) -> None:
 
 def test_drivers_wait_for_the_nodes_and_nothing_else_does(plan: Plan) -> None:
     nodes = _urn(plan, VPC)
-    waiting = {r["type"] for r in plan.resources if nodes in r["dependencies"]}
+    waiting = {r.type for r in plan.resources if nodes in r.dependencies}
     assert waiting == {RELEASE, ADDON}
 
 

@@ -27,29 +27,29 @@ ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
 
 
 def _in(plan, type_: str, namespace: str) -> list[dict]:
-    return [r for r in plan.by_type(type_) if r["inputs"]["metadata"].get("namespace") == namespace]
+    return [r for r in plan.by_type(type_) if r.inputs["metadata"].get("namespace") == namespace]
 
 
 def _tenant_like(plan) -> list[dict]:
     """Namespaces other than monitoring's own (components/monitoring.py)."""
-    return [r for r in plan.by_type(NS) if not r["name"].startswith("monitoring-")]
+    return [r for r in plan.by_type(NS) if not r.name.startswith("monitoring-")]
 
 
 def test_every_finetune_tenant_gets_its_objects(plans) -> None:
     plan = plans("finetune")
-    namespaces = {r["inputs"]["metadata"]["name"]: r for r in _tenant_like(plan)}
+    namespaces = {r.inputs["metadata"]["name"]: r for r in _tenant_like(plan)}
     assert set(namespaces) == {"chat", "code", "eval"}
     for tenant, ns in namespaces.items():
-        labels = ns["inputs"]["metadata"]["labels"]
+        labels = ns.inputs["metadata"]["labels"]
         assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
         assert labels["llm-platform/tenant"] == tenant
-        assert ns["parent"].endswith("::tenancy")
+        assert ns.parent.endswith("::tenancy")
         assert len(_in(plan, QUOTA, tenant)) == 1
         assert len(_in(plan, LIMITS, tenant)) == 1
         assert len(_in(plan, ROLE, tenant)) == 1 and len(_in(plan, BINDING, tenant)) == 1
         assert len(_in(plan, LOCAL_QUEUE, tenant)) == 1
-        assert {r["inputs"]["metadata"]["name"] for r in _in(plan, SA, tenant)} == {"training"}
-        policies = {r["inputs"]["metadata"]["name"] for r in _in(plan, NETPOL, tenant)}
+        assert {r.inputs["metadata"]["name"] for r in _in(plan, SA, tenant)} == {"training"}
+        policies = {r.inputs["metadata"]["name"] for r in _in(plan, NETPOL, tenant)}
         assert policies == {
             "default-deny",
             "allow-dns",
@@ -59,11 +59,11 @@ def test_every_finetune_tenant_gets_its_objects(plans) -> None:
         }
         # Objects in the namespace take its name as data: created after it.
         for r in _in(plan, QUOTA, tenant) + _in(plan, LOCAL_QUEUE, tenant):
-            assert ns["urn"] in r["dependencies"]
+            assert ns.urn in r.dependencies
 
 
 def test_quota_sums_the_tenant_gpus_per_accelerator_resource(plans) -> None:
-    hard = _in(plans("finetune"), QUOTA, "chat")[0]["inputs"]["spec"]["hard"]
+    hard = _in(plans("finetune"), QUOTA, "chat")[0].inputs["spec"]["hard"]
     assert hard == {
         "requests.nvidia.com/gpu": "24",
         "requests.aws.amazon.com/neuron": "0",
@@ -71,13 +71,13 @@ def test_quota_sums_the_tenant_gpus_per_accelerator_resource(plans) -> None:
         "requests.memory": "8192Gi",
         "persistentvolumeclaims": "8",
     }
-    serving = _in(plans("inference"), QUOTA, "serving")[0]["inputs"]["spec"]["hard"]
+    serving = _in(plans("inference"), QUOTA, "serving")[0].inputs["spec"]["hard"]
     assert serving["requests.nvidia.com/gpu"] == "64"  # serving GPUs, outside Kueue
 
 
 def test_default_deny_then_narrow_allows(plans) -> None:
     by_name = {
-        r["inputs"]["metadata"]["name"]: r["inputs"]["spec"]
+        r.inputs["metadata"]["name"]: r.inputs["spec"]
         for r in _in(plans("pretrain"), NETPOL, "foundation")
     }
     deny = by_name["default-deny"]
@@ -97,11 +97,11 @@ def test_default_deny_then_narrow_allows(plans) -> None:
 
 def test_admin_role_maps_to_the_tenant_group(plans) -> None:
     plan = plans("finetune")
-    entries = {r["name"]: r["inputs"] for r in plan.by_type(ACCESS)}
+    entries = {r.name: r.inputs for r in plan.by_type(ACCESS)}
     assert entries["tenancy-chat-access"]["kubernetesGroups"] == ["llmp:tenant:chat"]
     assert entries["tenancy-chat-access"]["principalArn"].endswith(":role/llm-chat-team")
     assert "tenancy-eval-access" not in entries  # no admin_role_arn
-    binding = _in(plan, BINDING, "chat")[0]["inputs"]
+    binding = _in(plan, BINDING, "chat")[0].inputs
     assert binding["subjects"] == [
         {"kind": "Group", "name": "llmp:tenant:chat", "apiGroup": "rbac.authorization.k8s.io"}
     ]
@@ -109,33 +109,33 @@ def test_admin_role_maps_to_the_tenant_group(plans) -> None:
 
 def test_workload_role_reaches_only_its_own_prefixes(plans) -> None:
     plan = plans("finetune")
-    policy = json.loads(plan.one(IAM_POLICY, "tenancy-code-workload-s3")["inputs"]["policy"])
+    policy = json.loads(plan.one(IAM_POLICY, "tenancy-code-workload-s3").inputs["policy"])
     listing, objects, kms = policy["Statement"]
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["teams/code/*"]}}
     assert all("*" not in arn for arn in listing["Resource"])
     assert len(objects["Resource"]) == 2
     assert all(arn.endswith("/teams/code/*") for arn in objects["Resource"])
     assert kms["Condition"]["StringEquals"]["kms:ViaService"] == "s3.us-west-2.amazonaws.com"
-    association = plan.one(ASSOCIATION, "tenancy-code-workload")["inputs"]
+    association = plan.one(ASSOCIATION, "tenancy-code-workload").inputs
     assert (association["namespace"], association["serviceAccount"]) == ("code", "training")
-    trust = json.loads(plan.one(IAM_ROLE, "tenancy-code-workload")["inputs"]["assumeRolePolicy"])
+    trust = json.loads(plan.one(IAM_ROLE, "tenancy-code-workload").inputs["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
 
 
 def test_a_tenant_without_prefixes_gets_no_workload_role(plans) -> None:
     plan = plans("inference")
-    assert [r for r in plan.by_type(IAM_ROLE) if r["name"].startswith("tenancy-")] == []
+    assert [r for r in plan.by_type(IAM_ROLE) if r.name.startswith("tenancy-")] == []
 
 
 def test_tenant_namespaces_have_one_owner_and_hold_the_volumes(plans) -> None:
     plan = plans("pretrain")
-    assert [r["name"] for r in _tenant_like(plan)] == ["tenancy-foundation-ns"]
+    assert [r.name for r in _tenant_like(plan)] == ["tenancy-foundation-ns"]
     claim = plan.one("kubernetes:core/v1:PersistentVolumeClaim", "volumes-fsx-pvc-foundation")
     ns = plan.one(NS, "tenancy-foundation-ns")
-    assert claim["inputs"]["metadata"]["namespace"] == "foundation"
-    assert ns["urn"] in claim["dependencies"]
+    assert claim.inputs["metadata"]["namespace"] == "foundation"
+    assert ns.urn in claim.dependencies
     quotas = [
-        r for r in plan.by_type(QUOTA) if r["inputs"]["metadata"]["namespace"] == "foundation"
+        r for r in plan.by_type(QUOTA) if r.inputs["metadata"]["namespace"] == "foundation"
     ]
     assert len(quotas) == 1  # the tenancy's, not a second one from StorageVolumes
 
@@ -144,7 +144,7 @@ def test_a_volume_namespace_that_is_no_tenant_stays_with_storage(synth) -> None:
     raw = raw_stack("finetune")
     raw["llm-platform:storage"]["lustre"]["mount_namespaces"] = ["chat", "scratch"]
     plan = synth(raw)
-    owners = {r["inputs"]["metadata"]["name"]: r["name"] for r in plan.by_type(NS)}
+    owners = {r.inputs["metadata"]["name"]: r.name for r in plan.by_type(NS)}
     assert owners["scratch"] == "volumes-ns-scratch"
     assert owners["chat"] == "tenancy-chat-ns"
 
@@ -160,7 +160,7 @@ def test_no_tenants_no_tenancy_objects(synth) -> None:
     del raw["llm-platform:tenants"]
     raw["llm-platform:storage"]["lustre"]["mount_namespaces"] = ["training"]
     plan = synth(raw)
-    assert [r["name"] for r in _tenant_like(plan)] == ["volumes-ns-training"]
+    assert [r.name for r in _tenant_like(plan)] == ["volumes-ns-training"]
     assert plan.by_type(LOCAL_QUEUE) == []
 
 

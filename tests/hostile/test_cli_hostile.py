@@ -199,8 +199,11 @@ BAD_PLANS: dict[str, tuple[str | bytes, str]] = {
     "empty": ("", "is not JSON: "),
     "list": ("[1, 2]", "is not a plan written by `llmp synth` (no `resources` list)"),
     "resources-string": ('{"resources": "x"}', "is not a plan written by `llmp synth`"),
-    "resource-without-type": ('{"resources": [{"name": "a"}]}', ": resource 0 lacks a type"),
-    "resource-not-a-map": ('{"resources": [1]}', ": resource 0 lacks a type"),
+    "resource-without-type": (
+        '{"resources": [{"name": "a", "urn": "u"}]}',
+        ": resource 0 lacks a type",
+    ),
+    "resource-not-a-map": ('{"resources": [1]}', ": resource 0 is not an object"),
 }
 
 
@@ -216,7 +219,7 @@ def test_verify_an_unreadable_plan(tmp_path: Path, case: str) -> None:
 def test_verify_a_missing_plan(tmp_path: Path) -> None:
     missing = tmp_path / "plan.json"
     line = assert_bad_input(invoke("verify", "storage", "pretrain", "--plan", str(missing)))
-    assert line == f"cannot read plan {missing}: No such file or directory"
+    assert line == f"no plan file {missing}"
 
 
 def test_verify_a_directory_as_plan(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ one line, and each description's words in order.
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import re
@@ -23,7 +22,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from llmp import cli, dr, synth
+from llmp import console as llmp_console
+from llmp import dr, synth
 from llmp.cli import app
 from llmp.synth import REPO_ROOT, STACKS_DIR
 from tests.conftest import raw_stack
@@ -52,8 +52,8 @@ def narrow(monkeypatch: pytest.MonkeyPatch) -> Any:
     def run(*args: str) -> tuple[int, str]:
         buffer = io.StringIO()
         console = Console(file=buffer, width=WIDTH, color_system=None, legacy_windows=False)
-        monkeypatch.setattr(cli, "out", console)
-        monkeypatch.setattr(cli, "err", Console(file=io.StringIO(), width=WIDTH))
+        monkeypatch.setattr(llmp_console, "out", console)
+        monkeypatch.setattr(llmp_console, "err", Console(file=io.StringIO(), width=WIDTH))
         result = CliRunner().invoke(app, list(args))
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception
@@ -65,7 +65,7 @@ def narrow(monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.fixture
 def cached_synth(monkeypatch: pytest.MonkeyPatch, plans: Any) -> None:
     """Stack names synthesize from the session's cached plans (the same program and file)."""
-    monkeypatch.setattr(synth, "synthesize_stack", lambda stack, config=None: plans(stack))
+    monkeypatch.setattr(synth, "synthesize_stack", lambda stack, *_, **__: plans(stack))
 
 
 def assert_fits(text: str, *whole: str, phrases: tuple[str, ...] = ()) -> None:
@@ -154,12 +154,12 @@ def test_stragglers_reads_at_80_columns(narrow) -> None:
 def test_policy_violations_read_at_80_columns(narrow, plans, tmp_path: Path) -> None:
     from llmp.policy import evaluate
 
-    plan = copy.deepcopy(plans("pretrain").to_dict())
-    for r in plan["resources"]:
-        if r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            del r["inputs"]["kmsKeyId"]
+    plan = plans("pretrain").model_copy(deep=True)
+    for r in plan.resources:
+        if r.type == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            del r.inputs["kmsKeyId"]
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan))
+    path.write_text(plan.text())
     violations = evaluate(plan)
     assert {v.level for v in violations} == {"mandatory", "advisory"}
     code, text = narrow("policy", "--plan", str(path))
@@ -175,7 +175,7 @@ def test_policy_violations_read_at_80_columns(narrow, plans, tmp_path: Path) -> 
 def test_synth_reads_at_80_columns(narrow, cached_synth, plans, tmp_path: Path) -> None:
     code, text = narrow("synth", "inference", "--out", str(tmp_path))
     assert code == 0, text
-    top = [r["name"] for r in plans("inference").resources if r["parent"] is None]
+    top = [r.name for r in plans("inference").resources if r.parent is None]
     assert_fits(text, *top, "resources by type", "cost: $", "policy: 0 mandatory")
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from llmp.synth import Plan, autoname
+from llmp.plan import Plan
+from llmp.synth import autoname
 from tests.conftest import STACKS
 
 # (dependent type, dependency type, dependency name suffix) -> why the edge exists
@@ -179,15 +180,15 @@ ORDERING_EDGES = {
 def exact_tokens(resource: dict[str, Any]) -> set[str]:
     """Outputs that equal an input (the cluster's name): they match whole values only, since
     the same string also appears in names built from config (log group, subnet tags)."""
-    if resource["type"] == "aws:eks/cluster:Cluster":
-        return {resource["inputs"]["name"]}
+    if resource.type == "aws:eks/cluster:Cluster":
+        return {resource.inputs["name"]}
     return set()
 
 
 def path_tokens(resource: dict[str, Any]) -> set[str]:
     """A bucket's name output: matched as a whole value or a path segment (s3://name/...)."""
-    if resource["type"] == "aws:s3/bucket:Bucket":
-        return {resource["inputs"]["bucket"]}
+    if resource.type == "aws:s3/bucket:Bucket":
+        return {resource.inputs["bucket"]}
     return set()
 
 
@@ -203,7 +204,7 @@ def contains(value: str, token: str, *, segment: bool = False) -> bool:
 
 
 def tokens(resource: dict[str, Any], region: str) -> set[str]:
-    name, type_ = resource["name"], resource["type"]
+    name, type_ = resource.name, resource.type
     out = {f"{name}-id"}
     if type_.startswith("aws:"):
         out.add(f":{type_.rsplit(':', 1)[-1].lower()}/{name}")
@@ -229,8 +230,8 @@ def strings(value: Any) -> list[str]:
 
 def k8s_provides(resource: dict[str, Any]) -> tuple[str, str] | None:
     """(kind, name) of a Kubernetes object: its metadata.name output echoes its input."""
-    inputs = resource["inputs"]
-    if resource["type"].startswith("kubernetes:") and "kind" in inputs:
+    inputs = resource.inputs
+    if resource.type.startswith("kubernetes:") and "kind" in inputs:
         return inputs["kind"], inputs.get("metadata", {}).get("name", "")
     return None
 
@@ -238,8 +239,8 @@ def k8s_provides(resource: dict[str, Any]) -> tuple[str, str] | None:
 def k8s_uses(resource: dict[str, Any]) -> set[tuple[str, str]]:
     """The objects a Kubernetes object must wait for: its namespace and a pre-bound volume.
     (A PV's claimRef names its claim without needing it, so it is not a use.)"""
-    inputs = resource["inputs"]
-    if not resource["type"].startswith("kubernetes:"):
+    inputs = resource.inputs
+    if not resource.type.startswith("kubernetes:"):
         return set()
     uses = set()
     if namespace := inputs.get("metadata", {}).get("namespace"):
@@ -255,27 +256,27 @@ def data_sources(plan: Plan, region: str) -> dict[str, set[str]]:
     by_exact: dict[str, set[str]] = defaultdict(set)
     by_segment: dict[str, set[str]] = defaultdict(set)
     for r in plan.resources:
-        if r["custom"]:
+        if r.custom:
             for token in tokens(r, region):
-                by_token[token].add(r["urn"])
+                by_token[token].add(r.urn)
             for token in exact_tokens(r):
-                by_exact[token].add(r["urn"])
+                by_exact[token].add(r.urn)
             for token in path_tokens(r):
-                by_segment[token].add(r["urn"])
-    k8s_objects = {k8s_provides(r): r["urn"] for r in plan.resources if k8s_provides(r)}
+                by_segment[token].add(r.urn)
+    k8s_objects = {k8s_provides(r): r.urn for r in plan.resources if k8s_provides(r)}
     sources: dict[str, set[str]] = {}
     for r in plan.resources:
         found: set[str] = {k8s_objects[use] for use in k8s_uses(r) if use in k8s_objects}
-        values = strings(r["inputs"])
+        values = strings(r.inputs)
         for token, urns in by_token.items():
             if any(contains(v, token) for v in values):
-                found |= urns - {r["urn"]}
+                found |= urns - {r.urn}
         for token, urns in by_segment.items():
             if any(contains(v, token, segment=True) for v in values):
-                found |= urns - {r["urn"]}
+                found |= urns - {r.urn}
         for value in values:
-            found |= by_exact.get(value, set()) - {r["urn"]}
-        sources[r["urn"]] = found
+            found |= by_exact.get(value, set()) - {r.urn}
+        sources[r.urn] = found
     return sources
 
 
@@ -284,13 +285,13 @@ def test_no_data_dependency_is_missing(plans, stack: str) -> None:
     plan = plans(stack)
     sources = data_sources(plan, plan.outputs["region"])
     for r in plan.resources:
-        needed = sources[r["urn"]]
+        needed = sources[r.urn]
         by_name: dict[str, set[str]] = defaultdict(set)
         for urn in needed:
             by_name[urn.rsplit("::", 1)[1]].add(urn)
         for name, candidates in by_name.items():
             # Same-named resources of different types share a mock id: one suffices.
-            assert candidates & set(r["dependencies"]), (
+            assert candidates & set(r.dependencies), (
                 f"{r['urn']} uses {name} without depending on it"
             )
 
@@ -300,14 +301,14 @@ def test_no_dependency_is_invented(plans, stack: str) -> None:
     plan = plans(stack)
     region = plan.outputs["region"]
     sources = data_sources(plan, region)
-    types = {r["urn"]: r["type"] for r in plan.resources}
+    types = {r.urn: r.type for r in plan.resources}
     for r in plan.resources:
-        for dep in r["dependencies"]:
-            if dep in sources[r["urn"]]:
+        for dep in r.dependencies:
+            if dep in sources[r.urn]:
                 continue
             dep_name = dep.rsplit("::", 1)[1]
             allowed = any(
-                r["type"] == a and types.get(dep) == b and dep_name.endswith(suffix)
+                r.type == a and types.get(dep) == b and dep_name.endswith(suffix)
                 for (a, b, suffix) in ORDERING_EDGES
             )
             assert allowed, f"{r['urn']} waits on {dep} but uses none of its outputs"
@@ -318,33 +319,33 @@ def test_components_carry_no_dependencies_that_children_would_inherit(plans, sta
     for r in plans(stack).resources:
         # Provider-side components (kustomize/v2, yaml/v2) are one resource to the program:
         # no Python child inherits their dependencies, which the edges above name.
-        if not r["custom"] and not r["type"].startswith("kubernetes:"):
-            assert r["dependencies"] == [], r["urn"]
+        if not r.custom and not r.type.startswith("kubernetes:"):
+            assert r.dependencies == [], r.urn
 
 
 def test_the_network_waits_on_nothing_of_the_cluster_and_pools_not_on_each_other(plans) -> None:
     plan = plans("pretrain")
-    by_urn = {r["urn"]: r for r in plan.resources}
+    by_urn = {r.urn: r for r in plan.resources}
 
     def ancestors(urn: str) -> set[str]:
         seen: set[str] = set()
-        stack = list(by_urn[urn]["dependencies"])
+        stack = list(by_urn[urn].dependencies)
         while stack:
             dep = stack.pop()
             if dep not in seen:
                 seen.add(dep)
-                stack.extend(by_urn[dep]["dependencies"])
+                stack.extend(by_urn[dep].dependencies)
         return seen
 
     def component_of(urn: str) -> str:
-        parent = by_urn[urn]["parent"]
+        parent = by_urn[urn].parent
         return parent.rsplit("::", 1)[1] if parent else ""
 
     for r in plan.resources:
-        if component_of(r["urn"]) == "network":
-            assert not {component_of(a) for a in ancestors(r["urn"])} - {"network", ""}
-        if component_of(r["urn"]) == "gpu-h100":
-            assert "gpu-h100-block" not in {component_of(a) for a in ancestors(r["urn"])}
+        if component_of(r.urn) == "network":
+            assert not {component_of(a) for a in ancestors(r.urn)} - {"network", ""}
+        if component_of(r.urn) == "gpu-h100":
+            assert "gpu-h100-block" not in {component_of(a) for a in ancestors(r.urn)}
 
 
 def test_plan_json_round_trips(plans) -> None:

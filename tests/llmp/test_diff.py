@@ -8,7 +8,6 @@ that repository, so the code under test is the repository's own.
 
 from __future__ import annotations
 
-import copy
 import importlib
 import json
 import os
@@ -21,22 +20,17 @@ from typing import Any
 
 import pytest
 
-from llmp.diff import (
+from llmp.compare import (
     ABSENT,
-    SECRET,
-    CostLine,
-    DiffReport,
     ForceNew,
     PlanDiff,
     TypeRule,
     compare_plans,
     computed_markers,
-    cost_delta,
-    exit_code,
-    render_markdown,
     replacement_rules,
-    violation_delta,
 )
+from llmp.diff import CostLine, DiffReport, cost_delta, exit_code, render_markdown, violation_delta
+from llmp.plan import SECRET, Plan, Resource
 from llmp.policy import Violation
 from llmp.synth import REPO_ROOT
 from spec.catalog import catalog
@@ -57,21 +51,21 @@ def resource(
     parent_type: str = "llmp:test:Component",
     dependencies: list[str] | None = None,
     custom: bool = True,
-) -> dict[str, Any]:
-    return {
-        "urn": f"{STACK_URN}{parent_type}${type_}::{name}",
-        "type": type_,
-        "name": name,
-        "parent": None,
-        "custom": custom,
-        "provider": None,
-        "inputs": inputs,
-        "dependencies": dependencies or [],
-    }
+) -> Resource:
+    return Resource(
+        urn=f"{STACK_URN}{parent_type}${type_}::{name}",
+        type=type_,
+        name=name,
+        custom=custom,
+        inputs=inputs,
+        dependencies=dependencies or [],
+    )
 
 
-def plan(*resources: dict[str, Any], cost: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"resources": list(resources), "outputs": {"cost": cost} if cost else {}}
+def plan(*resources: Resource, cost: dict[str, Any] | None = None) -> Plan:
+    return Plan(
+        project="p", stack="s", resources=list(resources), outputs={"cost": cost} if cost else {}
+    )
 
 
 FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -98,7 +92,7 @@ RULES = {
 }
 
 
-def lustre(**overrides: Any) -> dict[str, Any]:
+def lustre(**overrides: Any) -> Resource:
     inputs = {
         "storageCapacity": 4800,
         "subnetIds": "subnet-a-id",
@@ -185,8 +179,10 @@ def test_removed_only_forces_a_replacement_when_the_block_is_dropped() -> None:
 
 
 def test_a_protected_or_retained_resource_says_so_in_its_replacement() -> None:
-    protected = {**lustre(), "protect": True}
-    retained = {**resource(BUCKET, "b", {"bucket": "acme-b"}), "retain_on_delete": True}
+    protected = lustre().model_copy(update={"protect": True})
+    retained = resource(BUCKET, "b", {"bucket": "acme-b"}).model_copy(
+        update={"retain_on_delete": True}
+    )
     diff = compare_plans(plan(protected, retained), plan(), RULES)
     reasons = {r.name: r.reason for r in diff.replacements}
     assert reasons["fs"].endswith("refuses to delete it until protect is lifted")
@@ -261,21 +257,17 @@ def test_a_stack_that_is_new_is_all_added() -> None:
     assert diff.replacements == []
 
 
-def aws_provider(name: str, region: str) -> dict[str, Any]:
-    return {
-        "urn": f"{STACK_URN}pulumi:providers:aws::{name}",
-        "type": "pulumi:providers:aws",
-        "name": name,
-        "parent": None,
-        "custom": True,
-        "provider": None,
-        "inputs": {"region": region},
-        "dependencies": [],
-    }
+def aws_provider(name: str, region: str) -> Resource:
+    return Resource(
+        urn=f"{STACK_URN}pulumi:providers:aws::{name}",
+        type="pulumi:providers:aws",
+        name=name,
+        inputs={"region": region},
+    )
 
 
-def on_provider(r: dict[str, Any], provider: dict[str, Any]) -> dict[str, Any]:
-    return {**r, "provider": provider["urn"]}
+def on_provider(r: Resource, provider: Resource) -> Resource:
+    return r.model_copy(update={"provider": provider.urn})
 
 
 def test_a_move_to_a_provider_configured_differently_replaces_the_resource() -> None:
@@ -554,8 +546,7 @@ def test_the_sdk_check_catches_a_wrong_input_name() -> None:
 
 
 def test_every_precious_type_is_a_type_the_plans_use(plans: Callable[[str], Any]) -> None:
-    pretrain = plans("pretrain").to_dict()
-    used = {r["type"] for r in pretrain["resources"]}
+    used = {r.type for r in plans("pretrain").resources}
     table = catalog().replacement
     assert table is not None
     assert set(table.precious_types) <= used
@@ -566,18 +557,18 @@ def test_every_precious_type_is_a_type_the_plans_use(plans: Callable[[str], Any]
 def test_a_kms_key_replacement_spreads_to_the_file_system_in_the_real_plan(
     plans: Callable[[str], Any],
 ) -> None:
-    base = plans("pretrain").to_dict()
-    head = copy.deepcopy(base)
-    key = next(r for r in head["resources"] if r["type"] == KEY and r["name"] == "storage-s3")
-    key["inputs"]["multiRegion"] = True
-    fs = next(r for r in base["resources"] if r["type"] == FS)
+    base = plans("pretrain")
+    head = base.model_copy(deep=True)
+    key = head.one(KEY, "storage-s3")
+    key.inputs["multiRegion"] = True
+    (fs,) = base.by_type(FS)
     # The plan's file system takes the key's ARN as the synth mocks write it.
-    assert fs["inputs"]["kmsKeyId"].endswith(":key/storage-s3")
+    assert fs.inputs["kmsKeyId"].endswith(":key/storage-s3")
     assert "storage-s3-id" in computed_markers(key)
     diff = compare_plans(base, head, replacement_rules())
     replaced = {(r.name, r.cause) for r in diff.replacements}
     assert ("storage-s3", "force-new") in replaced
-    assert (fs["name"], "cascade") in replaced
+    assert (fs.name, "cascade") in replaced
 
 
 # ---------------------------------------------------------------------------

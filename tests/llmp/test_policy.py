@@ -3,7 +3,6 @@ a plan file, exit codes, JSON output."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -12,7 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from llmp.cli import app
-from llmp.policy import PlanError, evaluate, failed, load_plan, stack_policy_config
+from llmp.plan import Plan, PlanError, load_plan
+from llmp.policy import evaluate, failed, stack_policy_config
 from tests.conftest import with_section
 
 runner = CliRunner()
@@ -21,25 +21,25 @@ runner = CliRunner()
 @pytest.fixture
 def plan_file(plans, tmp_path: Path):
     def write(stack: str = "pretrain", mutate=None) -> Path:
-        plan = copy.deepcopy(plans(stack).to_dict())
+        plan = plans(stack).model_copy(deep=True)
         if mutate:
             mutate(plan)
         path = tmp_path / f"{stack}.json"
-        path.write_text(json.dumps(plan))
+        path.write_text(plan.text())
         return path
 
     return write
 
 
-def _unencrypted_fsx(plan: dict) -> None:
-    for r in plan["resources"]:
-        if r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            del r["inputs"]["kmsKeyId"]
+def _unencrypted_fsx(plan: Plan) -> None:
+    for r in plan.resources:
+        if r.type == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            del r.inputs["kmsKeyId"]
 
 
 @pytest.mark.parametrize("stack", ["pretrain", "finetune", "inference"])
 def test_the_stacks_have_no_mandatory_violation(plans, stack: str) -> None:
-    violations = evaluate(plans(stack).to_dict())
+    violations = evaluate(plans(stack))
     assert not failed(violations), [v for v in violations if v.level == "mandatory"]
 
 
@@ -52,10 +52,10 @@ def test_the_stack_file_sets_the_budget_and_the_fsx_pool() -> None:
 
 
 def test_the_stack_budget_applies_to_a_plan(plans) -> None:
-    plan = copy.deepcopy(plans("inference").to_dict())
-    for r in plan["resources"]:
-        if r["type"] == "aws:eks/nodeGroup:NodeGroup" and r["name"] == "gpu-h200-nodes":
-            r["inputs"]["scalingConfig"]["maxSize"] = 40
+    plan = plans("inference").model_copy(deep=True)
+    for r in plan.resources:
+        if r.type == "aws:eks/nodeGroup:NodeGroup" and r.name == "gpu-h200-nodes":
+            r.inputs["scalingConfig"]["maxSize"] = 40
     assert [v.rule for v in evaluate(plan) if v.level == "mandatory"] == ["gpu-budget"]
     assert not failed(evaluate(plan, {"gpu-budget": {"gpu-budget-usd-per-hour": 5000}}))
 
@@ -88,10 +88,10 @@ def test_cli_config_can_make_a_rule_advisory(plan_file, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (None, "cannot read plan"),
+        (None, "no plan file"),
         ("{not json", "is not JSON"),
         ('{"resources": 3}', "not a plan written by `llmp synth`"),
-        ('{"resources": [{"type": "x"}]}', "resource 0 lacks"),
+        ('{"resources": [{"type": "x"}]}', "resource 0 lacks a urn"),
     ],
 )
 def test_cli_exits_2_on_bad_plans(tmp_path: Path, content: str | None, message: str) -> None:
@@ -124,16 +124,16 @@ def test_write_config_writes_what_the_stack_implies(tmp_path: Path) -> None:
 def test_synth_policy_runs_the_pack(tmp_path: Path, monkeypatch, plans) -> None:
     import llmp.synth
 
-    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, config=None: plans(stack))
+    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, *_, **__: plans(stack))
     ok = runner.invoke(app, ["synth", "inference", "--out", str(tmp_path), "--policy"])
     assert ok.exit_code == 0, ok.output
     assert "policy: 0 mandatory" in ok.output
 
-    bad = copy.deepcopy(plans("inference"))
+    bad = plans("inference").model_copy(deep=True)
     for r in bad.resources:
-        if r["type"] == "aws:eks/cluster:Cluster":
-            r["inputs"]["enabledClusterLogTypes"] = ["api"]
-    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, config=None: bad)
+        if r.type == "aws:eks/cluster:Cluster":
+            r.inputs["enabledClusterLogTypes"] = ["api"]
+    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, *_, **__: bad)
     failed_run = runner.invoke(app, ["synth", "inference", "--out", str(tmp_path), "--policy"])
     assert failed_run.exit_code == 1
     assert "eks-audit-logs" in failed_run.output
@@ -144,7 +144,7 @@ def cached_synth(monkeypatch, plans) -> None:
     """Stack names synthesize from the session's cached plans (the same program and file)."""
     import llmp.synth
 
-    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, config=None: plans(stack))
+    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, *_, **__: plans(stack))
 
 
 def _over_budget(tmp_path: Path) -> Path:
@@ -200,11 +200,11 @@ def test_cli_takes_a_stack_name_and_synthesizes_it(cached_synth) -> None:
 def test_cli_stack_name_with_a_mandatory_violation_exits_1(cached_synth, monkeypatch, plans):
     import llmp.synth
 
-    bad = copy.deepcopy(plans("pretrain"))
+    bad = plans("pretrain").model_copy(deep=True)
     for r in bad.resources:
-        if r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            del r["inputs"]["kmsKeyId"]
-    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, config=None: bad)
+        if r.type == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            del r.inputs["kmsKeyId"]
+    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, *_, **__: bad)
     result = runner.invoke(app, ["policy", "pretrain"])
     assert result.exit_code == 1
     assert "fsx-kms-key: lustre-fs" in result.stdout
@@ -237,6 +237,6 @@ def test_load_plan_reads_what_synth_writes(plans, tmp_path: Path) -> None:
     from llmp.synth import write_plan
 
     target = write_plan(plans("finetune"), tmp_path)
-    assert load_plan(target / "plan.json")["stack"] == "finetune"
+    assert load_plan(target / "plan.json").stack == "finetune"
     with pytest.raises(PlanError):
         load_plan(tmp_path / "missing.json")

@@ -110,7 +110,7 @@ def test_plan_at_runs_the_revision_s_catalog_and_removes_the_worktree(
     repo: Path, private_tmp: Path
 ) -> None:
     plan = revision.plan_at("HEAD", "pretrain", repo)
-    pool = plan["outputs"]["cost"]["node_pools"]["h100"]
+    pool = plan.outputs["cost"]["node_pools"]["h100"]
     # The committed catalog's price: neither the checkout's 55.04 nor this process's catalog.
     assert pool["usd_per_instance_hour"] == REVISION_PRICE
     assert worktrees(repo) == [str(repo)]
@@ -225,7 +225,7 @@ def test_a_revision_without_the_cli_is_one_line_not_run_by_an_installed_cli(
 
 def test_an_older_synth_lacking_an_option_shows_its_usage_error_not_a_frame(repo: Path) -> None:
     def rename_out(tree: Path) -> None:
-        cli = tree / "llmp" / "cli.py"
+        cli = tree / "llmp" / "commands" / "synth.py"
         text = cli.read_text()
         assert 'typer.Option("--out",' in text
         cli.write_text(text.replace('typer.Option("--out",', 'typer.Option("--output",', 1))
@@ -274,7 +274,7 @@ def test_a_ci_checkout_compares_with_a_remote_tracking_base_from_a_detached_head
     assert git(clone, "rev-parse", "--abbrev-ref", "HEAD").strip() == "HEAD"  # detached
 
     plan = revision.plan_at(f"origin/{base}", "pretrain", clone / "spec")
-    assert plan["outputs"]["cost"]["node_pools"]["h100"]["usd_per_instance_hour"] == REVISION_PRICE
+    assert plan.outputs["cost"]["node_pools"]["h100"]["usd_per_instance_hour"] == REVISION_PRICE
     assert worktrees(clone) == [str(clone)]
 
 

@@ -59,26 +59,26 @@ def test_plan_has_the_documented_shape(plans, stack: str) -> None:
 def test_children_are_named_after_their_component(plans, stack: str) -> None:
     plan = plans(stack)
     for r in plan.resources:
-        if r["parent"]:
-            component = r["parent"].rsplit("::", 1)[1]
-            assert r["name"].startswith(f"{component}-"), r["urn"]
+        if r.parent:
+            component = r.parent.rsplit("::", 1)[1]
+            assert r.name.startswith(f"{component}-"), r.urn
 
 
 def test_every_aws_resource_uses_the_explicit_tagged_provider(plans) -> None:
     plan = plans("pretrain")
     provider = plan.one("pulumi:providers:aws", "aws")
-    assert provider["inputs"]["region"] == "us-east-1"
-    tags = json.loads(provider["inputs"]["defaultTags"])["tags"]
+    assert provider.inputs["region"] == "us-east-1"
+    tags = json.loads(provider.inputs["defaultTags"])["tags"]
     assert tags["team"] == "foundation-models"
     assert tags["cost-center"] == "cc-4100"
     assert tags["stack"] == "pretrain"
     dr = plan.one("pulumi:providers:aws", "aws-dr")
-    assert dr["inputs"]["region"] == "us-west-2"
+    assert dr.inputs["region"] == "us-west-2"
     for r in plan.resources:
-        if r["type"].startswith("aws:"):
-            in_dr = re.search(r"-replica(-|$)", r["name"]) is not None
+        if r.type.startswith("aws:"):
+            in_dr = re.search(r"-replica(-|$)", r.name) is not None
             expected = dr if in_dr else provider
-            assert r["provider"] == expected["urn"], r["urn"]
+            assert r.provider == expected.urn, r.urn
 
 
 def test_secret_config_and_secret_outputs_never_reach_the_plan(tmp_path) -> None:

@@ -110,9 +110,9 @@ def values_at(value: Any, path: str) -> Iterator[Any]:
 def _found(plans, stack: str) -> Iterator[tuple[tuple[str, str], str, Any]]:
     for r in plans(stack).resources:
         for (type_, path), _ in ENUMS.items():
-            if r["type"] == type_:
-                for v in values_at(r["inputs"], path):
-                    yield (type_, path), r["name"], v
+            if r.type == type_:
+                for v in values_at(r.inputs, path):
+                    yield (type_, path), r.name, v
 
 
 def test_every_row_names_a_botocore_enum() -> None:

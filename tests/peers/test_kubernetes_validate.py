@@ -146,25 +146,21 @@ def test_redacted_secrets_keep_their_shape_and_validate(synth, tmp_path) -> None
     checked, _, errors = _validate(secrets, "1.35")
     assert (checked, errors) == (len(secrets), [])
     # `data` values are base64: the placeholder is written encoded.
-    from llmp.synth import Plan
+    from llmp.plan import Plan, Resource
 
     with_data = Plan(project="p", stack="s")
     with_data.resources.append(
-        {
-            "urn": "urn:x",
-            "type": "kubernetes:core/v1:Secret",
-            "name": "s",
-            "parent": None,
-            "custom": True,
-            "provider": None,
-            "inputs": {
+        Resource(
+            urn="urn:x",
+            type="kubernetes:core/v1:Secret",
+            name="s",
+            inputs={
                 "apiVersion": "v1",
                 "kind": "Secret",
                 "metadata": {"name": "s", "namespace": "n"},
                 "data": {"token": SECRET},
             },
-            "dependencies": [],
-        }
+        )
     )
     (manifest,) = with_data.manifests()
     assert base64.b64decode(manifest["data"]["token"]).decode() == SECRET

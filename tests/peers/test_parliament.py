@@ -74,9 +74,9 @@ _ARN_NAME = re.compile(r"(?P<name>[^\"/*,\]\s]+)")
 def realistic_arns(document: str, plan: Plan) -> str:
     """`document` with every mock ARN rewritten in the real ARN format of its resource type."""
     bucket_names = {
-        r["name"]: r["inputs"].get("bucket", r["name"])
+        r.name: r.inputs.get("bucket", r.name)
         for r in plan.resources
-        if r["type"] in ("aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2")
+        if r.type in ("aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2")
     }
     formats: dict[str, Callable[[str, str, str], str]] = {
         "bucket": lambda region, account, name: f"arn:aws:s3:::{bucket_names.get(name, name)}",
@@ -121,11 +121,11 @@ def lint(plan: Plan) -> list[tuple[str, str, str, str, str]]:
     """(type, name, issue, severity, detail) of every finding on the plan's policy documents."""
     out = []
     for r in plan.resources:
-        key = POLICY_INPUTS.get(r["type"])
+        key = POLICY_INPUTS.get(r.type)
         if key is None:
             continue
-        for f in _findings(realistic_arns(r["inputs"][key], plan)):
-            out.append((r["type"], r["name"], f.issue, f.severity, str(f.detail)))
+        for f in _findings(realistic_arns(r.inputs[key], plan)):
+            out.append((r.type, r.name, f.issue, f.severity, str(f.detail)))
     return out
 
 
@@ -152,10 +152,10 @@ def test_every_allowed_finding_still_occurs(findings) -> None:
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_policy_document_is_linted(plans, stack: str) -> None:
     plan = plans(stack)
-    documents = [r for r in plan.resources if r["type"] in POLICY_INPUTS]
-    assert any(r["type"] == "aws:s3/bucketPolicy:BucketPolicy" for r in documents)
+    documents = [r for r in plan.resources if r.type in POLICY_INPUTS]
+    assert any(r.type == "aws:s3/bucketPolicy:BucketPolicy" for r in documents)
     for r in documents:
-        assert isinstance(r["inputs"][POLICY_INPUTS[r["type"]]], str), r["urn"]
+        assert isinstance(r.inputs[POLICY_INPUTS[r.type]], str), r.urn
 
 
 def test_mock_arns_become_real_arn_formats(plans) -> None:
@@ -174,8 +174,8 @@ def test_parliament_cannot_lint_trust_policies(plans) -> None:
     type_, key = TRUST_POLICY
     for stack in STACKS:
         for r in plans(stack).by_type(type_):
-            issues = {f.issue for f in _findings(r["inputs"][key])}
-            assert issues == {"MALFORMED"}, (r["urn"], issues)
+            issues = {f.issue for f in _findings(r.inputs[key])}
+            assert issues == {"MALFORMED"}, (r.urn, issues)
 
 
 def test_a_mismatched_resource_is_caught() -> None:

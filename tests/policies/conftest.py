@@ -2,34 +2,30 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from llmp.plan import Plan, Resource
 from llmp.policy import Violation, evaluate
-
-Plan = dict[str, Any]
 
 
 @pytest.fixture
 def plan(plans) -> Callable[..., Plan]:
-    """plan("pretrain") -> a private deep copy of that stack's plan dict."""
-    return lambda stack="pretrain": copy.deepcopy(plans(stack).to_dict())
+    """plan("pretrain") -> a private deep copy of that stack's plan."""
+    return lambda stack="pretrain": plans(stack).model_copy(deep=True)
 
 
-def res(plan: Plan, name: str, type_: str | None = None) -> dict[str, Any]:
-    found = [
-        r for r in plan["resources"] if r["name"] == name and (type_ is None or r["type"] == type_)
-    ]
+def res(plan: Plan, name: str, type_: str | None = None) -> Resource:
+    found = [r for r in plan.resources if r.name == name and (type_ is None or r.type == type_)]
     assert len(found) == 1, f"{len(found)} resources named {name}"
     return found[0]
 
 
 def inputs(plan: Plan, name: str, type_: str | None = None) -> dict[str, Any]:
-    return res(plan, name, type_)["inputs"]
+    return res(plan, name, type_).inputs
 
 
 def hits(plan: Plan, rule: str, config: dict[str, Any] | None = None) -> list[Violation]:
@@ -41,28 +37,28 @@ def names(violations: list[Violation]) -> set[str]:
     return {v.resource for v in violations}
 
 
-def add(plan: Plan, type_: str, name: str, inputs_: dict[str, Any], **extra: Any) -> dict:
+def add(plan: Plan, type_: str, name: str, inputs_: dict[str, Any], **extra: Any) -> Resource:
     """Append a resource as `llmp synth` would record it (on the stack's default provider)."""
-    stack = plan["stack"]
+    stack = plan.stack
     provider = None
     if type_.startswith("aws:"):
         provider = f"urn:pulumi:{stack}::llm-platform::pulumi:providers:aws::aws"
     elif type_.startswith("kubernetes:"):
-        provider = next(r["urn"] for r in plan["resources"] if r["type"].endswith(":kubernetes"))
-    r = {
-        "urn": f"urn:pulumi:{stack}::llm-platform::{type_}::{name}",
-        "type": type_,
-        "name": name,
-        "parent": None,
-        "custom": True,
-        "provider": provider,
-        "inputs": inputs_,
-        "dependencies": [],
-        **extra,
-    }
-    plan["resources"].append(r)
+        provider = next(r.urn for r in plan.resources if r.type.endswith(":kubernetes"))
+    r = Resource.model_validate(
+        {
+            "urn": f"urn:pulumi:{stack}::llm-platform::{type_}::{name}",
+            "type": type_,
+            "name": name,
+            "provider": provider,
+            "inputs": inputs_,
+            **extra,
+        }
+    )
+    plan.resources.append(r)
+    plan.__dict__.pop("by_urn", None)  # a cached index of the resources before this one
     return r
 
 
-def set_policy(r: dict[str, Any], key: str, document: dict[str, Any]) -> None:
-    r["inputs"][key] = json.dumps(document)
+def set_policy(r: Resource, key: str, document: dict[str, Any]) -> None:
+    r.inputs[key] = json.dumps(document)

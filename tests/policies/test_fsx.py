@@ -37,9 +37,9 @@ def test_backups_fire_without_retention_or_final_backup(plan) -> None:
 
 def _move_fs_to(p: dict, zone: str) -> None:
     fs = res(p, FS, FS_TYPE)
-    subnet = res(p, f"network-private-{zone}", "aws:ec2/subnet:Subnet")["urn"]
-    fs["dependencies"] = [d for d in fs["dependencies"] if "Subnet::" not in d] + [subnet]
-    fs["inputs"]["subnetIds"] = f"network-private-{zone}-id"
+    subnet = res(p, f"network-private-{zone}", "aws:ec2/subnet:Subnet").urn
+    fs.dependencies = [d for d in fs.dependencies if "Subnet::" not in d] + [subnet]
+    fs.inputs["subnetIds"] = f"network-private-{zone}-id"
 
 
 @pytest.mark.parametrize("config", [None, {"fsx-in-gpu-pool-az": {"node-pool": "h100"}}])

@@ -164,7 +164,7 @@ def test_serving_probes_apply_to_a_serving_label_outside_the_namespace(plan) -> 
     assert names(hits(p, "k8s-serving-probes")) == {"serve-deployment"}
     p2 = plan("inference")
     r = deploy(p2, "Job", pod_spec(container(livenessProbe=None)), namespace="training")
-    r["inputs"]["spec"]["template"]["metadata"]["labels"] = {"app": "train"}
+    r.inputs["spec"]["template"]["metadata"]["labels"] = {"app": "train"}
     assert hits(p2, "k8s-serving-probes") == []
 
 
@@ -197,7 +197,7 @@ def test_no_privileged_fires(plan, change: dict) -> None:
 def test_no_privileged_allows_listed_system_daemonsets(plan) -> None:
     p = plan("inference")
     r = deploy(p, "DaemonSet", {**pod_spec(), "hostNetwork": True}, namespace="kube-system")
-    r["inputs"]["metadata"]["name"] = "aws-node"
+    r.inputs["metadata"]["name"] = "aws-node"
     assert hits(p, "k8s-no-privileged") == []
     config = {"k8s-no-privileged": {"allowed-daemonsets": []}}
     assert names(hits(p, "k8s-no-privileged", config)) == {"serve-daemonset"}
@@ -207,10 +207,10 @@ def test_namespace_quota_fires_without_a_quota(plan) -> None:
     p = plan("inference")
     namespace = res(p, "tenancy-serving-ns")
     extra = copy.deepcopy(namespace)
-    extra["name"] = "ns-research"
-    extra["urn"] = namespace["urn"].replace("tenancy-serving-ns", "ns-research")
-    extra["inputs"]["metadata"]["name"] = "research"
-    p["resources"].append(extra)
+    extra.name = "ns-research"
+    extra.urn = namespace.urn.replace("tenancy-serving-ns", "ns-research")
+    extra.inputs["metadata"]["name"] = "research"
+    p.resources.append(extra)
     assert names(hits(p, "k8s-namespace-quota")) == {"ns-research"}
     quota = add(
         p,
@@ -219,6 +219,6 @@ def test_namespace_quota_fires_without_a_quota(plan) -> None:
         {"kind": "ResourceQuota", "metadata": {"namespace": "research"}, "spec": {}},
     )
     assert hits(p, "k8s-namespace-quota") == []
-    quota["inputs"]["metadata"]["namespace"] = "research-xyz"  # an auto-named namespace
-    quota["dependencies"] = [extra["urn"]]
+    quota.inputs["metadata"]["namespace"] = "research-xyz"  # an auto-named namespace
+    quota.dependencies = [extra.urn]
     assert hits(p, "k8s-namespace-quota") == []

@@ -23,29 +23,29 @@ def test_helm_chart_pinned_fires_on_a_floating_version(plan, version) -> None:
     p = plan("finetune")
     release = res(p, "addons-kueue", RELEASE)
     if version is None:
-        release["inputs"].pop("version")
+        release.inputs.pop("version")
     else:
-        release["inputs"]["version"] = version
+        release.inputs["version"] = version
     assert names(hits(p, "helm-chart-pinned")) == {"addons-kueue"}
 
 
 def test_helm_chart_pinned_covers_remote_kustomizations(plan) -> None:
     p = plan("pretrain")
     directory = res(p, "addons-training-operator", KUSTOMIZE)
-    assert "?ref=v1.9.4" in directory["inputs"]["directory"]
-    directory["inputs"]["directory"] = directory["inputs"]["directory"].replace(
+    assert "?ref=v1.9.4" in directory.inputs["directory"]
+    directory.inputs["directory"] = directory.inputs["directory"].replace(
         "?ref=v1.9.4", "?ref=master"
     )
     assert names(hits(p, "helm-chart-pinned")) == {"addons-training-operator"}
-    directory["inputs"]["directory"] = "https://github.com/x/y.git/manifests"
+    directory.inputs["directory"] = "https://github.com/x/y.git/manifests"
     assert names(hits(p, "helm-chart-pinned")) == {"addons-training-operator"}
-    directory["inputs"]["directory"] = "./manifests/local"
+    directory.inputs["directory"] = "./manifests/local"
     assert hits(p, "helm-chart-pinned") == []
 
 
 def test_local_queue_rule_fires_for_a_tenant_namespace_without_a_queue(plan) -> None:
     p = plan("finetune")
-    p["resources"] = [r for r in p["resources"] if r["name"] != "tenancy-eval-local-queue"]
+    p.resources = [r for r in p.resources if r.name != "tenancy-eval-local-queue"]
     assert names(hits(p, "kueue-local-queue-per-namespace")) == {"tenancy-eval-ns"}
 
 
@@ -53,10 +53,10 @@ def test_local_queue_rule_follows_the_queue_to_its_namespace(plan) -> None:
     p = plan("finetune")
     queue = res(p, "tenancy-eval-local-queue")
     namespace = res(p, "tenancy-eval-ns")
-    queue["inputs"]["metadata"]["namespace"] = "eval-xyz"  # an auto-named namespace
-    assert namespace["urn"] in queue["dependencies"]
+    queue.inputs["metadata"]["namespace"] = "eval-xyz"  # an auto-named namespace
+    assert namespace.urn in queue.dependencies
     assert hits(p, "kueue-local-queue-per-namespace") == []
-    queue["dependencies"].remove(namespace["urn"])
+    queue.dependencies.remove(namespace.urn)
     assert names(hits(p, "kueue-local-queue-per-namespace")) == {"tenancy-eval-ns"}
 
 
@@ -69,5 +69,5 @@ def test_local_queue_rule_ignores_other_namespaces_and_stacks_without_kueue(plan
         {"kind": "Namespace", "metadata": {"name": "scratch", "labels": {}}},
     )
     assert hits(p, "kueue-local-queue-per-namespace") == []
-    p["resources"] = [r for r in p["resources"] if not r["type"].startswith("kubernetes:kueue")]
+    p.resources = [r for r in p.resources if not r.type.startswith("kubernetes:kueue")]
     assert hits(p, "kueue-local-queue-per-namespace") == []

@@ -40,7 +40,7 @@ def _lb(p: dict, description: str) -> dict:
         "ingress-lb-https",
         {"ipProtocol": "tcp", "fromPort": 443, "toPort": 443, "cidrIpv4": "0.0.0.0/0"},
     )
-    rule["dependencies"] = [sg["urn"]]
+    rule.dependencies = [sg.urn]
     return rule
 
 
@@ -59,13 +59,13 @@ def test_open_ingress_fires_on_443_outside_a_load_balancer(plan) -> None:
 def test_open_ingress_fires_on_other_ports_of_a_load_balancer(plan) -> None:
     p = plan("inference")
     rule = _lb(p, "load balancer")
-    rule["inputs"].update({"fromPort": 80, "toPort": 80})
+    rule.inputs.update({"fromPort": 80, "toPort": 80})
     assert names(hits(p, "no-open-ingress")) == {"ingress-lb-https"}
 
 
 def test_subnet_no_public_ip_fires(plan) -> None:
     p = plan()
-    res(p, "network-public-us-east-1a", "aws:ec2/subnet:Subnet")["inputs"][
+    res(p, "network-public-us-east-1a", "aws:ec2/subnet:Subnet").inputs[
         "mapPublicIpOnLaunch"
     ] = True
     assert names(hits(p, "subnet-no-public-ip")) == {"network-public-us-east-1a"}

@@ -29,7 +29,7 @@ def test_node_rule_is_quiet_on_the_stacks(plan, stack: str, rule: str) -> None:
 def test_efa_single_subnet_fires_on_two_subnets(plan) -> None:
     p = plan()
     group = res(p, "gpu-h100-nodes", NG)
-    group["inputs"]["subnetIds"].append("network-private-us-east-1b-id")
+    group.inputs["subnetIds"].append("network-private-us-east-1b-id")
     assert names(hits(p, "efa-single-subnet")) == {"gpu-h100-nodes"}
 
 

@@ -36,7 +36,7 @@ def test_sse_kms_fires_on_aes256_for_a_data_bucket(plan) -> None:
 
 def test_sse_kms_fires_on_a_bucket_without_encryption(plan) -> None:
     p = plan()
-    p["resources"].remove(res(p, "storage-models-encryption"))
+    p.resources.remove(res(p, "storage-models-encryption"))
     assert names(hits(p, "s3-sse-kms")) == {"storage-models"}
 
 
@@ -46,8 +46,8 @@ def test_sse_kms_lets_the_access_log_target_use_sse_s3(plan) -> None:
         {"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}
     ]
     assert hits(p, "s3-sse-kms") == []
-    for r in [r for r in p["resources"] if r["type"].endswith("BucketLogging")]:
-        p["resources"].remove(r)
+    for r in [r for r in p.resources if r.type.endswith("BucketLogging")]:
+        p.resources.remove(r)
     assert names(hits(p, "s3-sse-kms")) == {"storage-logs"}
 
 
@@ -61,7 +61,7 @@ def test_public_access_block_fires_on_one_flag_off(plan) -> None:
 
 def test_public_access_block_fires_when_missing(plan) -> None:
     p = plan()
-    p["resources"].remove(res(p, "storage-datasets-public-access"))
+    p.resources.remove(res(p, "storage-datasets-public-access"))
     assert names(hits(p, "s3-public-access-block")) == {"storage-datasets"}
 
 
@@ -76,13 +76,13 @@ def test_tls_only_fires_on_a_policy_without_the_deny(plan) -> None:
 
 def test_tls_only_fires_on_a_bucket_without_policy(plan) -> None:
     p = plan()
-    p["resources"].remove(res(p, "storage-datasets-policy"))
+    p.resources.remove(res(p, "storage-datasets-policy"))
     assert names(hits(p, "s3-tls-only")) == {"storage-datasets"}
 
 
 def test_versioning_fires_on_checkpoints_without_versioning(plan) -> None:
     p = plan()
-    p["resources"].remove(res(p, "storage-checkpoints-versioning"))
+    p.resources.remove(res(p, "storage-checkpoints-versioning"))
     assert names(hits(p, "s3-versioning-precious")) == {"storage-checkpoints"}
 
 
@@ -96,20 +96,20 @@ def test_versioning_fires_on_a_suspended_replica(plan) -> None:
 def test_versioning_treats_a_replicated_bucket_as_precious(plan) -> None:
     p = plan()
     bucket = res(p, "storage-checkpoints")
-    bucket["name"] = "storage-runs"
-    bucket["inputs"]["bucket"] = "acme-llm-pretrain-runs"
-    bucket["urn"] = bucket["urn"].replace("storage-checkpoints", "storage-runs")
-    for r in p["resources"]:
-        r["dependencies"] = [
-            d.replace("::storage-checkpoints", "::storage-runs") for d in r["dependencies"]
+    bucket.name = "storage-runs"
+    bucket.inputs["bucket"] = "acme-llm-pretrain-runs"
+    bucket.urn = bucket.urn.replace("storage-checkpoints", "storage-runs")
+    for r in p.resources:
+        r.dependencies = [
+            d.replace("::storage-checkpoints", "::storage-runs") for d in r.dependencies
         ]
-    p["resources"].remove(res(p, "storage-checkpoints-versioning"))
+    p.resources.remove(res(p, "storage-checkpoints-versioning"))
     assert names(hits(p, "s3-versioning-precious")) == {"storage-runs"}
 
 
 def test_datasets_need_no_versioning(plan) -> None:
     p = plan()
-    assert not any(r["name"] == "storage-datasets-versioning" for r in p["resources"])
+    assert not any(r.name == "storage-datasets-versioning" for r in p.resources)
     assert hits(p, "s3-versioning-precious") == []
 
 
@@ -123,7 +123,7 @@ def test_force_destroy_fires_on_a_precious_bucket_only(plan) -> None:
 
 def test_lifecycle_fires_when_missing_or_disabled(plan) -> None:
     p = plan()
-    p["resources"].remove(res(p, "storage-datasets-lifecycle"))
+    p.resources.remove(res(p, "storage-datasets-lifecycle"))
     for rule in inputs(p, "storage-logs-lifecycle")["rules"]:
         rule["status"] = "Disabled"
     assert names(hits(p, "s3-lifecycle-rules")) == {"storage-datasets", "storage-logs"}
@@ -146,7 +146,7 @@ def test_noncurrent_expiry_fires_on_a_versioned_bucket(plan) -> None:
 def test_access_logging_fires_on_buckets_without_logs(plan) -> None:
     p = plan("finetune")
     assert hits(p, "s3-access-logging") == []
-    p["resources"].remove(res(p, "storage-datasets-logging"))
+    p.resources.remove(res(p, "storage-datasets-logging"))
     assert names(hits(p, "s3-access-logging")) == {"storage-datasets"}
 
 
@@ -169,7 +169,7 @@ def test_precious_replicated_flags_the_stacks_without_a_replica(plan) -> None:
 
 def test_precious_replicated_fires_when_the_replication_rule_goes(plan) -> None:
     p = plan("pretrain")
-    p["resources"].remove(res(p, "storage-checkpoints-replication"))
+    p.resources.remove(res(p, "storage-checkpoints-replication"))
     assert names(hits(p, "s3-precious-replicated")) == {"storage-checkpoints"}
 
 
@@ -195,4 +195,4 @@ def test_settings_found_by_bucket_name_without_a_dependency(plan) -> None:
             "restrictPublicBuckets": True,
         },
     )
-    assert bucket["name"] not in names(hits(p, "s3-public-access-block"))
+    assert bucket.name not in names(hits(p, "s3-public-access-block"))

@@ -22,7 +22,7 @@ def test_tag_rule_is_quiet_on_the_stacks(plan, stack: str, rule: str) -> None:
 
 def test_required_tags_come_from_the_provider(plan) -> None:
     p = plan("inference")
-    provider = res(p, "aws", AWS_PROVIDER)["inputs"]
+    provider = res(p, "aws", AWS_PROVIDER).inputs
     tags = json.loads(provider["defaultTags"])
     del tags["tags"]["cost-center"]
     provider["defaultTags"] = json.dumps(tags)
@@ -34,7 +34,7 @@ def test_required_tags_come_from_the_provider(plan) -> None:
 
 def test_required_tags_accept_own_tags(plan) -> None:
     p = plan("inference")
-    res(p, "aws", AWS_PROVIDER)["inputs"].pop("defaultTags")
+    res(p, "aws", AWS_PROVIDER).inputs.pop("defaultTags")
     before = names(hits(p, "required-tags"))
     assert "network-vpc" in before
     inputs(p, "network-vpc")["tags"].update(
@@ -45,7 +45,7 @@ def test_required_tags_accept_own_tags(plan) -> None:
 
 def test_required_tags_follow_the_resource_s_own_provider(plan) -> None:
     p = plan()
-    dr = res(p, "aws-dr", AWS_PROVIDER)["inputs"]
+    dr = res(p, "aws-dr", AWS_PROVIDER).inputs
     dr["defaultTags"] = json.dumps({"tags": {"team": "x"}})
     found = names(hits(p, "required-tags"))
     assert "storage-models-replica" in found and "storage-models" not in found
@@ -59,7 +59,7 @@ def test_required_tags_are_configurable(plan) -> None:
 
 def test_required_tags_apply_to_an_unlisted_type_that_takes_tags(plan) -> None:
     p = plan("inference")
-    res(p, "aws", AWS_PROVIDER)["inputs"].pop("defaultTags")
+    res(p, "aws", AWS_PROVIDER).inputs.pop("defaultTags")
     add(p, "aws:sns/topic:Topic", "alerts", {"tags": {"team": "x"}})
     assert "alerts" in names(hits(p, "required-tags"))
 

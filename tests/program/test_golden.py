@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from llmp.synth import Plan, plan_text
+from llmp.plan import Plan
 from tests.conftest import STACKS
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -31,7 +31,7 @@ def test_plan_is_byte_identical_to_the_golden_plan(
     stack: str, plans: Callable[[str], Plan]
 ) -> None:
     path = GOLDEN / f"{stack}.plan.json"
-    text = plan_text(plans(stack))
+    text = plans(stack).text()
     if os.environ.get("LLMP_UPDATE_GOLDEN") == "1":
         path.write_text(text)
     golden = path.read_text()
@@ -58,4 +58,4 @@ def test_plan_text_does_not_depend_on_registration_order(plans: Callable[[str], 
         resources=list(reversed(plan.resources)),
         outputs=plan.outputs,
     )
-    assert plan_text(shuffled) == plan_text(plan)
+    assert shuffled.text() == plan.text()

@@ -266,9 +266,9 @@ def test_the_stacks_training_job_is_admitted_by_what_the_plan_declares(plans, st
         if m["kind"] == "LocalQueue"
     }
     (release,) = [
-        r["inputs"]
+        r.inputs
         for r in plan.by_type("kubernetes:helm.sh/v3:Release")
-        if r["inputs"]["name"] == "kueue"
+        if r.inputs["name"] == "kueue"
     ]
     config = yaml.safe_load(release["values"]["managerConfig"]["controllerManagerConfigYaml"])
     exclude = tuple(config["resources"]["excludeResourcePrefixes"])

@@ -1,0 +1,81 @@
+"""`llmp diff`: what a change does to a stack, offline: a PR preview."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmp import console
+from llmp.errors import BadInput
+
+
+def diff_command(
+    stack: Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")],
+    base: Annotated[
+        str,
+        typer.Option("--base", metavar="REF", help="Git revision to compare with (main, a SHA)."),
+    ],
+    head: Annotated[
+        str | None,
+        typer.Option(
+            "--head", metavar="REF", help="Compare with this revision instead of the working tree."
+        ),
+    ] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown", metavar="FILE", help="Also write the report as a PR comment (Markdown)."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON on stdout (no tables).")
+    ] = False,
+    fail_on_replace: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-replace", help="Exit 1 when a precious resource would be replaced."
+        ),
+    ] = False,
+) -> None:
+    """What a change does to a stack: resources added, changed and deleted, precious
+    replacements, the cost delta and new policy violations, offline.
+
+    Synthesizes STACK at --base REF (a git worktree, with that revision's own code) and at
+    the working tree (or --head REF). Precious resources: the cluster, node groups, the file
+    system, buckets and KMS keys.
+
+    No cloud credentials needed. Exit 0: reported; 1: a new mandatory policy violation, or a
+    precious replacement with --fail-on-replace; 2: bad input (not a git repository, unknown
+    revision, invalid stack file) or a side that cannot be synthesized.
+    """
+    from llmp import diff as plan_diff
+    from llmp.revision import repo_root
+    from llmp.synth import REPO_ROOT
+    from policies.config import PolicyConfigError
+    from spec.errors import ConfigError
+
+    repo = repo_root(REPO_ROOT)
+    try:
+        report = plan_diff.build_report(stack, base, repo, head)
+    except (ConfigError, PolicyConfigError) as exc:  # a side's stack file, or the pack's config
+        raise BadInput(f"diff: {exc}") from None
+    if markdown is not None:
+        try:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(plan_diff.render_markdown(report))
+        except OSError as exc:
+            raise BadInput(f"cannot write {markdown}: {exc.strerror or exc}") from None
+    if as_json:
+        console.write(json.dumps(plan_diff.report_to_json(report), indent=2) + "\n")
+    else:
+        plan_diff.render_terminal(report, console.out)
+    code = plan_diff.exit_code(report, fail_on_replace)
+    if code:
+        raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diff")(diff_command)

@@ -1,0 +1,116 @@
+"""`llmp synth STACK`: the real program under Pulumi's mock runtime, and its policy pack."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.tree import Tree
+
+from llmp import console
+from llmp.errors import BadInput
+from llmp.plan import Plan
+
+
+def synth(
+    stack: Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")],
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Read this stack file instead of stacks/Pulumi.STACK.yaml."),
+    ] = None,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Where STACK/plan.json and STACK/manifests/ go.")
+    ] = Path("out"),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the plan as JSON on stdout (no tree).")
+    ] = False,
+    policy: Annotated[
+        bool,
+        typer.Option(
+            "--policy/--no-policy",
+            help="Then run the policy pack on the plan, exit 1 on a mandatory violation "
+            "(the default; --policy is accepted and changes nothing). --no-policy skips it.",
+        ),
+    ] = True,
+    policy_config: Annotated[
+        Path | None,
+        typer.Option("--policy-config", help="CrossGuard policy-config JSON for the policy pack."),
+    ] = None,
+) -> None:
+    """Run the Pulumi program under the mock runtime: no CLI, no credentials, no network.
+
+    Prints the resource tree and counts per type, writes out/STACK/plan.json
+    (secrets redacted) and every Kubernetes object to out/STACK/manifests/, then
+    evaluates the policy pack on the plan like `llmp policy` (the stack file's GPU
+    budget included), unless --no-policy.
+
+    Exit 0: synthesized, no mandatory violation; 1: the program failed or a mandatory
+    policy violation; 2: bad input (unknown stack, invalid stack file).
+    """
+    from llmp.commands.policy import policy_overrides, run_policy
+    from llmp.synth import synthesize_stack, write_plan
+
+    # A bad policy config is bad input: refused before anything is synthesized or written.
+    overrides = policy_overrides(policy_config) if policy else None
+    plan = synthesize_stack(stack, config, hint=config is None)
+    try:
+        target = write_plan(plan, out_dir)
+    except OSError as exc:
+        raise BadInput(f"cannot write {out_dir}: {exc.strerror or exc}") from None
+    if as_json:
+        console.write(plan.text())
+        if policy:
+            run_policy(plan, overrides, stack_file=config, to_stderr=True)
+        return
+    print_tree(plan)
+    print_counts(plan)
+    cost = plan.outputs.get("cost", {})
+    if cost:
+        hourly = cost["usd_per_hour"]
+        console.out.print(
+            f"cost: ${hourly['min']:,.2f}/h at min, ${hourly['desired']:,.2f}/h at desired, "
+            f"${hourly['max']:,.2f}/h at max size; "
+            f"${cost['usd_per_month_with_storage']:,.0f}/month at desired, storage included "
+            f"(prices of {cost['prices_as_of']}, "
+            f"{cost['price_region']}; `llmp cost {plan.stack}` itemizes it)",
+            highlight=False,
+        )
+    console.out.print(
+        f"wrote {target / 'plan.json'} and {len(plan.manifests())} manifests", highlight=False
+    )
+    if policy:
+        run_policy(plan, overrides, stack_file=config)
+
+
+def print_tree(plan: Plan) -> None:
+    children: dict[str | None, list[str]] = {}
+    for r in plan.resources:
+        children.setdefault(r.parent, []).append(r.urn)
+    root = Tree(f"[bold]{plan.stack}[/bold]")
+
+    def add(node: Tree, parent: str | None) -> None:
+        for urn in children.get(parent, []):
+            r = plan.by_urn[urn]
+            add(node.add(f"{r.name} [dim]{r.type}[/dim]"), urn)
+
+    for parent in [p for p in children if p is None or p not in plan.by_urn]:
+        add(root, parent)
+    console.out.print(root)
+
+
+def print_counts(plan: Plan) -> None:
+    table = Table(title="resources by type", title_justify="left")
+    table.add_column("type", overflow="fold")
+    table.add_column("count", justify="right", overflow="fold")
+    counts = Counter(r.type for r in plan.resources)
+    for type_, n in sorted(counts.items()):
+        table.add_row(type_, str(n))
+    table.add_row("[bold]total[/bold]", f"[bold]{sum(counts.values())}[/bold]")
+    console.out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("synth")(synth)
