@@ -1,4 +1,5 @@
-"""A Kubernetes API in memory: the few CoreV1Api and BatchV1Api calls `llmp accept` makes.
+"""A Kubernetes API in memory: the few calls `llmp accept` and `llmp verify` make
+(CoreV1Api, BatchV1Api, AppsV1Api, CustomObjectsApi).
 
 It answers with the official client's own model classes (V1Node, V1Job, V1Pod...), so
 an attribute the real API objects lack fails here too, refuses a keyword argument the
@@ -8,9 +9,11 @@ clock: each pod is Pending for a while, then Running, then Succeeded or Failed w
 the log the script gives it; Kueue admits a suspended Job after a delay (or never);
 the Job's conditions follow the pods the way the Job controller sets them
 (Complete, SuccessCriteriaMet for a success policy, Failed with FailedIndexes or
-DeadlineExceeded). Pod logs come back as the real client returns them: raw bytes
-with `_preload_content=False`, and otherwise through the client's deserializer, which
-json-decodes a JSON log into a dict and returns its repr.
+DeadlineExceeded). Pod logs come back as the real client returns them: raw bytes with
+`_preload_content=False`, and otherwise through the client's deserializer, which
+json-decodes a JSON log into a dict and returns its repr. Deployments, DaemonSets and
+Kueue ClusterQueues are what a test puts in (`deployment`, `daemon_set`,
+`cluster_queue` build them).
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from llmp.kube import KubeApis
+
+HELM_RELEASE = "meta.helm.sh/release-name"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 EPOCH = datetime.datetime(2026, 11, 30, tzinfo=datetime.UTC)
@@ -162,11 +168,33 @@ class FakeCluster:
         self.deleted: list[tuple[str, str, str, str | None]] = []
         self.created: list[dict[str, Any]] = []
         """Every object created, in order, as sent (kept after it is deleted)."""
+        self.deployments: dict[tuple[str, str], client.V1Deployment] = {}
+        self.daemon_sets: dict[tuple[str, str], client.V1DaemonSet] = {}
+        self.cluster_objects: dict[tuple[str, str], dict[str, Any]] = {}
+        """(plural, name) -> a cluster-scoped custom object (Kueue's ClusterQueues)."""
         self.calls: list[str] = []
         self.fail: dict[str, Exception] = {}
         """Method name -> the exception that call raises (unreachable, forbidden...)."""
         self.core = _Core(self)
         self.batch = _Batch(self)
+        self.apps = _Apps(self)
+        self.custom = _Custom(self)
+
+    def apis(self) -> KubeApis:
+        return KubeApis(
+            core=self.core, batch=self.batch, apps=self.apps, custom=self.custom, host=self.host
+        )
+
+    def add(self, *objects: Any) -> FakeCluster:
+        """Put Deployments, DaemonSets (models) and ClusterQueues (dicts) in the cluster."""
+        for o in objects:
+            if isinstance(o, client.V1Deployment):
+                self.deployments[(o.metadata.namespace, o.metadata.name)] = o
+            elif isinstance(o, client.V1DaemonSet):
+                self.daemon_sets[(o.metadata.namespace, o.metadata.name)] = o
+            else:
+                self.cluster_objects[("clusterqueues", o["metadata"]["name"])] = o
+        return self
 
     # --- shared ---------------------------------------------------------------------------
 
@@ -300,6 +328,74 @@ class FakeCluster:
         raise api_error(404, "Not Found", f'pods "{pod_name}" not found')
 
 
+def deployment(namespace: str, name: str, replicas: int = 1, available: int = 1) -> Any:
+    return client.V1Deployment(
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+        spec=client.V1DeploymentSpec(
+            replicas=replicas,
+            selector=client.V1LabelSelector(),
+            template=client.V1PodTemplateSpec(),
+        ),
+        status=client.V1DeploymentStatus(
+            replicas=replicas,
+            available_replicas=available or None,
+            conditions=[
+                client.V1DeploymentCondition(
+                    type="Available",
+                    status="True" if available >= replicas else "False",
+                    reason="MinimumReplicasAvailable"
+                    if available >= replicas
+                    else "MinimumReplicasUnavailable",
+                )
+            ],
+        ),
+    )
+
+
+def daemon_set(
+    namespace: str, name: str, desired: int, ready: int, release: str | None = None
+) -> Any:
+    """A DaemonSet; `release`: the Helm release that installed it (Helm's annotation)."""
+    return client.V1DaemonSet(
+        metadata=client.V1ObjectMeta(
+            name=name, namespace=namespace, annotations={HELM_RELEASE: release} if release else None
+        ),
+        spec=client.V1DaemonSetSpec(
+            selector=client.V1LabelSelector(), template=client.V1PodTemplateSpec()
+        ),
+        status=client.V1DaemonSetStatus(
+            desired_number_scheduled=desired,
+            current_number_scheduled=desired,
+            number_misscheduled=0,
+            number_ready=ready,
+            number_available=ready or None,
+            number_unavailable=(desired - ready) or None,
+            updated_number_scheduled=desired,
+        ),
+    )
+
+
+def cluster_queue(
+    name: str, active: bool = True, reason: str = "Ready", message: str = "Can admit new workloads"
+) -> dict[str, Any]:
+    """A Kueue ClusterQueue as the API returns it (a dict: a custom resource)."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Active",
+                    "status": "True" if active else "False",
+                    "reason": reason,
+                    "message": message,
+                }
+            ]
+        },
+    }
+
+
 def _condition(kind: str, reason: str | None = None, message: str | None = None) -> Any:
     return client.V1JobCondition(type=kind, status="True", reason=reason, message=message)
 
@@ -388,3 +484,45 @@ class _Batch:
         if self.c.jobs.pop((namespace, name), None) is None:
             raise api_error(404, "Not Found", f'jobs.batch "{name}" not found')
         self.c.deleted.append(("Job", namespace, name, propagation_policy))
+
+
+class _Apps:
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.c = cluster
+
+    def read_namespaced_deployment(self, name: str, namespace: str, **_: Any) -> Any:
+        self.c._call("AppsV1Api", "read_namespaced_deployment", _)
+        found = self.c.deployments.get((namespace, name))
+        if found is None:
+            raise api_error(404, "Not Found", f'deployments.apps "{name}" not found')
+        return found
+
+    def read_namespaced_daemon_set(self, name: str, namespace: str, **_: Any) -> Any:
+        self.c._call("AppsV1Api", "read_namespaced_daemon_set", _)
+        found = self.c.daemon_sets.get((namespace, name))
+        if found is None:
+            raise api_error(404, "Not Found", f'daemonsets.apps "{name}" not found')
+        return found
+
+    def list_namespaced_daemon_set(self, namespace: str, **_: Any) -> Any:
+        self.c._call("AppsV1Api", "list_namespaced_daemon_set", _)
+        items = [d for (ns, _name), d in sorted(self.c.daemon_sets.items()) if ns == namespace]
+        return client.V1DaemonSetList(items=items)
+
+
+class _Custom:
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.c = cluster
+
+    def get_cluster_custom_object(
+        self, group: str, version: str, plural: str, name: str, **kwargs: Any
+    ) -> Any:
+        self.c._call(
+            "CustomObjectsApi",
+            "get_cluster_custom_object",
+            {"group": group, "version": version, "plural": plural, "name": name, **kwargs},
+        )
+        found = self.c.cluster_objects.get((plural, name))
+        if found is None:
+            raise api_error(404, "Not Found", f'{plural}.{group} "{name}" not found')
+        return found

@@ -22,7 +22,7 @@ import urllib3
 from rich.console import Console
 from typer.testing import CliRunner
 
-from llmp import accept
+from llmp import accept, accept_jobs, kube
 from llmp.cli import app
 from spec.platform import PlatformConfig
 from spec.stackfile import load_config
@@ -66,10 +66,6 @@ def cluster(
     )
 
 
-def apis(fake: FakeCluster) -> accept.KubeApis:
-    return accept.KubeApis(core=fake.core, batch=fake.batch, host=fake.host)
-
-
 def run(
     fake: FakeCluster,
     cfg: PlatformConfig | None = None,
@@ -79,7 +75,7 @@ def run(
     return accept.run_acceptance(
         cfg or pretrain(),
         "pretrain",
-        apis(fake),
+        fake.apis(),
         accept.AcceptOptions(**options),
         run_id=RUN,
         clock=fake.clock,
@@ -143,12 +139,12 @@ def test_the_created_jobs_carry_the_run_and_follow_the_stack() -> None:
     for job, check in ((dcgm_job, "dcgm"), (fabric_job, "fabric")):
         meta = job["metadata"]
         assert meta["name"] == f"{check}-h100-{RUN}" and meta["namespace"] == "foundation"
-        assert meta["labels"][accept.RUN_LABEL] == RUN
-        assert meta["labels"][accept.CHECK_LABEL] == check
+        assert meta["labels"][accept_jobs.RUN_LABEL] == RUN
+        assert meta["labels"][accept_jobs.CHECK_LABEL] == check
         # The tenant's LocalQueue: Kueue admits the job against the team's GPU quota.
         assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "default"
         assert job["spec"]["suspend"] is True
-        assert job["spec"]["template"]["metadata"]["labels"][accept.RUN_LABEL] == RUN
+        assert job["spec"]["template"]["metadata"]["labels"][accept_jobs.RUN_LABEL] == RUN
     assert dcgm_job["spec"]["completions"] == 16
     assert dcgm_job["spec"]["activeDeadlineSeconds"] == 20 * 60
     assert (
@@ -162,7 +158,7 @@ def test_the_created_jobs_carry_the_run_and_follow_the_stack() -> None:
         "Job",
     ]
     (service,) = [o for o in fake.created if o["kind"] == "Service"]
-    assert service["metadata"]["labels"][accept.RUN_LABEL] == RUN
+    assert service["metadata"]["labels"][accept_jobs.RUN_LABEL] == RUN
 
 
 def test_logs_are_read_raw_so_a_json_log_stays_json() -> None:
@@ -178,13 +174,13 @@ def test_logs_are_read_raw_so_a_json_log_stays_json() -> None:
 
 
 def test_two_runs_use_their_own_names_and_labels() -> None:
-    names = {accept.job_name("dcgm", "h100", accept.new_run_id()) for _ in range(20)}
+    names = {accept_jobs.job_name("dcgm", "h100", accept.new_run_id()) for _ in range(20)}
     assert len(names) == 20
     long_pool = "a" * 31
-    name = accept.job_name("fabric", long_pool, RUN)
-    assert len(name) <= accept.NAME_LIMIT and name.endswith(f"-{RUN}")
-    other = accept.job_name("fabric", "a" * 30 + "b", RUN)
-    assert other != name and len(other) <= accept.NAME_LIMIT
+    name = accept_jobs.job_name("fabric", long_pool, RUN)
+    assert len(name) <= accept_jobs.NAME_LIMIT and name.endswith(f"-{RUN}")
+    other = accept_jobs.job_name("fabric", "a" * 30 + "b", RUN)
+    assert other != name and len(other) <= accept_jobs.NAME_LIMIT
 
 
 # --- failures -----------------------------------------------------------------------------
@@ -308,7 +304,7 @@ def test_interrupting_the_wait_still_deletes_the_jobs() -> None:
         accept.run_acceptance(
             pretrain(),
             "pretrain",
-            apis(fake),
+            fake.apis(),
             accept.AcceptOptions(),
             run_id=RUN,
             clock=fake.clock,
@@ -412,7 +408,7 @@ def test_an_unreachable_or_refusing_cluster_is_one_line() -> None:
             None, "Failed to establish a new connection: timed out"
         ),  # type: ignore[arg-type]
     )
-    with pytest.raises(accept.AcceptError) as caught:
+    with pytest.raises(kube.KubeError) as caught:
         run(fake)
     assert str(caught.value).startswith(f"cannot reach the cluster API at {fake.host}: ")
     assert "\n" not in str(caught.value)
@@ -422,7 +418,7 @@ def test_an_unreachable_or_refusing_cluster_is_one_line() -> None:
         'nodes is forbidden: User "arn:aws:sts::123456789012:assumed-role/dev/x" cannot '
         'list resource "nodes" in API group "" at the cluster scope',
     )
-    with pytest.raises(accept.AcceptError, match="refused to list nodes: 403 Forbidden: nodes is"):
+    with pytest.raises(kube.KubeError, match="refused to list nodes: 403 Forbidden: nodes is"):
         run(fake)
     assert fake.created_jobs() == []
 
@@ -439,7 +435,7 @@ def fake_cli(monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
             "fabric-h100": JobScript([PodScript(NCCL_EFA)]),
         }
     )
-    monkeypatch.setattr(accept, "load_apis", lambda kubeconfig, context: apis(fake))
+    monkeypatch.setattr(kube, "load_apis", lambda kubeconfig, context: fake.apis())
     monkeypatch.setattr(accept, "new_run_id", lambda: RUN)
     return fake
 
