@@ -1,10 +1,12 @@
 """`llmp cost`: a stack's cost estimate from wherever it lives, as tables, JSON or a comparison.
 
-The estimate itself is `infra.cost.estimate`, the stack's `cost` output. This
-module only finds it and shows it. A cost source is one of:
+The estimate itself is `program.cost.estimate`, the stack's `cost` output: its
+declared resources, priced. This module finds it and shows it. A cost source
+is one of:
 
 - a stack name: synthesized offline (`llmp.synth.synthesize_stack`, no cloud),
-  its plan's `cost` output, or re-estimated with live prices (`pricer`);
+  its plan's `cost` output, or its plan's resources re-priced with live prices
+  (`pricer`);
 - a plan.json written by `llmp synth` (its `outputs.cost`);
 - the JSON of `pulumi stack output --json` of a deployed stack (its `cost` key).
 
@@ -22,8 +24,10 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from llmp.errors import BadInput, Failed
+from llmp.plan import Plan
 from program.cost import CATALOG_PRICES, PriceBook
-from spec.platform import PlatformConfig
+from program.ledger import Declared
 
 REQUIRED_KEYS = (
     "usd_per_hour",
@@ -40,8 +44,8 @@ estimate lacks most of these."""
 
 SIZES = ("min", "desired", "max")
 
-Pricer = Callable[[PlatformConfig], PriceBook]
-"""Prices for a stack's config (live prices, say); none: the catalog's, as synthesized."""
+Pricer = Callable[[Plan], PriceBook]
+"""Prices for a stack's plan (live prices, say); none: the catalog's, as synthesized."""
 
 
 class PriceMode(enum.StrEnum):
@@ -58,11 +62,11 @@ class PriceMode(enum.StrEnum):
     profiles, the instance metadata endpoint), so it is never the default."""
 
 
-class CostSourceError(Exception):
+class CostSourceError(BadInput):
     """A cost source that cannot be read: a bad name, file or content (exit 2)."""
 
 
-class CostSynthError(Exception):
+class CostSynthError(Failed):
     """The program failed while synthesizing a stack (exit 1)."""
 
 
@@ -115,10 +119,9 @@ def load_revision_cost(spec: str) -> tuple[str, dict[str, Any]]:
             if exc.exit_code == revision.EXIT_FAILED:
                 raise CostSynthError(str(exc)) from None
             raise CostSourceError(str(exc)) from None
-    outputs = plan.get("outputs") if isinstance(plan.get("outputs"), dict) else {}
-    if not outputs or "cost" not in outputs:
+    if "cost" not in plan.outputs:
         raise CostSourceError(f"the plan of {stack} at {ref} has no cost output")
-    return spec, checked_cost(outputs["cost"], f"the plan of {stack} at {ref}")
+    return spec, checked_cost(plan.outputs["cost"], f"the plan of {stack} at {ref}")
 
 
 def is_file_spec(spec: str) -> bool:
@@ -171,22 +174,21 @@ def load_cost_file(path: Path, expect: str | None = None) -> tuple[str, dict[str
 def load_stack_cost(stack: str, pricer: Pricer | None = None) -> tuple[str, dict[str, Any]]:
     """(stack, cost) of a stack synthesized offline, re-priced by `pricer` when given."""
     from llmp import synth
-    from program.cost import estimate
-    from spec.errors import ConfigError
+    from program.cost import estimate, usage_of
     from spec.stackfile import load_config, load_stack_file
 
-    # The program's warnings (a secret not yet set, say) are for `llmp synth`, not a cost table.
-    with contextlib.redirect_stderr(io.StringIO()):
-        try:
-            plan = synth.synthesize_stack(stack)
-        except (ConfigError, synth.StackNotFound) as exc:
-            raise CostSourceError(str(exc)) from None
-        except synth.SynthError as exc:
-            raise CostSynthError(f"synth of {stack} failed: {exc}") from None
+    plan = synth.synthesize_stack(stack, quiet=True)
     if pricer is None:
         return stack, checked_cost(plan.outputs.get("cost"), f"the plan of {stack}")
-    cfg = load_config(load_stack_file(str(synth.stack_file(stack))))
-    return stack, as_exported(estimate(cfg, pricer(cfg)))
+    usage = usage_of(load_config(load_stack_file(str(synth.stack_file(stack)))))
+    return stack, as_exported(estimate(declared(plan), usage, pricer(plan)))
+
+
+def declared(plan: Plan) -> list[Declared]:
+    """The plan's resources, as the program's ledger records them (what the cost prices)."""
+    return [
+        Declared(r.type, r.name, plan.component_of(r), r.inputs, r.custom) for r in plan.resources
+    ]
 
 
 def checked_cost(cost: Any, where: str) -> dict[str, Any]:
@@ -225,14 +227,14 @@ class LivePricer:
         self.strict = strict
         self.warnings: list[str] = []
 
-    def __call__(self, cfg: PlatformConfig) -> PriceBook:
+    def __call__(self, plan: Plan) -> PriceBook:
         from llmp.pricing import PricingError, live_price_book, pricing_client
+        from program.cost.facts import facts
 
-        types = [cfg.system_pool.instance_type, *(p.instance_type for p in cfg.node_pools.values())]
+        types = list(dict.fromkeys(g.instance_type for g in facts(declared(plan)).node_groups))
+        region = plan.primary_region or ""
         try:
-            book, warnings = live_price_book(
-                pricing_client(self.session, cfg.region), types, cfg.region
-            )
+            book, warnings = live_price_book(pricing_client(self.session, region), types, region)
         except PricingError as exc:
             if self.strict:
                 raise

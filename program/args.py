@@ -18,8 +18,8 @@ from components.addons import AddonsArgs
 from components.cluster import ClusterArgs, SystemPool
 from components.gpu_node_pool import GpuNodePoolArgs
 from components.lustre import LustreFileSystemArgs
+from components.managed_nodes import PoolSize
 from components.network import NetworkArgs
-from components.node_group import PoolSize
 from components.storage import Bucket, LifecycleRule, Replication, StorageArgs, Transition
 from components.tenancy import Tenant
 from spec.catalog import catalog

@@ -31,7 +31,7 @@ from components.storage_csi import (
 )
 from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
 from monitoring import rules
-from program import args, cost
+from program import args, cost, ledger
 from spec.catalog import catalog
 from spec.platform import PlatformConfig
 from spec.tenancy import TENANT_BUCKETS
@@ -49,6 +49,8 @@ def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, st
 
 
 def build(cfg: PlatformConfig, project: str, stack: str) -> None:
+    # First: every resource from here on is written down, and priced at the end.
+    declared = ledger.start()
     tags = standard_tags(cfg, project, stack)
     cluster_name = cfg.cluster.name or f"{project}-{stack}"
 
@@ -276,4 +278,4 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         {name: pool.node_group_name for name, pool in pools.items()},
     )
     pulumi.export("tenants", dict(tenancy.namespaces))
-    pulumi.export("cost", cost.estimate(cfg))
+    pulumi.export("cost", cost.estimate(declared.close("the cost output"), cost.usage_of(cfg)))

@@ -14,7 +14,8 @@ from botocore.stub import Stubber
 from rich.console import Console
 from typer.testing import CliRunner
 
-from llmp import costs, synth
+from llmp import cost_report as costs
+from llmp import synth
 from llmp.cli import app
 from spec.catalog import catalog
 from tests.llmp.test_pricing import expected, page, price_item
@@ -75,7 +76,7 @@ def no_credentials(monkeypatch, tmp_path: Path) -> None:
 def cached_synth(monkeypatch, plans) -> None:
     """Stack names synthesize from the session's cached plans (the same program and file)."""
 
-    def synthesize_stack(stack: str, config_file: Path | None = None) -> synth.Plan:
+    def synthesize_stack(stack: str, config_file: Path | None = None, **_: Any) -> synth.Plan:
         if stack not in ("pretrain", "finetune", "inference"):
             raise synth.StackNotFound(f"no stack file stacks/Pulumi.{stack}.yaml")
         return plans(stack)

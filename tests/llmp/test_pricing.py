@@ -12,6 +12,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from llmp.cost_report import declared
 from llmp.pricing import (
     PriceNotFound,
     PricingError,
@@ -21,7 +22,7 @@ from llmp.pricing import (
     product_filters,
     region_long_name,
 )
-from program.cost import estimate
+from program.cost import estimate, usage_of
 from spec.catalog import catalog
 from spec.stackfile import load_config
 from tests.conftest import raw_stack
@@ -193,7 +194,7 @@ def test_two_plain_prices_are_ambiguous(stubbed) -> None:
         on_demand_usd_per_hour(client, "g5.12xlarge", VIRGINIA)
 
 
-def test_an_empty_answer_keeps_the_catalog_price_with_a_warning(stubbed) -> None:
+def test_an_empty_answer_keeps_the_catalog_price_with_a_warning(stubbed, plans) -> None:
     client, stubber = stubbed
     stubber.add_response("get_products", page(), expected("m7i.4xlarge", "US West (Oregon)"))
     stubber.add_response(
@@ -218,7 +219,7 @@ def test_an_empty_answer_keeps_the_catalog_price_with_a_warning(stubbed) -> None
     assert "m7i.4xlarge" in warning and "US West (Oregon)" in warning
     assert f"${catalog().instance('m7i.4xlarge').on_demand_usd_per_hour:g}/h" in warning
     # The book prices the stack: live where known, catalog where not.
-    cost = estimate(load_config(raw_stack("finetune")), book)
+    cost = estimate(declared(plans("finetune")), usage_of(load_config(raw_stack("finetune"))), book)
     assert cost["price_source"]["catalog_fallbacks"] == dict(book.fallbacks)
     assert cost["system_pool"]["usd_per_instance_hour"] == pytest.approx(
         catalog().instance("m7i.4xlarge").on_demand_usd_per_hour

@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-from program.cost import CATALOG_PRICES, PriceBook, estimate
+from llmp.cost_report import as_exported, declared
+from llmp.synth import synthesize
+from program.cost import CATALOG_PRICES, PriceBook, estimate, usage_of
+from program.cost.facts import classified
+from program.ledger import Declared
 from spec.catalog import catalog
 from spec.stackfile import load_config
 from tests.conftest import STACKS, raw_stack, with_section
@@ -22,13 +26,62 @@ def _lines(cost: dict[str, Any], component: str, containing: str) -> list[dict[s
 
 
 def _estimate(raw: dict[str, Any], prices: PriceBook = CATALOG_PRICES) -> dict[str, Any]:
-    return estimate(load_config(raw), prices)
+    """The cost of a stack file's plan: its resources priced, as the program prices them."""
+    plan = synthesize("test", raw)
+    return as_exported(estimate(declared(plan), usage_of(load_config(raw)), prices))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_program_prices_the_resources_the_engine_is_handed(plans, stack: str) -> None:
+    """The `cost` output is priced from the program's ledger (what it declares, written down
+    as it declares it); pricing the synthesized plan's resources gives the same output, so
+    the ledger records what the engine receives."""
+    plan = plans(stack)
+    usage = usage_of(load_config(raw_stack(stack)))
+    assert as_exported(estimate(declared(plan), usage)) == plan.outputs["cost"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_resource_type_of_the_stacks_is_priced_or_free(plans, stack: str) -> None:
+    unclassified = sorted({r.type for r in plans(stack).resources if not classified(r.type)})
+    assert unclassified == []
+    assert "not_priced" not in plans(stack).outputs["cost"]
+
+
+def test_a_resource_of_a_type_nobody_priced_is_named_not_priced(plans) -> None:
+    resources = declared(plans("finetune"))
+    resources.append(Declared("aws:rds/instance:Instance", "db", "db", {"instanceClass": "x"}))
+    cost = estimate(resources)
+    assert cost["not_priced"] == [
+        {
+            "type": "aws:rds/instance:Instance",
+            "resources": ["db"],
+            "why": "no price rule for this type (program/cost/facts.py PRICED or FREE)",
+        }
+    ]
+
+
+def test_a_nat_gateway_added_to_the_plan_is_priced_without_a_cost_change(plans) -> None:
+    """Pricing follows the resources: one more NAT gateway (and its address) declared is one
+    more priced, whatever the config says."""
+    resources = declared(plans("finetune"))
+    before = estimate(resources)["components"]["network"]["usd_per_month"]
+    nat = next(r for r in resources if r.type == "aws:ec2/natGateway:NatGateway")
+    eip = next(r for r in resources if r.type == "aws:ec2/eip:Eip")
+    more = [
+        *resources,
+        Declared(nat.type, "nat-2", "network", {}),
+        Declared(eip.type, "ip-2", "network", {}),
+    ]
+    after = estimate(more)["components"]["network"]["usd_per_month"]
+    per_gateway = (PLATFORM.nat_gateway_usd_per_hour + PLATFORM.public_ipv4_usd_per_hour) * HOURS
+    assert after == pytest.approx(before + per_gateway, abs=0.01)
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_top_level_component_of_the_plan_is_priced(plans, stack: str) -> None:
     plan = plans(stack)
-    top_level = {r["name"] for r in plan.resources if r["parent"] is None and not r["custom"]}
+    top_level = {r.name for r in plan.resources if r.parent is None and not r.custom}
     assert top_level, "the plan has no component resources"
     # Equal, not a subset: a new component cannot go unpriced, nor a priced one be phantom.
     assert set(plan.outputs["cost"]["components"]) == top_level
@@ -132,7 +185,7 @@ def test_inference_l40s_has_no_capacity_block_price(plans) -> None:
 
 
 def _plan_inputs(plan: Any, type_: str) -> list[dict[str, Any]]:
-    return [r["inputs"] for r in plan.by_type(type_)]
+    return [r.inputs for r in plan.by_type(type_)]
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -156,7 +209,7 @@ def test_priced_quantities_match_the_plan(plans, stack: str) -> None:
     cfg = load_config(raw_stack(stack))
     for name, pool in cfg.node_pools.items():
         template = plan.one("aws:ec2/launchTemplate:LaunchTemplate", f"gpu-{name}-nodes")
-        size = template["inputs"]["blockDeviceMappings"][0]["ebs"]["volumeSize"]
+        size = template.inputs["blockDeviceMappings"][0]["ebs"]["volumeSize"]
         (volumes,) = _lines(cost, f"gpu-{name}", "root volumes")
         assert volumes["quantity"] == size * pool.desired_size
         assert volumes["usd_per_unit"] == PLATFORM.ebs_gp3_usd_per_gb_month
@@ -206,7 +259,7 @@ def test_the_fsx_metrics_exporters_cloudwatch_calls_are_priced_from_its_config(
     releases = [
         r
         for r in plan.by_type("kubernetes:helm.sh/v3:Release")
-        if r["inputs"]["chart"] == "prometheus-cloudwatch-exporter"
+        if r.inputs["chart"] == "prometheus-cloudwatch-exporter"
     ]
     storage = load_config(raw_stack(stack)).storage
     if storage is None or storage.lustre is None:
@@ -214,7 +267,7 @@ def test_the_fsx_metrics_exporters_cloudwatch_calls_are_priced_from_its_config(
         return
     (line,) = lines
     (release,) = releases
-    values = release["inputs"]["values"]
+    values = release.inputs["values"]
     # One GetMetricStatistics request per metric per scrape (every dimension is selected).
     metrics = yaml.safe_load(values["config"])["metrics"]
     assert all(set(m["aws_dimension_select"]) == set(m["aws_dimensions"]) for m in metrics)

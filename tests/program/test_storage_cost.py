@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from program.cost import bucket_model, lustre_monthly, storage_estimate
+from llmp.cost_report import declared
+from program.cost import usage_of
+from program.cost.facts import facts
+from program.cost.storage import BucketUsage, bucket_model, lustre_monthly, storage_estimate
 from spec.catalog import catalog
 from spec.stackfile import load_config
-from spec.storage import BucketConfig, LifecycleRuleConfig
 from tests.conftest import raw_stack
 
 PRICES = catalog().storage
 
 
 def test_standard_only_bucket_costs_its_gb_days() -> None:
-    spec = BucketConfig(initial_gb=3000)
-    model = bucket_model(spec, days=90)
+    model = bucket_model(BucketUsage("b", initial_gb=3000), None, days=90)
     # 3000 GB for 90 days at the Standard price, no transitions.
     assert model["usd_for_period"] == pytest.approx(3000 * 0.023 * 90 / 30, rel=1e-6)
     assert model["usd_per_month"] == pytest.approx(3000 * 0.023, rel=1e-6)
@@ -24,11 +25,13 @@ def test_standard_only_bucket_costs_its_gb_days() -> None:
 
 
 def test_cohorts_move_through_the_steps_and_expire() -> None:
-    rule = LifecycleRuleConfig.model_validate(
-        {"transitions": [{"days": 30, "storage_class": "STANDARD_IA"}], "expire_days": 60}
-    )
-    spec = BucketConfig(daily_write_gb=10, average_object_mb=1024, lifecycle=[rule])
-    model = bucket_model(spec, days=90)
+    # A rule as the bucket's lifecycle configuration declares it.
+    rule = {
+        "transitions": [{"days": 30, "storageClass": "STANDARD_IA"}],
+        "expiration": {"days": 60},
+    }
+    usage = BucketUsage("b", daily_write_gb=10, average_object_mb=1024)
+    model = bucket_model(usage, rule, days=90)
     # At the end: 30 days of writes in Standard, 30 in Standard-IA, the oldest 30 expired.
     assert model["gb_by_class_at_end"] == {"STANDARD": 300, "STANDARD_IA": 300}
     # One transition request per 1 GiB object, 60 cohorts crossed day 30.
@@ -36,30 +39,26 @@ def test_cohorts_move_through_the_steps_and_expire() -> None:
 
 
 def test_intelligent_tiering_drops_to_infrequent_after_30_days_unread() -> None:
-    rule = LifecycleRuleConfig.model_validate(
-        {"transitions": [{"days": 0, "storage_class": "INTELLIGENT_TIERING"}]}
-    )
-    spec = BucketConfig(initial_gb=1000, average_object_mb=1024, lifecycle=[rule])
-    last_month = bucket_model(spec, days=60)["usd_per_month_by_class"]["INTELLIGENT_TIERING"]
+    rule = {"transitions": [{"days": 0, "storageClass": "INTELLIGENT_TIERING"}]}
+    usage = BucketUsage("b", initial_gb=1000, average_object_mb=1024)
+    last_month = bucket_model(usage, rule, days=60)["usd_per_month_by_class"]["INTELLIGENT_TIERING"]
     it = PRICES.intelligent_tiering
     monitoring = 1000 / 1000 * it.monitoring_usd_per_1000_objects_month
     assert last_month == pytest.approx(1000 * it.infrequent_usd_per_gb_month + monitoring, abs=0.01)
 
 
-def test_pretrain_checkpoints_tiering_is_cheaper_than_standard() -> None:
-    storage = load_config(raw_stack("pretrain")).storage
-    assert storage is not None
-    estimate = storage_estimate(storage)
+def test_pretrain_checkpoints_tiering_is_cheaper_than_standard(plans) -> None:
+    usage = usage_of(load_config(raw_stack("pretrain")))
+    estimate = storage_estimate(facts(declared(plans("pretrain"))), usage)
     ninety = estimate["checkpoints_90_days"]
     assert ninety["bucket"] == "checkpoints"
     assert 0 < ninety["ratio"] < 1
     assert ninety["ratio"] == pytest.approx(ninety["tiered_usd"] / ninety["standard_usd"], abs=1e-3)
 
 
-def test_lustre_cost_is_capacity_times_the_tier_price() -> None:
-    storage = load_config(raw_stack("pretrain")).storage
-    assert storage is not None and storage.lustre is not None
-    fsx = lustre_monthly(storage.lustre)
+def test_lustre_cost_is_capacity_times_the_tier_price(plans) -> None:
+    (fs,) = plans("pretrain").by_type("aws:fsx/lustreFileSystem:LustreFileSystem")
+    fsx = lustre_monthly(fs.inputs)
     assert fsx["usd_per_month"] == pytest.approx(48000 * 0.340)
     assert fsx["throughput_mb_s"] == round(48000 / 1024 * 500)
 

@@ -215,7 +215,11 @@ def gateway_secret_args(
     )
 
 
-def ingress_annotations(scheme: str, certificate_arn: str, web_acl_arn: str) -> dict[str, str]:
+def ingress_annotations(
+    scheme: str, certificate_arn: str, web_acl_arn: pulumi.Input[str]
+) -> dict[str, pulumi.Input[str]]:
+    """The Load Balancer Controller's settings; only the WAF's ARN waits for the WAF (the
+    rest is known in a preview, and the cost estimate reads the scheme)."""
     return {
         "alb.ingress.kubernetes.io/scheme": scheme,
         "alb.ingress.kubernetes.io/target-type": "ip",
@@ -259,9 +263,7 @@ def ingress_args(
         )
         for model in models
     ]
-    annotations = pulumi.Output.from_input(web_acl_arn).apply(
-        lambda arn: ingress_annotations(scheme, certificate_arn, arn)
-    )
+    annotations = ingress_annotations(scheme, certificate_arn, web_acl_arn)
     return IngressInitArgs(
         metadata=ObjectMetaArgs(
             name=INGRESS_NAME, namespace=namespace, labels=dict(labels), annotations=annotations
