@@ -52,8 +52,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components.helm import pinned_release
 from components.iam import pod_identity_role
 from spec.catalog import catalog
+from spec.labels import EFA_LABEL
 from workloads import kueue
 from workloads.kueue import PoolCapacity, TenantShare
 
@@ -160,7 +162,7 @@ def gpu_operator_values() -> dict[str, Any]:
 
 def efa_plugin_values() -> dict[str, Any]:
     return {
-        "nodeSelector": {"llm-platform/efa": "true"},
+        "nodeSelector": {EFA_LABEL: "true"},
         "tolerations": catalog().accelerator_tolerations(),
     }
 
@@ -256,21 +258,13 @@ class Addons(pulumi.ComponentResource):
             values: pulumi.Input[dict[str, Any]],
             opts: pulumi.ResourceOptions,
         ) -> k8s.helm.v3.Release:
-            chart = catalog().addon_charts[key]
-            oci = chart.repository.startswith("oci://")
-            created = k8s.helm.v3.Release(
+            created = pinned_release(
                 f"{name}-{key}",
-                k8s.helm.v3.ReleaseArgs(
-                    name=key,
-                    chart=f"{chart.repository}/{key}" if oci else key,
-                    version=chart.version,
-                    repository_opts=None
-                    if oci
-                    else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository),
-                    namespace=namespace,
-                    create_namespace=namespace != "kube-system",
-                    values=values,
-                ),
+                key,
+                catalog().addon_charts[key],
+                namespace=namespace,
+                create_namespace=namespace != "kube-system",
+                values=values,
                 opts=opts,
             )
             self.releases[key] = created

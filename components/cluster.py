@@ -33,9 +33,10 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.iam import pod_identity_trust, service_trust
-from components.node_group import PoolSize, launch_template, managed_node_group
+from components.iam import addon_role, service_trust
+from components.managed_nodes import PoolSize, launch_template, managed_node_group
 from spec.catalog import Addon, catalog
+from spec.labels import POOL_LABEL
 
 _MANAGED = "arn:aws:iam::aws:policy"
 NODE_MONITORING_AGENT = "eks-node-monitoring-agent"
@@ -202,46 +203,35 @@ class Cluster(pulumi.ComponentResource):
 
         # vpc-cni gets its own role through Pod Identity, so the node role
         # carries no ENI-management rights that every pod could borrow.
-        cni_role = aws.iam.Role(
+        cni_role = addon_role(
             f"{name}-vpc-cni",
-            assume_role_policy=pod_identity_trust(),
+            parent=self,
             description="vpc-cni (aws-node) through EKS Pod Identity",
-            opts=child,
-        )
-        aws.iam.RolePolicyAttachment(
-            f"{name}-vpc-cni",
-            role=cni_role.name,
-            policy_arn=f"{_MANAGED}/AmazonEKS_CNI_Policy",
-            opts=child,
+            managed_policy_arn=f"{_MANAGED}/AmazonEKS_CNI_Policy",
         )
 
         def addon(
             addon_name: str,
             wait_for: list[pulumi.Resource] | None = None,
-            pod_identity: list[aws.eks.AddonPodIdentityAssociationArgs] | None = None,
+            role: tuple[pulumi.Input[str], str] | None = None,
             configuration: dict[str, object] | None = None,
             pin: Addon | None = None,
         ) -> aws.eks.Addon:
-            return aws.eks.Addon(
+            return managed_addon(
                 f"{name}-{addon_name}",
+                addon_name,
+                (pin or versions.addons[addon_name]).version,
+                parent=self,
                 cluster_name=cluster.name,
-                addon_name=addon_name,
-                addon_version=(pin or versions.addons[addon_name]).version,
-                resolve_conflicts_on_create="OVERWRITE",
-                resolve_conflicts_on_update="OVERWRITE",
-                pod_identity_associations=pod_identity,
-                configuration_values=json.dumps(configuration) if configuration else None,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=wait_for or []),
+                role=role,
+                configuration=configuration,
+                depends_on=wait_for or [],
             )
 
         pod_identity_agent = addon("eks-pod-identity-agent")
         vpc_cni = addon(
             "vpc-cni",
-            pod_identity=[
-                aws.eks.AddonPodIdentityAssociationArgs(
-                    role_arn=cni_role.arn, service_account="aws-node"
-                )
-            ],
+            role=(cni_role.arn, "aws-node"),
             # aws-node fetches its credentials from the Pod Identity agent.
             wait_for=[pod_identity_agent],
             # The tenants' NetworkPolicies are only enforced by the VPC CNI's
@@ -272,7 +262,7 @@ class Cluster(pulumi.ComponentResource):
             ami_type=catalog().ami_type(system.instance_type),
             capacity_type="ON_DEMAND",
             size=system.size,
-            labels={"llm-platform/pool": "system"},
+            labels={POOL_LABEL: "system"},
             wait_for=self.node_ready_after,
         )
         # CoreDNS is a Deployment: it only becomes ACTIVE once nodes can run it.
@@ -314,6 +304,36 @@ class Cluster(pulumi.ComponentResource):
                 "kubeconfig": self.kubeconfig,
             }
         )
+
+
+def managed_addon(
+    resource_name: str,
+    addon_name: str,
+    version: str,
+    *,
+    parent: pulumi.Resource,
+    cluster_name: pulumi.Input[str],
+    role: tuple[pulumi.Input[str], str] | None = None,
+    configuration: dict[str, object] | None = None,
+    depends_on: Sequence[pulumi.Resource] = (),
+) -> aws.eks.Addon:
+    """An EKS managed add-on at a pinned version; `role` (its ARN, the service account) is
+    handed to the add-on's pods through a Pod Identity association the add-on holds."""
+    return aws.eks.Addon(
+        resource_name,
+        cluster_name=cluster_name,
+        addon_name=addon_name,
+        addon_version=version,
+        resolve_conflicts_on_create="OVERWRITE",
+        resolve_conflicts_on_update="OVERWRITE",
+        pod_identity_associations=[
+            aws.eks.AddonPodIdentityAssociationArgs(role_arn=role[0], service_account=role[1])
+        ]
+        if role is not None
+        else None,
+        configuration_values=json.dumps(configuration) if configuration else None,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+    )
 
 
 def _kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:

@@ -33,8 +33,15 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
-from components.node_group import PoolSize, launch_template, managed_node_group, node_user_data
+from components.managed_nodes import PoolSize, launch_template, managed_node_group, node_user_data
 from spec.catalog import catalog
+from spec.labels import (
+    ACCELERATOR_LABEL,
+    CAPACITY_TYPE_LABEL,
+    CHECKPOINTING_LABEL,
+    EFA_LABEL,
+    POOL_LABEL,
+)
 
 
 def efa_network_interfaces(
@@ -132,7 +139,7 @@ class GpuNodePool(pulumi.ComponentResource):
             f"{name}-nodes",
             parent=self,
             disk_size_gib=args.disk_size_gib,
-            tags={**args.tags, "llm-platform/pool": args.pool_name},
+            tags={**args.tags, POOL_LABEL: args.pool_name},
             network_interfaces=interfaces,
             placement_group=placement.name if placement else None,
             capacity_block=block,
@@ -146,11 +153,11 @@ class GpuNodePool(pulumi.ComponentResource):
 
         labels = {
             kind.taint_key: "true",
-            "llm-platform/pool": args.pool_name,
-            "llm-platform/accelerator": itype.accelerator.model,
-            "llm-platform/efa": str(args.efa).lower(),
-            "llm-platform/capacity-type": args.capacity_type.lower(),
-            "llm-platform/checkpointing": str(args.checkpointing).lower(),
+            POOL_LABEL: args.pool_name,
+            ACCELERATOR_LABEL: itype.accelerator.model,
+            EFA_LABEL: str(args.efa).lower(),
+            CAPACITY_TYPE_LABEL: args.capacity_type.lower(),
+            CHECKPOINTING_LABEL: str(args.checkpointing).lower(),
             **args.labels,
         }
         group = managed_node_group(

@@ -68,3 +68,28 @@ def pod_identity_role(
         opts=child,
     )
     return role, association
+
+
+def addon_role(
+    name: str,
+    *,
+    parent: pulumi.Resource,
+    description: str,
+    managed_policy_arn: str | None = None,
+    policy: pulumi.Input[str] | None = None,
+    policy_name: str | None = None,
+) -> aws.iam.Role:
+    """The role an EKS add-on's service account takes through Pod Identity (the add-on
+    holds the association), with one policy: a managed one attached (`name`), or an inline
+    one (`policy_name`, default `name`)."""
+    child = pulumi.ResourceOptions(parent=parent)
+    role = aws.iam.Role(
+        name, assume_role_policy=pod_identity_trust(), description=description, opts=child
+    )
+    if managed_policy_arn is not None:
+        aws.iam.RolePolicyAttachment(
+            name, role=role.name, policy_arn=managed_policy_arn, opts=child
+        )
+    if policy is not None:
+        aws.iam.RolePolicy(policy_name or name, role=role.name, policy=policy, opts=child)
+    return role

@@ -68,7 +68,9 @@ from pulumi_kubernetes.core.v1 import (
 )
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
-from components.iam import allow, pod_identity_role, pod_identity_trust, policy_document
+from components.cluster import managed_addon
+from components.helm import pinned_release
+from components.iam import addon_role, allow, pod_identity_role, policy_document
 from monitoring import rules
 from monitoring.models import (
     Endpoint,
@@ -79,7 +81,8 @@ from monitoring.models import (
     NamespaceSelector,
     PrometheusRule,
 )
-from spec.catalog import Chart, MonitoringPins, catalog
+from spec.catalog import MonitoringPins, catalog
+from spec.labels import JOB_KIND_LABEL
 from workloads.volumes import PART_OF
 
 NAMESPACE = "monitoring"
@@ -119,7 +122,6 @@ DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 SECRET_CONFIG_NAMESPACE = "llm-platform-monitoring"
 GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"
 GRAFANA_ADMIN_SECRET = "grafana-admin"
-JOB_KIND_LABEL = "llm-platform/job-kind"
 SCRAPE_LABEL = "llm-platform/scrape"
 
 POD_SECURITY = {
@@ -480,47 +482,34 @@ class Monitoring(pulumi.ComponentResource):
             values: pulumi.Input[dict[str, Any]],
             depends_on: list[pulumi.Resource],
         ) -> k8s.helm.v3.Release:
-            chart: Chart = pinned.charts[key]
-            created = k8s.helm.v3.Release(
+            created = pinned_release(
                 f"{name}-{key}",
-                k8s.helm.v3.ReleaseArgs(
-                    name=key,
-                    chart=key,
-                    version=chart.version,
-                    repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository),
-                    namespace=NAMESPACE,
-                    create_namespace=False,
-                    values=values,
-                ),
+                key,
+                pinned.charts[key],
+                namespace=NAMESPACE,
+                create_namespace=False,
+                values=values,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
             )
             self.releases[key] = created
             return created
 
         # EBS CSI driver: the add-on, its role, and the gp3 class.
-        ebs_role = aws.iam.Role(
+        ebs_role = addon_role(
             f"{name}-ebs-csi",
-            assume_role_policy=pod_identity_trust(),
+            parent=self,
             description="EBS CSI driver controller through EKS Pod Identity",
-            opts=child,
+            managed_policy_arn=EBS_POLICY_ARN,
         )
-        aws.iam.RolePolicyAttachment(
-            f"{name}-ebs-csi", role=ebs_role.name, policy_arn=EBS_POLICY_ARN, opts=child
-        )
-        ebs_addon = aws.eks.Addon(
+        ebs_addon = managed_addon(
             f"{name}-{EBS_ADDON}",
+            EBS_ADDON,
+            ebs_version,
+            parent=self,
             cluster_name=args.cluster_name,
-            addon_name=EBS_ADDON,
-            addon_version=ebs_version,
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            pod_identity_associations=[
-                aws.eks.AddonPodIdentityAssociationArgs(
-                    role_arn=ebs_role.arn, service_account=EBS_SERVICE_ACCOUNT
-                )
-            ],
+            role=(ebs_role.arn, EBS_SERVICE_ACCOUNT),
             # The controller is a Deployment: the add-on is ACTIVE only once it runs.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes),
+            depends_on=args.system_nodes,
         )
         storage_class = k8s.storage.v1.StorageClass(
             f"{name}-{STORAGE_CLASS}", storage_class_args(), opts=child

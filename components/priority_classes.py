@@ -1,11 +1,11 @@
-"""PriorityClasses: the cluster-wide pod priorities defined in `workloads.priorities`."""
+"""PriorityClasses: the cluster-wide pod priorities defined in `workloads.scheduling`."""
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from workloads.priorities import PRIORITIES, priority_class_args
+from workloads.scheduling import PRIORITIES, priority_class_args
 
 
 class PriorityClasses(pulumi.ComponentResource):

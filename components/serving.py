@@ -37,6 +37,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.helm import pinned_release
 from spec.catalog import catalog
 from workloads.serving import ServedModel, ServingHours, gateway, keda, vllm
 from workloads.volumes import PART_OF
@@ -168,17 +169,13 @@ class Serving(pulumi.ComponentResource):
         if pins is None:
             raise ValueError("catalog.yaml has no serving section (vLLM, gateway, KEDA pins)")
 
-        keda_release = k8s.helm.v3.Release(
+        keda_release = pinned_release(
             f"{name}-{KEDA}",
-            k8s.helm.v3.ReleaseArgs(
-                name=KEDA,
-                chart=KEDA,
-                version=pins.keda.version,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=pins.keda.repository),
-                namespace=KEDA,
-                create_namespace=True,
-                values={"operator": {"replicaCount": 2}},
-            ),
+            KEDA,
+            pins.keda,
+            namespace=KEDA,
+            create_namespace=True,
+            values={"operator": {"replicaCount": 2}},
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes),
         )
 

@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.iam import pod_identity_trust
+from components.cluster import managed_addon
+from components.helm import pinned_release
+from components.iam import addon_role
 from spec.catalog import catalog
 from workloads import volumes
 from workloads.volumes import NamespaceQuota
@@ -175,7 +176,7 @@ class StorageVolumes(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         lustre, weights = args.lustre, args.model_weights
         # Check the pins before anything is registered.
-        s3_pin = _s3_addon_version(args.kubernetes_version) if weights else None
+        s3_pin = _s3_addon_version(args.kubernetes_version) if weights else ""
 
         wanted = [*(lustre.namespaces if lustre else []), *(weights.namespaces if weights else [])]
         owned = {
@@ -208,17 +209,12 @@ class StorageVolumes(pulumi.ComponentResource):
             )
 
         if lustre is not None:
-            chart = catalog().charts[FSX_CHART]
-            k8s.helm.v3.Release(
+            pinned_release(
                 f"{name}-fsx-csi",
-                k8s.helm.v3.ReleaseArgs(
-                    name=FSX_CHART,
-                    chart=FSX_CHART,
-                    version=chart.version,
-                    repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository),
-                    namespace="kube-system",
-                    values=fsx_driver_values(),
-                ),
+                FSX_CHART,
+                catalog().charts[FSX_CHART],
+                namespace="kube-system",
+                values=fsx_driver_values(),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for),
             )
             for ns in dict.fromkeys(lustre.namespaces):
@@ -245,34 +241,24 @@ class StorageVolumes(pulumi.ComponentResource):
 
         self.s3_driver_role_arn = None
         if weights is not None:
-            role = aws.iam.Role(
-                f"{name}-s3-csi",
-                assume_role_policy=pod_identity_trust(),
-                description="Mountpoint for S3 CSI driver (read-only model weights), Pod Identity",
-                opts=child,
-            )
             prefix, region = weights.prefix, weights.region
-            aws.iam.RolePolicy(
-                f"{name}-s3-csi-read",
-                role=role.name,
+            role = addon_role(
+                f"{name}-s3-csi",
+                parent=self,
+                description="Mountpoint for S3 CSI driver (read-only model weights), Pod Identity",
                 policy=pulumi.Output.from_input(weights.bucket_arn).apply(
                     lambda arn: json.dumps(s3_read_policy(arn, prefix, region))
                 ),
-                opts=child,
+                policy_name=f"{name}-s3-csi-read",
             )
-            aws.eks.Addon(
+            managed_addon(
                 f"{name}-{S3_ADDON}",
+                S3_ADDON,
+                s3_pin,
+                parent=self,
                 cluster_name=args.cluster_name,
-                addon_name=S3_ADDON,
-                addon_version=s3_pin,
-                resolve_conflicts_on_create="OVERWRITE",
-                resolve_conflicts_on_update="OVERWRITE",
-                pod_identity_associations=[
-                    aws.eks.AddonPodIdentityAssociationArgs(
-                        role_arn=role.arn, service_account=S3_DRIVER_SERVICE_ACCOUNT
-                    )
-                ],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for),
+                role=(role.arn, S3_DRIVER_SERVICE_ACCOUNT),
+                depends_on=args.wait_for,
             )
             for ns in dict.fromkeys(weights.namespaces):
                 pv = k8s.core.v1.PersistentVolume(

@@ -12,8 +12,8 @@ from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 from policies.nodes import NODE_GROUP, accelerator_kind, instance_types
 from policies.props import Report, get, known, of_type
 from spec.catalog import catalog
+from spec.labels import CHECKPOINTING_LABEL
 
-CHECKPOINTING_LABEL = "llm-platform/checkpointing"
 BUDGET_KEY = "gpu-budget-usd-per-hour"
 CLUSTER = "aws:eks/cluster:Cluster"
 

@@ -17,11 +17,11 @@ from pulumi_policy import (
 )
 
 from policies.props import Report, declared, deps_of_type, get, known, of_type, tags_of
+from spec.labels import POOL_LABEL
 
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 SUBNET = "aws:ec2/subnet:Subnet"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-POOL_LABEL = "llm-platform/pool"
 ACCELERATOR_TAINTS = ("nvidia.com/gpu", "aws.amazon.com/neuron")
 
 

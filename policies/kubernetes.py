@@ -21,10 +21,11 @@ from pulumi_policy import (
 )
 
 from policies.props import Report, depends_on, get, is_map, items, known, of_type, plain
+from spec.labels import ACCELERATOR_LABEL
 
 ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 GPU_TAINTS = ("nvidia.com/gpu", "aws.amazon.com/neuron")
-GPU_NODE_LABELS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "llm-platform/accelerator")
+GPU_NODE_LABELS = ("nvidia.com/gpu", "aws.amazon.com/neuron", ACCELERATOR_LABEL)
 NAMESPACE = "kubernetes:core/v1:Namespace"
 RESOURCE_QUOTA = "kubernetes:core/v1:ResourceQuota"
 PDB_TYPES = (

@@ -56,7 +56,6 @@ def _rows(key: str, info: FieldInfo) -> list[str]:
     return out
 
 
-
 def _doc(info: FieldInfo) -> str:
     return (info.description or "").replace("|", "\\|")
 

@@ -399,9 +399,7 @@ def _joined(errors: list[ConfigError]) -> ConfigError:
 def _known_keys(path: tuple[str | int, ...]) -> list[str]:
     model: Any = PlatformConfig
     for part in path:
-        fields: dict[str, FieldInfo] = (
-            getattr(model, "model_fields", {}) if is_model(model) else {}
-        )
+        fields: dict[str, FieldInfo] = getattr(model, "model_fields", {}) if is_model(model) else {}
         if isinstance(part, str) and part in fields:
             model = _model_of(fields[part].annotation)
         elif get_origin(model) is dict and get_args(model):

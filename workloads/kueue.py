@@ -29,13 +29,14 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from spec.labels import POOL_LABEL
+
 API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 COHORT = "llm-platform"
 SPARE_QUEUE = "spare"
 CPU_FLAVOR = "cpu"
 LOCAL_QUEUE = "default"
 """The LocalQueue of every tenant namespace (`kueue.x-k8s.io/queue-name: default`)."""
-POOL_LABEL = "llm-platform/pool"
 PART_OF = {"app.kubernetes.io/part-of": "llm-platform"}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workloads.priorities import PRIORITIES, priority_class_args
+from workloads.scheduling import PRIORITIES, priority_class_args
 
 
 def test_priorities_are_ordered_and_unique() -> None:

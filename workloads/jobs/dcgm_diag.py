@@ -89,8 +89,8 @@ from workloads.jobs.pod import (
     ResourceRequirements,
     Volume,
     VolumeMount,
-    check_dns_label,
     check_image,
+    check_nvidia_job,
     node_placement,
 )
 
@@ -145,13 +145,13 @@ class DcgmDiagSpec(BaseModel):
 
 
 def _check(spec: DcgmDiagSpec) -> None:
-    check_dns_label(spec.name, "name", 40)
-    check_dns_label(spec.namespace, "namespace")
-    if spec.queue_name is not None:
-        check_dns_label(spec.queue_name, "queue name")
-    itype = catalog().instances.get(spec.instance_type)
-    if itype is None or itype.accelerator is None or itype.accelerator.kind != "nvidia":
-        raise ValueError(f"{spec.instance_type}: DCGM diagnostics run on NVIDIA GPU instances")
+    check_nvidia_job(
+        spec.name,
+        spec.namespace,
+        spec.queue_name,
+        spec.instance_type,
+        "DCGM diagnostics run on NVIDIA GPU instances",
+    )
     levels = diagnostic_catalog().levels
     if spec.run_level not in levels:
         raise ValueError(

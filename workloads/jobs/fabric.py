@@ -62,8 +62,8 @@ from workloads.jobs.pod import (
     SuccessPolicyRule,
     Volume,
     VolumeMount,
-    check_dns_label,
     check_image,
+    check_nvidia_job,
     nccl_env,
     node_placement,
     shm_volume,
@@ -105,13 +105,13 @@ class FabricSpec(BaseModel):
 
 
 def _check(spec: FabricSpec) -> None:
-    check_dns_label(spec.name, "name", 40)
-    check_dns_label(spec.namespace, "namespace")
-    if spec.queue_name is not None:
-        check_dns_label(spec.queue_name, "queue name")
-    itype = catalog().instances.get(spec.instance_type)
-    if itype is None or itype.accelerator is None or itype.accelerator.kind != "nvidia":
-        raise ValueError(f"{spec.instance_type}: fabric acceptance runs NCCL on NVIDIA instances")
+    itype = check_nvidia_job(
+        spec.name,
+        spec.namespace,
+        spec.queue_name,
+        spec.instance_type,
+        "fabric acceptance runs NCCL on NVIDIA instances",
+    )
     if itype.efa_interfaces == 0:
         raise ValueError(f"{spec.instance_type} has no EFA interfaces to accept")
     if spec.instance_type not in catalog().fabric_acceptance.thresholds:

@@ -21,12 +21,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from spec.catalog import catalog
+from spec.catalog import InstanceType, catalog
+from spec.labels import POOL_LABEL
 from workloads.volumes import LUSTRE_CLAIM
 
 FSX_MOUNT = "/fsx"
 """Where every job mounts the `fsx-lustre` claim."""
-POOL_LABEL = "llm-platform/pool"
 """Node label the GPU node pools carry (components/gpu_node_pool.py)."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -220,6 +220,21 @@ def check_dns_label(value: str, what: str, max_len: int = 63) -> str:
             f"starting with a letter, at most {max_len} characters"
         )
     return value
+
+
+def check_nvidia_job(
+    name: str, namespace: str, queue_name: str | None, instance_type: str, what: str
+) -> InstanceType:
+    """The names an acceptance job's objects take, and its instance type: an NVIDIA GPU type
+    of the catalog, else ValueError `TYPE: what`. Returns the type's facts."""
+    check_dns_label(name, "name", 40)
+    check_dns_label(namespace, "namespace")
+    if queue_name is not None:
+        check_dns_label(queue_name, "queue name")
+    itype = catalog().instances.get(instance_type)
+    if itype is None or itype.accelerator is None or itype.accelerator.kind != "nvidia":
+        raise ValueError(f"{instance_type}: {what}")
+    return itype
 
 
 def check_image(image: str) -> str:

@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from spec.catalog import catalog
+from spec.labels import JOB_KIND_LABEL
 from workloads.jobs.pod import (
     EFA_RESOURCE,
     FSX_MOUNT,
@@ -59,7 +60,7 @@ from workloads.jobs.pod import (
     restricted_container_context,
     shm_volume,
 )
-from workloads.priorities import PRIORITIES
+from workloads.scheduling import PRIORITIES
 from workloads.volumes import PART_OF
 
 API_VERSION: Final = "kubeflow.org/v1"
@@ -70,7 +71,6 @@ CONTAINER_NAME = "pytorch"
 """The training operator finds the training container by this name."""
 METRICS_PORT = 9300
 """Where rank 0 serves the `llmp_*` metrics (container port `metrics`)."""
-JOB_KIND_LABEL = "llm-platform/job-kind"
 STEP_TIMES_FILE = "step-times.jsonl"
 """Per-rank step times (JSON lines for `llmp stragglers`), in the checkpoint dir."""
 

@@ -69,11 +69,11 @@ from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 from pulumi_kubernetes.policy.v1 import PodDisruptionBudgetInitArgs, PodDisruptionBudgetSpecArgs
 
 from spec.catalog import InstanceType, catalog
+from spec.labels import POOL_LABEL
 from workloads.serving import ServedModel, gateway
 from workloads.volumes import MODEL_WEIGHTS_CLAIM, PART_OF
 
 PRIORITY_CLASS = "llmp-serving"
-POOL_LABEL = "llm-platform/pool"
 ZONE_KEY = "topology.kubernetes.io/zone"
 HOST_KEY = "kubernetes.io/hostname"
 WEIGHTS_PATH = "/models"

@@ -1,0 +1,21 @@
+"""The labels every layer agrees on: what the node pools carry, what jobs and workloads carry.
+
+Set by the components (node groups, pod templates), selected on by the
+workloads (Kueue flavors, model servers, jobs), read by the policy pack, the
+cost model and the operator's checks: one name, defined once.
+"""
+
+from __future__ import annotations
+
+POOL_LABEL = "llm-platform/pool"
+"""Node label (and launch-template tag): the pool a node belongs to; `system` for the CPU pool."""
+ACCELERATOR_LABEL = "llm-platform/accelerator"
+"""Node label: the accelerator model (H100, A100, ...) of a GPU pool's nodes."""
+EFA_LABEL = "llm-platform/efa"
+"""Node label: "true" where the nodes have EFA interfaces (the EFA device plugin runs there)."""
+CAPACITY_TYPE_LABEL = "llm-platform/capacity-type"
+"""Node label: on-demand, spot or capacity_block."""
+CHECKPOINTING_LABEL = "llm-platform/checkpointing"
+"""Node label: "true" where jobs checkpoint and resume (required of spot pools)."""
+JOB_KIND_LABEL = "llm-platform/job-kind"
+"""Pod label: training, data-prep, acceptance...: what a GPU is busy with."""
