@@ -9,10 +9,14 @@ check failed, 2 bad input (config, arguments, files).
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
-import typer
-from typer.core import TyperGroup
+try:
+    import typer
+    from typer.core import TyperGroup
+except ImportError:  # the operator CLI's dependencies are an extra of the project
+    sys.exit("llmp needs the project's ops extra: pip install -e '.[ops]' (make .venv/.ops)")
 
 from llmp import console
 from llmp.commands import register

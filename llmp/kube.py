@@ -18,8 +18,8 @@ from typing import Any
 
 from llmp.errors import BadInput
 from spec.catalog import catalog
+from spec.labels import POOL_LABEL
 from workloads.jobs.fabric import EFA_RESOURCE
-from workloads.jobs.pod import POOL_LABEL
 
 REQUEST_TIMEOUT = (10, 60)
 """Connect and read timeouts of every API call: a private endpoint out of reach must not hang."""

@@ -29,7 +29,8 @@ from typing import Any
 
 from llmp import kube
 from llmp.plan import Plan, Resource
-from llmp.verify import FAIL, NODE_GROUP, NOT_CHECKED, PASS, POOL_LABEL, Finding, Status
+from llmp.verify import FAIL, NODE_GROUP, NOT_CHECKED, PASS, Finding, Status
+from spec.labels import POOL_LABEL
 
 AREA = "kubernetes"
 RELEASE = "kubernetes:helm.sh/v3:Release"

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from llmp.aws import ClientFactory, code, error_text, paginate, read, unsupported
 from llmp.plan import Plan, StackOutputs
+from spec.labels import POOL_LABEL
 
 Status = Literal["pass", "fail", "not checked"]
 PASS: Status = "pass"
@@ -51,7 +52,7 @@ NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 ADDON = "aws:eks/addon:Addon"
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
-POOL_LABEL = "llm-platform/pool"
+
 
 EKS_NOT_IMPLEMENTED = "the endpoint does not implement EKS"
 ADDONS_NOT_IMPLEMENTED = "the endpoint does not implement EKS add-ons"

@@ -30,6 +30,9 @@ print(json.dumps({
     'types': sorted({r.type for r in plan.resources}),
     'outputs': sorted(plan.outputs),
     'components_from': components.__file__,
+    'ops_modules': sorted(
+        m for m in ('typer', 'rich', 'boto3', 'kubernetes', 'httpx', 'jinja2') if m in sys.modules
+    ),
     'sys_path_has_repo_root': any(
         Path(p or '.').resolve() == Path(os.environ['ROOT']) for p in sys.path
     ),
@@ -72,3 +75,5 @@ def test_program_runs_from_program_dir_with_config_from_the_environment() -> Non
     assert "aws:eks/nodeGroup:NodeGroup" in report["types"]
     assert {"cluster_name", "cost", "kubeconfig"} <= set(report["outputs"])
     assert report["resources"] > 50
+    # requirements.txt is what `pulumi up` needs: nothing of the operator CLI's extra.
+    assert report["ops_modules"] == []
