@@ -55,6 +55,7 @@ def cost_command(
     Exit 0; 1: synthesis or the live Price List failed; 2: bad input.
     """
     from llmp import cost_report as costs
+    from llmp import cost_tables as tables
     from llmp.pricing import has_credentials
 
     mode = prices.lower()
@@ -94,7 +95,7 @@ def cost_command(
     if as_json:
         console.write(costs.to_json(sources) + "\n")
         return
-    parts = costs.render(*sources[0]) if len(sources) == 1 else costs.render_comparison(*sources)
+    parts = tables.render(*sources[0]) if len(sources) == 1 else tables.render_comparison(*sources)
     for part in parts:
         console.out.print(part, highlight=False)
 

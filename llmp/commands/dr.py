@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmp import console
 from llmp.errors import EXIT_FAILED, NO_CREDENTIALS, BadInput, prefixed
+
+if TYPE_CHECKING:
+    from workloads.training.restore import RestorePoint
 
 DR_OUT_DIR = Path("out") / "dr"
 """Where `llmp dr plan` writes by default, relative to the working directory like `llmp
@@ -163,7 +166,7 @@ def dr_restore_point_command(
     Reads only (list and get). Exit 0: found; 1: no complete checkpoint; 2: bad input
     (no such bucket, no access, no credentials, unreachable endpoint).
     """
-    from llmp import restore_point as rp
+    from workloads.training import restore as rp
 
     try:
         import boto3
@@ -189,10 +192,70 @@ def dr_restore_point_command(
     if as_json:
         console.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        for part in rp.render(result, verbose=verbose):
+        for part in _render(result, verbose=verbose):
             console.out.print(part, highlight=False)
     if result.chosen is None:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _render(result: RestorePoint, *, verbose: bool = False) -> list[Any]:
+    """What `llmp dr restore-point` prints: the choice, then why each newer one was skipped."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from workloads.training.completeness import LATEST
+
+    where = f"s3://{result.bucket}/{result.prefix}"
+    parts: list[Any] = []
+    if result.chosen is not None:
+        c = result.chosen
+        parts.append(
+            Text(f"restore point: {c.uri} (step {c.step}, {c.files} files, {_size(c.bytes)})")
+        )
+    elif result.candidates:
+        parts.append(Text(f"no complete checkpoint under {where}", style="bold red"))
+    else:
+        hint = ""
+        if result.deeper_roots:
+            hint = "; checkpoints sit under " + ", ".join(result.deeper_roots) + " (--prefix)"
+        parts.append(Text(f"no checkpoint directories under {where}{hint}", style="bold red"))
+    shown = [c for c in result.candidates if verbose or c.status != "older"]
+    if shown:
+        table = Table(title=f"checkpoints under {where}, newest first")
+        for column in ("checkpoint", "status", "files", "size", "why"):
+            table.add_column(column, overflow="fold")
+        for c in shown:
+            style = {"restore point": "green", "skipped": "yellow"}.get(c.status, "dim")
+            table.add_row(
+                Text(c.tag),
+                Text(c.status, style=style),
+                str(c.files),
+                _size(c.bytes),
+                Text(c.reason),
+            )
+        parts.append(table)
+    older = len([c for c in result.candidates if c.status == "older"])
+    if older and not verbose:
+        noun = "checkpoint" if older == 1 else "checkpoints"
+        parts.append(Text(f"{older} older {noun} not examined (--verbose lists them)"))
+    if result.latest is not None:
+        agrees = result.chosen is not None and result.latest == result.chosen.tag
+        parts.append(
+            Text(
+                f"`{LATEST}` says {result.latest}"
+                + ("" if agrees else " (not trusted: its objects may not all have arrived)")
+            )
+        )
+    return parts
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
 
 
 def register(app: typer.Typer) -> None:

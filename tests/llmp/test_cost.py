@@ -15,7 +15,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from llmp import cost_report as costs
-from llmp import synth
+from llmp import cost_tables, synth
 from llmp.cli import app
 from spec.catalog import catalog
 from tests.llmp.test_pricing import expected, page, price_item
@@ -107,8 +107,8 @@ def test_stack_outputs_render_the_same_as_the_plan(plans, plan_file, tmp_path: P
     assert label == "inference-outputs.json"
     _, from_plan = costs.load_cost_source(str(plan_file("inference")))
     assert from_outputs == from_plan
-    assert rendered(costs.render("inference", from_outputs)) == rendered(
-        costs.render("inference", from_plan)
+    assert rendered(cost_tables.render("inference", from_outputs)) == rendered(
+        cost_tables.render("inference", from_plan)
     )
 
 

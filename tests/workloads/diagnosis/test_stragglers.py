@@ -22,11 +22,11 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from typer.testing import CliRunner
 
-from llmp import stragglers as st
 from llmp.cli import app
+from workloads.diagnosis import stragglers as st
 
 RANKS, PER_NODE, STEPS = 16, 8, 200
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "stragglers" / "step-times.jsonl"
+SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "stragglers" / "step-times.jsonl"
 
 
 def node_of(rank: int) -> str:

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from llmp import restore_point as rp
+from workloads.training import restore as rp
 from llmp.cli import app
 from tests.conftest import reset_moto, use_dummy_credentials
 from workloads.training.completeness import ManifestMissing, judge_checkpoint

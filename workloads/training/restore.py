@@ -1,4 +1,5 @@
-"""`llmp dr restore-point`: the newest complete checkpoint in a (replica) bucket.
+"""The newest complete checkpoint in a bucket (a replica, after a disaster), by the
+trainer's own rule: what `llmp dr restore-point` reports.
 
 The file system's data repository association exports a job's checkpoint
 directory `/checkpoints/<job>/step-N/` to `s3://BUCKET/<prefix><job>/step-N/`,
@@ -140,61 +141,3 @@ def _manifest_reader(s3: Any, bucket: str, key: str, files: dict[str, int]) -> C
         return body
 
     return read
-
-
-def render(result: RestorePoint, *, verbose: bool = False) -> list[Any]:
-    """What `llmp dr restore-point` prints: the choice, then why each newer one was skipped."""
-    from rich.table import Table
-    from rich.text import Text
-
-    where = f"s3://{result.bucket}/{result.prefix}"
-    parts: list[Any] = []
-    if result.chosen is not None:
-        c = result.chosen
-        parts.append(
-            Text(f"restore point: {c.uri} (step {c.step}, {c.files} files, {_size(c.bytes)})")
-        )
-    elif result.candidates:
-        parts.append(Text(f"no complete checkpoint under {where}", style="bold red"))
-    else:
-        hint = ""
-        if result.deeper_roots:
-            hint = "; checkpoints sit under " + ", ".join(result.deeper_roots) + " (--prefix)"
-        parts.append(Text(f"no checkpoint directories under {where}{hint}", style="bold red"))
-    shown = [c for c in result.candidates if verbose or c.status != "older"]
-    if shown:
-        table = Table(title=f"checkpoints under {where}, newest first")
-        for column in ("checkpoint", "status", "files", "size", "why"):
-            table.add_column(column, overflow="fold")
-        for c in shown:
-            style = {"restore point": "green", "skipped": "yellow"}.get(c.status, "dim")
-            table.add_row(
-                Text(c.tag),
-                Text(c.status, style=style),
-                str(c.files),
-                _size(c.bytes),
-                Text(c.reason),
-            )
-        parts.append(table)
-    older = len([c for c in result.candidates if c.status == "older"])
-    if older and not verbose:
-        noun = "checkpoint" if older == 1 else "checkpoints"
-        parts.append(Text(f"{older} older {noun} not examined (--verbose lists them)"))
-    if result.latest is not None:
-        agrees = result.chosen is not None and result.latest == result.chosen.tag
-        parts.append(
-            Text(
-                f"`{LATEST}` says {result.latest}"
-                + ("" if agrees else " (not trusted: its objects may not all have arrived)")
-            )
-        )
-    return parts
-
-
-def _size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{n} B"

@@ -1,4 +1,8 @@
-"""`llmp stragglers`: which ranks and nodes slow a synchronous data-parallel job down.
+"""Which ranks and nodes slow a synchronous data-parallel job down, and by how much.
+
+The analysis behind `llmp stragglers`, a library of the platform's own (it runs
+wherever step times can be read: the operator's machine now, inside the cluster
+next to Prometheus later).
 
 Model. In synchronous data parallel training a step ends when the slowest rank
 finishes: step_time(s) = max_r t(s, r). The what-if for a group G of ranks (one
@@ -41,23 +45,20 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from llmp import errors
 
 METRIC = "llmp_train_step_seconds"
 MAX_POINTS = 11_000  # Prometheus refuses query_range with more points per series
 
 
-class BadInput(errors.BadInput):
-    """The input cannot be read as step times (exit 2)."""
+class BadInput(ValueError):
+    """The input cannot be read as step times (one line)."""
 
 
-class SourceUnavailable(errors.Failed):
-    """Prometheus could not be reached or answered an error (exit 1)."""
+class SourceUnavailable(RuntimeError):
+    """Prometheus could not be reached or answered an error (one line)."""
 
 
 @dataclass
@@ -400,53 +401,6 @@ def analyse(trace: Trace, threshold: float = 0.05, persist: float = 0.5) -> Repo
     )
 
 
-# --------------------------------------------------------------------------- output
-
-
-def render(report: Report, top: int = 10) -> Iterable[Any]:
-    """Rich renderables: a summary line, then the node and rank tables (80 columns: short
-    headers, explained in each table's caption; a long node name wraps, never cut)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    yield Text(
-        f"{report.source}: {report.steps} steps, {report.ranks} ranks on {report.nodes} nodes"
-        + (f" ({report.incomplete_steps} steps missing ranks)" if report.incomplete_steps else "")
-        + f"\nstep time {report.actual_s:.2f} s actual, {report.at_median_s:.2f} s if every rank"
-        f" ran at the step's median: slowdown {report.slowdown_s:.2f} s "
-        f"({report.slowdown_fraction:.1%} of the time)"
-    )
-    caption = (
-        "lost s: seconds the job would save if it ran at the others' median; share: of the "
-        "slowdown; x median: its time over the others' median (the median over steps); slow: "
-        "share of its steps "
-        f"above the others' median x {1 + report.threshold:g}, SLOW when at least "
-        f"{report.persist:.0%}"
-    )
-    for title, scores in (("nodes", report.by_node), ("ranks", report.by_rank)):
-        table = Table(
-            title=f"{title} by time lost (top {min(top, len(scores))})",
-            title_justify="left",
-            caption=caption if title == "ranks" else None,
-            caption_justify="left",
-        )
-        table.add_column("node" if title == "nodes" else "rank", overflow="fold")
-        if title == "ranks":
-            table.add_column("node", overflow="fold")
-        for column in ("lost s", "share", "x median", "slow"):
-            table.add_column(column, justify="right", overflow="fold")
-        for s in scores[:top]:
-            row = [s.name] + ([s.node] if title == "ranks" else [])
-            row += [
-                f"{s.lost_s:.2f}",
-                f"{s.share:.1%}",
-                f"{s.median_ratio:.3f}",
-                f"{s.slow_fraction:.0%}" + (" SLOW" if s.flagged else ""),
-            ]
-            table.add_row(*row)
-        yield table
-
-
 def load(
     source: Path | None,
     prometheus: str | None,
@@ -454,6 +408,7 @@ def load(
     range_: str,
     resolution: str,
 ) -> Trace:
+    """Step times from a file, or from Prometheus for one job."""
     if (source is None) == (prometheus is None):
         raise BadInput("give either a step-times FILE or --prometheus URL --job NAME")
     if prometheus is not None:
@@ -471,22 +426,3 @@ def check_options(threshold: float, persist: float, top: int) -> None:
         raise BadInput(f"--persist must be in (0, 1]: {persist}")
     if top < 1:
         raise BadInput(f"--top must be >= 1: {top}")
-
-
-def to_json(report: Report) -> str:
-    return json.dumps(report.as_dict(), indent=2)
-
-
-__all__: Sequence[str] = (
-    "BadInput",
-    "Report",
-    "SourceUnavailable",
-    "Trace",
-    "analyse",
-    "check_options",
-    "load",
-    "query_prometheus",
-    "read_file",
-    "render",
-    "to_json",
-)

@@ -1,0 +1,1 @@
+"""Diagnosis of running jobs: what slows a synchronous job, from its step times."""
