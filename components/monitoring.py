@@ -59,7 +59,6 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
-import yaml
 from pulumi_kubernetes.core.v1 import (
     LimitRangeItemArgs,
     LimitRangeSpecArgs,
@@ -72,57 +71,36 @@ from components.cluster import managed_addon
 from components.helm import pinned_release
 from components.iam import addon_role, allow, pod_identity_role, policy_document
 from monitoring import rules
+from monitoring.charts import (
+    CLOUDWATCH_EXPORTER,
+    CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT,
+    FLUENT_BIT,
+    FLUENT_BIT_SERVICE_ACCOUNT,
+    KPS,
+    NAMESPACE,
+    OTEL,
+    OTEL_SERVICE_ACCOUNT,
+    STORAGE_CLASS,
+    cloudwatch_exporter_values,
+    fluent_bit_values,
+    kube_prometheus_stack_values,
+    monitors,
+    otel_values,
+    pins,
+)
 from monitoring.models import (
-    Endpoint,
-    LabelSelector,
-    Metadata,
-    Monitor,
-    MonitorSpec,
-    NamespaceSelector,
     PrometheusRule,
 )
-from spec.catalog import MonitoringPins, catalog
-from spec.labels import JOB_KIND_LABEL
-from workloads.volumes import PART_OF
+from spec.labels import PART_OF
 
-NAMESPACE = "monitoring"
 EBS_ADDON = "aws-ebs-csi-driver"
 EBS_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 EBS_POLICY_ARN = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
-STORAGE_CLASS = "gp3"
-KPS = "kube-prometheus-stack"
-FLUENT_BIT = "aws-for-fluent-bit"
-OTEL = "opentelemetry-collector"
-CLOUDWATCH_EXPORTER = "prometheus-cloudwatch-exporter"
-CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT = "prometheus-cloudwatch-exporter"
-CLOUDWATCH_SCRAPE_MINUTES = 2
-"""How often Prometheus scrapes the exporter, which calls CloudWatch on every scrape (and is
-billed per call): FSx publishes every minute, the alerts wait 5 minutes."""
-FSX_CLOUDWATCH_METRICS: list[dict[str, Any]] = [
-    # Free bytes: the lowest of the period is the one that fills the disk.
-    {
-        "aws_metric_name": "FreeDataStorageCapacity",
-        "aws_dimensions": ["FileSystemId"],
-        "aws_statistics": ["Minimum"],
-    },
-    # Auto-export queue age (Publisher=AutoExport): how far S3 lags the checkpoints.
-    {
-        "aws_metric_name": "AgeOfOldestQueuedMessage",
-        "aws_dimensions": ["FileSystemId", "Publisher"],
-        "aws_dimension_select": {"Publisher": ["AutoExport"]},
-        "aws_statistics": ["Maximum"],
-    },
-]
-"""AWS/FSx metrics the exporter reads. Every dimension is selected, so the exporter makes one
-GetMetricStatistics call per metric per scrape and no ListMetrics call (its README)."""
-FLUENT_BIT_SERVICE_ACCOUNT = "aws-for-fluent-bit"
-OTEL_SERVICE_ACCOUNT = "opentelemetry-collector"
 DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "monitoring" / "dashboards"
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 SECRET_CONFIG_NAMESPACE = "llm-platform-monitoring"
 GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"
 GRAFANA_ADMIN_SECRET = "grafana-admin"
-SCRAPE_LABEL = "llm-platform/scrape"
 
 POD_SECURITY = {
     # node-exporter (hostNetwork, hostPID, hostPath /) and Fluent Bit (hostPath /var/log)
@@ -138,25 +116,6 @@ QUOTA = {
     "persistentvolumeclaims": "10",
 }
 """Monitoring takes no GPU; CPU and memory leave room for Prometheus on a large cluster."""
-
-NODE_EXPORTER_ARGS = [
-    # The chart's defaults (replaced, not merged, when extraArgs is set) ...
-    "--collector.filesystem.mount-points-exclude="
-    "^/(dev|proc|sys|var/lib/docker/.+|var/lib/kubelet/.+)($|/)",
-    "--collector.filesystem.fs-types-exclude="
-    "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|"
-    "iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|"
-    "sysfs|tracefs)$",
-    # ... and the ENA driver's allowance counters (bw_in/out, pps, conntrack exceeded).
-    "--collector.ethtool",
-]
-
-
-def pins() -> MonitoringPins:
-    pinned = catalog().monitoring
-    if pinned is None:
-        raise ValueError("catalog.yaml has no `monitoring` section: pin its charts first")
-    return pinned
 
 
 def ebs_addon_version(kubernetes_version: str) -> str:
@@ -183,60 +142,6 @@ def grafana_password_warning() -> str:
     )
 
 
-def cloudwatch_exporter_config(region: str, file_system_id: str) -> dict[str, Any]:
-    """The exporter's config for one file system (prometheus/cloudwatch_exporter v0.16.0)."""
-    metrics = [
-        {
-            "aws_namespace": "AWS/FSx",
-            "aws_metric_name": spec["aws_metric_name"],
-            # Exactly the metric's dimensions, each selected: no ListMetrics calls.
-            "aws_dimensions": list(spec["aws_dimensions"]),
-            "aws_dimension_select": {
-                "FileSystemId": [file_system_id],
-                **spec.get("aws_dimension_select", {}),
-            },
-            "aws_statistics": list(spec["aws_statistics"]),
-        }
-        for spec in FSX_CLOUDWATCH_METRICS
-    ]
-    return {
-        "region": region,
-        "period_seconds": 60,
-        "range_seconds": 600,
-        "delay_seconds": 300,
-        # With CloudWatch's own (minutes old) timestamps an instant query at "now" sees no
-        # sample, and the alerts would read silence: stamp samples at scrape time instead.
-        "set_timestamp": False,
-        "metrics": metrics,
-    }
-
-
-def cloudwatch_exporter_values(region: str, file_system_id: str) -> dict[str, Any]:
-    config = yaml.safe_dump(cloudwatch_exporter_config(region, file_system_id), sort_keys=False)
-    # The chart renders `config` through tpl: template braces would be evaluated.
-    if "{{" in config:
-        raise ValueError(f"cloudwatch exporter config holds a template: {config!r}")
-    return {
-        # No aws.* values: the chart then sets no AWS variables and the SDK's default
-        # chain reads the Pod Identity credentials.
-        "serviceAccount": {"create": True, "name": CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT},
-        # The exporter never calls the Kubernetes API.
-        "rbac": {"create": False},
-        "serviceMonitor": {
-            "enabled": True,
-            "interval": f"{CLOUDWATCH_SCRAPE_MINUTES}m",
-            "timeout": "60s",
-        },
-        "config": config,
-        "resources": {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
-        "containerSecurityContext": {
-            "allowPrivilegeEscalation": False,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-    }
-
-
 def cloudwatch_read_policy() -> str:
     # CloudWatch's metric read actions take no resource ARN.
     actions = ["cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics"]
@@ -260,127 +165,6 @@ def storage_class_args() -> k8s.storage.v1.StorageClassInitArgs:
     )
 
 
-def grafana_values(enabled: bool, admin_secret: str | None) -> dict[str, Any]:
-    if not enabled:
-        return {"enabled": False}
-    values: dict[str, Any] = {
-        "enabled": True,
-        "sidecar": {
-            "dashboards": {
-                "enabled": True,
-                "label": "grafana_dashboard",
-                "labelValue": "1",
-                "searchNamespace": NAMESPACE,
-            }
-        },
-    }
-    if admin_secret:
-        values["admin"] = {
-            "existingSecret": admin_secret,
-            "userKey": "admin-user",
-            "passwordKey": "admin-password",
-        }
-    else:
-        # No password configured: nobody signs in with the chart's default one.
-        values["grafana.ini"] = {
-            "auth": {"disable_login_form": True},
-            "auth.basic": {"enabled": False},
-            "auth.anonymous": {"enabled": False},
-        }
-    return values
-
-
-def kube_prometheus_stack_values(
-    *, retention: str, storage_gib: int, grafana: bool, admin_secret: str | None = None
-) -> dict[str, Any]:
-    claim = {
-        "spec": {
-            "storageClassName": STORAGE_CLASS,
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": f"{storage_gib}Gi"}},
-        }
-    }
-    return {
-        "crds": {"enabled": False},
-        "prometheus": {
-            "prometheusSpec": {
-                "retention": retention,
-                "storageSpec": {"volumeClaimTemplate": claim},
-                # Select every monitor and rule, not only those labelled with the release.
-                "serviceMonitorSelectorNilUsesHelmValues": False,
-                "podMonitorSelectorNilUsesHelmValues": False,
-                "ruleSelectorNilUsesHelmValues": False,
-            }
-        },
-        "grafana": grafana_values(grafana, admin_secret),
-        "kube-state-metrics": {
-            # Pod job-kind for the GPU-idle alert; node pool for the per-pool panels.
-            "metricLabelsAllowlist": [f"pods=[{JOB_KIND_LABEL}]", "nodes=[llm-platform/pool]"]
-        },
-        "prometheus-node-exporter": {
-            "extraArgs": list(NODE_EXPORTER_ARGS),
-            "tolerations": catalog().accelerator_tolerations(),
-        },
-    }
-
-
-def fluent_bit_values(region: str, log_group: str) -> dict[str, Any]:
-    return {
-        "serviceAccount": {"create": True, "name": FLUENT_BIT_SERVICE_ACCOUNT},
-        "cloudWatchLogs": {
-            "enabled": True,
-            "region": region,
-            "logGroupName": log_group,
-            # The group is Pulumi's (retention); the role may not create groups.
-            "autoCreateGroup": False,
-        },
-        "cloudWatch": {"enabled": False},
-        "firehose": {"enabled": False},
-        "kinesis": {"enabled": False},
-        "elasticsearch": {"enabled": False},
-        "tolerations": catalog().accelerator_tolerations(),
-    }
-
-
-def otel_collector_config(otlp_endpoint: str | None, region: str) -> dict[str, Any]:
-    """Traces to X-Ray in `region`, or to `otlp_endpoint` when one is given."""
-    if otlp_endpoint is None:
-        exporter: dict[str, Any] = {"awsxray": {"region": region}}
-    else:
-        exporter = {"otlp": {"endpoint": otlp_endpoint}}
-    return {
-        "receivers": {
-            "otlp": {
-                "protocols": {
-                    "grpc": {"endpoint": "${env:MY_POD_IP}:4317"},
-                    "http": {"endpoint": "${env:MY_POD_IP}:4318"},
-                }
-            }
-        },
-        "processors": {"batch": {}, "memory_limiter": {"check_interval": "5s"}},
-        "exporters": exporter,
-        "service": {
-            "pipelines": {
-                "traces": {
-                    "receivers": ["otlp"],
-                    "processors": ["memory_limiter", "batch"],
-                    "exporters": list(exporter),
-                },
-            }
-        },
-    }
-
-
-def otel_values(otlp_endpoint: str | None, region: str) -> dict[str, Any]:
-    return {
-        "mode": "deployment",
-        "replicaCount": 2,
-        "image": {"repository": pins().otel_collector_image},
-        "serviceAccount": {"create": True, "name": OTEL_SERVICE_ACCOUNT},
-        "config": otel_collector_config(otlp_endpoint, region),
-    }
-
-
 def log_policy(log_group_arn: str) -> str:
     actions = ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"]
     resources = [log_group_arn, f"{log_group_arn}:log-stream:*"]
@@ -391,43 +175,6 @@ def xray_policy() -> str:
     # X-Ray's write actions take no resource ARN.
     actions = ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
     return policy_document(allow("PutTraces", actions, "*"))
-
-
-def monitors(namespace: str) -> list[Monitor]:
-    """DCGM exporter, training pods and vLLM servers (monitoring/models.py)."""
-    labels = dict(PART_OF)
-    return [
-        Monitor(
-            kind="ServiceMonitor",
-            metadata=Metadata(name="dcgm-exporter", namespace=namespace, labels=labels),
-            spec=MonitorSpec(
-                selector=LabelSelector(match_labels={"app": "nvidia-dcgm-exporter"}),
-                namespace_selector=NamespaceSelector(match_names=["gpu-operator"]),
-                endpoints=[Endpoint(port="gpu-metrics", honor_labels=True)],
-            ),
-        ),
-        Monitor(
-            kind="PodMonitor",
-            metadata=Metadata(name="training", namespace=namespace, labels=labels),
-            spec=MonitorSpec(
-                selector=LabelSelector(match_labels={JOB_KIND_LABEL: "training"}),
-                namespace_selector=NamespaceSelector(any=True),
-                # train.py labels its series with the training job's name as `job`;
-                # without honorLabels Prometheus renames it `exported_job` and the
-                # training alerts and dashboard stop matching.
-                pod_metrics_endpoints=[Endpoint(port="metrics", honor_labels=True)],
-            ),
-        ),
-        Monitor(
-            kind="ServiceMonitor",
-            metadata=Metadata(name="vllm", namespace=namespace, labels=labels),
-            spec=MonitorSpec(
-                selector=LabelSelector(match_labels={SCRAPE_LABEL: "true"}),
-                namespace_selector=NamespaceSelector(any=True),
-                endpoints=[Endpoint(port="metrics")],
-            ),
-        ),
-    ]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,8 +39,8 @@ import pulumi_kubernetes as k8s
 
 from components.helm import pinned_release
 from spec.catalog import catalog
+from spec.labels import PART_OF
 from workloads.serving import ServedModel, ServingHours, gateway, keda, vllm
-from workloads.volumes import PART_OF
 
 KEDA = "keda"
 KEY_CONFIG_NAMESPACE = "llm-platform-serving"

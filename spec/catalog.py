@@ -244,7 +244,8 @@ class CrdManifest(_Data):
 
 
 class MonitoringPins(_Data):
-    """Charts, CRDs and the EBS CSI add-on of components/monitoring.py."""
+    """Charts, CRDs and the EBS CSI add-on of the monitoring stack (monitoring/charts.py,
+    components/monitoring.py)."""
 
     ebs_csi_driver: dict[str, Addon]
     charts: dict[str, Chart]

@@ -19,3 +19,7 @@ CHECKPOINTING_LABEL = "llm-platform/checkpointing"
 """Node label: "true" where jobs checkpoint and resume (required of spot pools)."""
 JOB_KIND_LABEL = "llm-platform/job-kind"
 """Pod label: training, data-prep, acceptance...: what a GPU is busy with."""
+PART_OF = {"app.kubernetes.io/part-of": "llm-platform"}
+"""Every Kubernetes object the platform makes carries this label."""
+SCRAPE_LABEL = "llm-platform/scrape"
+"""Service label: "true" where Prometheus scrapes the Service's `metrics` port (model servers)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 from pulumi_kubernetes.scheduling.v1 import PriorityClassInitArgs
 
-from workloads.volumes import PART_OF
+from spec.labels import PART_OF
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from pulumi_kubernetes.core.v1 import (
 )
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
-PART_OF = {"app.kubernetes.io/part-of": "llm-platform"}
+from spec.labels import PART_OF
 
 LUSTRE_DRIVER = "fsx.csi.aws.com"
 LUSTRE_CLAIM = "fsx-lustre"

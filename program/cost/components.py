@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.monitoring import CLOUDWATCH_SCRAPE_MINUTES, FSX_CLOUDWATCH_METRICS
+from monitoring.charts import CLOUDWATCH_SCRAPE_MINUTES, FSX_CLOUDWATCH_METRICS
 from program.cost.facts import Facts, NodeGroup, accelerated
 from program.cost.lines import Component, Line, NotEstimated, modelled, priced
 from program.cost.prices import PriceBook, mode_hourly_price, usd

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import monitoring as monitoring_component
+from monitoring import charts as monitoring_component
 from program.ledger import COMPUTED, Declared
 from spec.catalog import catalog
 from spec.labels import POOL_LABEL

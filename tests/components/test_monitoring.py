@@ -11,20 +11,22 @@ import pytest
 import yaml
 
 from components.monitoring import (
-    CLOUDWATCH_EXPORTER,
-    CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT,
     DASHBOARD_LABEL,
     EBS_POLICY_ARN,
-    FLUENT_BIT_SERVICE_ACCOUNT,
     GRAFANA_ADMIN_SECRET,
     GRAFANA_PASSWORD_KEY,
-    OTEL_SERVICE_ACCOUNT,
     SECRET_CONFIG_NAMESPACE,
-    cloudwatch_exporter_values,
     dashboard_files,
     ebs_addon_version,
     grafana_password_warning,
     log_group_name,
+)
+from monitoring.charts import (
+    CLOUDWATCH_EXPORTER,
+    CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT,
+    FLUENT_BIT_SERVICE_ACCOUNT,
+    OTEL_SERVICE_ACCOUNT,
+    cloudwatch_exporter_values,
 )
 from monitoring import rules
 from spec.catalog import catalog

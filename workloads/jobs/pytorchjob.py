@@ -37,7 +37,7 @@ from pydantic import (
 )
 
 from spec.catalog import catalog
-from spec.labels import JOB_KIND_LABEL
+from spec.labels import JOB_KIND_LABEL, PART_OF
 from workloads.jobs.pod import (
     EFA_RESOURCE,
     FSX_MOUNT,
@@ -61,7 +61,6 @@ from workloads.jobs.pod import (
     shm_volume,
 )
 from workloads.scheduling import PRIORITIES
-from workloads.volumes import PART_OF
 
 API_VERSION: Final = "kubeflow.org/v1"
 KIND: Final = "PyTorchJob"

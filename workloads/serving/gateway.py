@@ -47,7 +47,7 @@ from pulumi_kubernetes.networking.v1 import (
     ServiceBackendPortArgs,
 )
 
-from workloads.volumes import PART_OF
+from spec.labels import PART_OF
 
 API_PORT = 8080
 HEALTH_PORT = 8081

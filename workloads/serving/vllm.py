@@ -69,9 +69,9 @@ from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 from pulumi_kubernetes.policy.v1 import PodDisruptionBudgetInitArgs, PodDisruptionBudgetSpecArgs
 
 from spec.catalog import InstanceType, catalog
-from spec.labels import POOL_LABEL
+from spec.labels import PART_OF, POOL_LABEL, SCRAPE_LABEL
 from workloads.serving import ServedModel, gateway
-from workloads.volumes import MODEL_WEIGHTS_CLAIM, PART_OF
+from workloads.volumes import MODEL_WEIGHTS_CLAIM
 
 PRIORITY_CLASS = "llmp-serving"
 ZONE_KEY = "topology.kubernetes.io/zone"
@@ -83,7 +83,6 @@ PRE_STOP_SLEEP_S = 30
 """Longer than the ALB's deregistration and the endpoint propagation."""
 GRACE_S = 180
 """preStop plus time for in-flight generations to finish."""
-SCRAPE_LABEL = "llm-platform/scrape"
 CACHE_PATH = "/var/cache/vllm"
 RUN_AS = 10101
 """A high UID of no image user: the weights are readable by all (Mountpoint allow-other)."""

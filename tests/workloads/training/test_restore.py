@@ -13,9 +13,9 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from workloads.training import restore as rp
 from llmp.cli import app
 from tests.conftest import reset_moto, use_dummy_credentials
+from workloads.training import restore as rp
 from workloads.training.completeness import ManifestMissing, judge_checkpoint
 
 BUCKET = "acme-llm-pretrain-checkpoints-us-west-2"
