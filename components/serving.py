@@ -143,7 +143,7 @@ class ServingArgs:
     scheme: Literal["internet-facing", "internal"] = "internal"
     prometheus_url: str = "http://kube-prometheus-stack-prometheus.monitoring:9090"
     """Where KEDA reads vLLM's queue depth."""
-    hours: ServingHours | None = None
+    schedule: ServingHours | None = None
     """Serving hours; None: always at least min_replicas."""
     rate_limit_per_key: int = 2000
     """WAF: requests per 5 minutes per API key."""
@@ -205,7 +205,7 @@ class Serving(pulumi.ComponentResource):
                 f"{name}-{model.name}", vllm.pdb_args(ns, model.name), opts=child
             )
             manifest = keda.scaled_object(
-                model, args.prometheus_url, args.hours, vllm.labels(model.name)
+                model, args.prometheus_url, args.schedule, vllm.labels(model.name)
             ).manifest()
             k8s.apiextensions.CustomResource(
                 f"{name}-{model.name}",

@@ -214,7 +214,9 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         lustre_cfg = storage.lustre if storage is not None else None
         monitoring = Monitoring(
             "monitoring",
-            MonitoringArgs(
+            args.shared(
+                mon,
+                MonitoringArgs,
                 rules=rules.prometheus_rules(
                     mon.alerts,
                     MONITORING_NAMESPACE,
@@ -222,12 +224,6 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                     if lustre_cfg is not None and fsx_metrics is not None
                     else None,
                 ),
-                retention=mon.retention,
-                storage_gib=mon.storage_gib,
-                grafana=mon.grafana,
-                logs=mon.logs,
-                log_retention_days=mon.log_retention_days,
-                traces=mon.traces,
                 otlp_endpoint=mon.otlp_endpoint if mon.traces_exporter == "otlp" else None,
                 stack=stack,
                 cluster_name=cluster.name,
@@ -248,14 +244,10 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         serve = cfg.serving
         serving = Serving(
             "serving",
-            ServingArgs(
-                models=serve.models,
-                hostname=serve.hostname,
-                certificate_arn=serve.certificate_arn,
+            args.shared(
+                serve,
+                ServingArgs,
                 clients=serve.api.clients,
-                scheme=serve.scheme,
-                prometheus_url=serve.prometheus_url,
-                hours=serve.schedule,
                 rate_limit_per_key=serve.api.rate_limit_per_key,
                 rate_limit_per_ip=serve.api.rate_limit_per_ip,
                 namespace=tenancy.namespaces["serving"],

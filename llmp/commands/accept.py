@@ -8,11 +8,12 @@ from typing import Annotated
 import typer
 
 from llmp import console
+from llmp.commands import options
 from llmp.errors import EXIT_FAILED, Failed, prefixed
 
 
 def accept_command(
-    stack: Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")],
+    stack: options.Stack,
     pool: Annotated[
         list[str] | None,
         typer.Option("--pool", metavar="POOL", help="Accept this GPU pool only (repeatable)."),
@@ -26,9 +27,7 @@ def accept_command(
             "kubeconfig --show-secrets > kubeconfig` (or `aws eks update-kubeconfig`).",
         ),
     ] = None,
-    context: Annotated[
-        str | None, typer.Option("--context", help="The kubeconfig context to use.")
-    ] = None,
+    context: options.Context = None,
     namespace: Annotated[
         str | None,
         typer.Option(

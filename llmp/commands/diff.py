@@ -9,11 +9,12 @@ from typing import Annotated
 import typer
 
 from llmp import console
+from llmp.commands import options
 from llmp.errors import BadInput
 
 
 def diff_command(
-    stack: Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")],
+    stack: options.Stack,
     base: Annotated[
         str,
         typer.Option("--base", metavar="REF", help="Git revision to compare with (main, a SHA)."),

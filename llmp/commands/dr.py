@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmp import console
+from llmp.commands import options
 from llmp.errors import EXIT_FAILED, NO_CREDENTIALS, BadInput, prefixed
 
 if TYPE_CHECKING:
@@ -151,10 +152,7 @@ def dr_restore_point_command(
         str, typer.Option("--prefix", help="The job's checkpoint prefix, e.g. runs/llama/.")
     ] = "",
     region: Annotated[str | None, typer.Option("--region", help="The bucket's region.")] = None,
-    endpoint_url: Annotated[
-        str | None,
-        typer.Option("--endpoint-url", help="Another endpoint (moto, LocalStack) than AWS's."),
-    ] = None,
+    endpoint_url: options.EndpointUrl = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Also list the older checkpoints.")
     ] = False,

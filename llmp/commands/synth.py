@@ -11,12 +11,13 @@ from rich.table import Table
 from rich.tree import Tree
 
 from llmp import console
+from llmp.commands import options
 from llmp.errors import BadInput
 from llmp.plan import Plan
 
 
 def synth(
-    stack: Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")],
+    stack: options.Stack,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="Read this stack file instead of stacks/Pulumi.STACK.yaml."),

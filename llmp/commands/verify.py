@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from llmp import console
+from llmp.commands import options
 from llmp.errors import EXIT_FAILED, NO_CREDENTIALS, BadInput, Failed
 
 _VERIFY_USAGE = "llmp verify takes STACK, or `storage STACK` (the same as `STACK --only storage`)"
@@ -43,10 +44,7 @@ def verify_command(
             help="Region (default: the outputs', else the plan's primary provider's).",
         ),
     ] = None,
-    endpoint_url: Annotated[
-        str | None,
-        typer.Option("--endpoint-url", help="Another endpoint (moto, LocalStack) than AWS's."),
-    ] = None,
+    endpoint_url: options.EndpointUrl = None,
     kubeconfig: Annotated[
         str | None,
         typer.Option(

@@ -21,6 +21,7 @@ from components.monitoring import (
     grafana_password_warning,
     log_group_name,
 )
+from monitoring import rules
 from monitoring.charts import (
     CLOUDWATCH_EXPORTER,
     CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT,
@@ -28,7 +29,6 @@ from monitoring.charts import (
     OTEL_SERVICE_ACCOUNT,
     cloudwatch_exporter_values,
 )
-from monitoring import rules
 from spec.catalog import catalog
 from spec.monitoring import AlertThresholds
 from spec.stackfile import load_config
