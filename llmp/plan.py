@@ -118,12 +118,6 @@ class Plan(BaseModel):
     def aws_providers(self) -> dict[str, Resource]:
         return {r.urn: r for r in self.resources if r.type == AWS_PROVIDER}
 
-    def provider_region(self, resource: Resource) -> str | None:
-        """The region of the AWS provider `resource` is created with."""
-        provider = self.aws_providers.get(resource.provider or "")
-        region = provider.inputs.get("region") if provider else None
-        return region if isinstance(region, str) else None
-
     @functools.cached_property
     def primary_region(self) -> str | None:
         """The region of the AWS provider most AWS resources use (the stack's own region)."""
