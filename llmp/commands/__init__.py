@@ -14,6 +14,7 @@ from llmp.commands import (
     cost,
     diff,
     dr,
+    job,
     loadtest,
     policy,
     reference,
@@ -22,7 +23,7 @@ from llmp.commands import (
     verify,
 )
 
-MODULES = (synth, policy, reference, cost, verify, stragglers, loadtest, diff, accept, dr)
+MODULES = (synth, policy, reference, cost, verify, stragglers, loadtest, diff, accept, dr, job)
 """In the order `llmp --help` lists them."""
 
 

@@ -133,11 +133,17 @@ class SecretSource(K8s):
     default_mode: int | None = None
 
 
+class ConfigMapSource(K8s):
+    name: str
+    default_mode: int | None = None
+
+
 class Volume(K8s):
     name: str
     persistent_volume_claim: PersistentVolumeClaimSource | None = None
     empty_dir: EmptyDirSource | None = None
     secret: SecretSource | None = None
+    config_map: ConfigMapSource | None = None
 
 
 class NodeSelectorRequirement(K8s):

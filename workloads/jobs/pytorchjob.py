@@ -41,6 +41,7 @@ from spec.labels import JOB_KIND_LABEL, PART_OF
 from workloads.jobs.pod import (
     EFA_RESOURCE,
     FSX_MOUNT,
+    ConfigMapSource,
     Container,
     ContainerPort,
     EnvVar,
@@ -51,6 +52,8 @@ from workloads.jobs.pod import (
     PodSpec,
     PodTemplate,
     ResourceRequirements,
+    Volume,
+    VolumeMount,
     check_dns_label,
     check_image,
     fsx_volume,
@@ -70,6 +73,11 @@ CONTAINER_NAME = "pytorch"
 """The training operator finds the training container by this name."""
 METRICS_PORT = 9300
 """Where rank 0 serves the `llmp_*` metrics (container port `metrics`)."""
+CONFIG_MOUNT = "/etc/llmp"
+"""Where a job's ConfigMap (`config_map`) is mounted, read-only."""
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+"""Cluster Autoscaler never drains a node to scale it down while a pod says "false" here:
+a training pod evicted for bin-packing costs the whole job a restart."""
 STEP_TIMES_FILE = "step-times.jsonl"
 """Per-rank step times (JSON lines for `llmp stragglers`), in the checkpoint dir."""
 
@@ -149,6 +157,12 @@ class JobSpec(BaseModel):
     shm_size: str = "64Gi"
     run_as_user: int = Field(1000, ge=1)
     service_account: str = TRAINING_SERVICE_ACCOUNT
+    config_map: str | None = Field(
+        None, description=f"A ConfigMap in the namespace, mounted read-only at {CONFIG_MOUNT}."
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra labels on the job and its pods."
+    )
 
     @field_validator("name", "namespace", "node_pool", "queue_name")
     @classmethod
@@ -271,6 +285,10 @@ def pod_template(spec: JobSpec) -> PodTemplate:
     affinity, tolerations = node_placement(spec.instance_type, spec.node_pool)
     fsx, fsx_mount = fsx_volume()
     shm, shm_mount = shm_volume(spec.shm_size)
+    volumes, mounts = [fsx, shm], [fsx_mount, shm_mount]
+    if spec.config_map is not None:
+        volumes.append(Volume(name="config", config_map=ConfigMapSource(name=spec.config_map)))
+        mounts.append(VolumeMount(name="config", mount_path=CONFIG_MOUNT, read_only=True))
     container = Container(
         name=CONTAINER_NAME,
         image=spec.image,
@@ -278,16 +296,18 @@ def pod_template(spec: JobSpec) -> PodTemplate:
         env=training_env(spec),
         ports=[ContainerPort(name="metrics", container_port=METRICS_PORT)],
         resources=_resources(spec),
-        volume_mounts=[fsx_mount, shm_mount],
+        volume_mounts=mounts,
         security_context=restricted_container_context(),
     )
     return PodTemplate(
         metadata=ObjectMeta(
             labels={
+                **spec.labels,
                 "app.kubernetes.io/name": spec.name,
                 "app.kubernetes.io/component": "training",
                 JOB_KIND_LABEL: "training",
-            }
+            },
+            annotations={SAFE_TO_EVICT: "false"},
         ),
         spec=PodSpec(
             service_account_name=spec.service_account,
@@ -298,7 +318,7 @@ def pod_template(spec: JobSpec) -> PodTemplate:
             tolerations=tolerations,
             security_context=non_root_pod_context(spec.run_as_user),
             containers=[container],
-            volumes=[fsx, shm],
+            volumes=volumes,
         ),
     )
 
@@ -309,7 +329,7 @@ def pytorch_job(spec: JobSpec) -> dict[str, Any]:
         metadata=ObjectMeta(
             name=spec.name,
             namespace=spec.namespace,
-            labels={QUEUE_LABEL: spec.queue_name, **PART_OF},
+            labels={**spec.labels, QUEUE_LABEL: spec.queue_name, **PART_OF},
         ),
         spec=PyTorchJobSpec(
             elastic_policy=ElasticPolicy(

@@ -17,13 +17,28 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
-
-from workloads.training.model import ModelConfig
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    """The decoder's shape (workloads.training.model builds it); here, so the job config
+    parses without torch (the operator CLI checks job files with it)."""
+
+    vocab_size: int = Field(256, ge=2)
+    seq_len: int = Field(32, ge=2)
+    n_layer: int = Field(2, ge=1)
+    n_head: int = Field(2, ge=1)
+    d_model: int = Field(32, ge=2)
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> ModelConfig:
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+        return self
 
 
 class DataConfig(_Strict):

@@ -9,24 +9,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
+from workloads.training.ds_config import ModelConfig
 
-class ModelConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    vocab_size: int = Field(256, ge=2)
-    seq_len: int = Field(32, ge=2)
-    n_layer: int = Field(2, ge=1)
-    n_head: int = Field(2, ge=1)
-    d_model: int = Field(32, ge=2)
-
-    @model_validator(mode="after")
-    def _heads_divide_width(self) -> ModelConfig:
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
-        return self
+__all__ = ["GPT", "ModelConfig", "flops_per_token", "param_count"]
 
 
 class Block(nn.Module):

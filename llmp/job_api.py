@@ -1,0 +1,603 @@
+"""`llmp job` on the cluster: apply, follow, explain, list, logs, cancel.
+
+Everything goes through the official Kubernetes client (`llmp.kube.load_apis`):
+
+- **apply** is server-side (`PATCH` with `application/apply-patch+yaml`, field manager
+  `llmp`): the API server merges and owns the fields, as `kubectl apply --server-side`
+  does; the client's generated `patch_*` methods cannot send that content type, so the
+  request goes through its `ApiClient.call_api`.
+- **state** is read from three objects: the PyTorchJob (its conditions: Created, Running,
+  Restarting, Succeeded, Failed), the Kueue Workload that Kueue creates for it (owned by
+  the job: QuotaReserved, the admission checks' states, Admitted with its ClusterQueue and
+  flavors, Evicted/Preempted), and the job's pods (label `llm-platform/job`). Rank 0's log
+  gives the training steps (`workloads/training/train.py` prints JSON `step` events).
+- `state_of` turns them into one `State` (phase, what it means, whether it is over); it is
+  a pure function, so every waiting reason is tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from llmp.errors import BadInput, Failed
+from llmp.kube import REQUEST_TIMEOUT, KubeApis, fatal, reason, status_of
+from workloads.jobs.jobfile import JOB_LABEL
+from workloads.volumes import LUSTRE_CLAIM
+
+FIELD_MANAGER: Final = "llmp"
+KUBEFLOW: Final = ("kubeflow.org", "v1", "pytorchjobs")
+KUEUE: Final = ("kueue.x-k8s.io", "v1beta2")
+WORKER: Final = "worker"
+POLL_S: Final = 5.0
+STEP_EVERY_S: Final = 30.0
+"""While training, `follow` prints a step line at most this often."""
+_now: Callable[[], float] = time.monotonic
+_sleep: Callable[[float], None] = time.sleep
+"""The clock `follow` uses unless given one (tests set a fake one here)."""
+
+_PATHS: Final = {
+    ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps/{name}",
+    ("kubeflow.org/v1", "PyTorchJob"): "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}",
+}
+
+
+class JobError(BadInput):
+    """A job that is not there, or a cluster that is not the stack's: exit 2."""
+
+
+class JobFailed(Failed):
+    """The job failed, or did not get where it was going in time: exit 1."""
+
+
+def _api_failure(exc: Exception, apis: KubeApis, doing: str) -> Exception:
+    return fatal(exc, apis.host, doing) or Failed(f"cannot {doing}: {reason(exc)}")
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+def _plain(apis: KubeApis, obj: Any) -> Any:
+    """A client model (V1Pod...) as the API's JSON (camelCase dicts)."""
+    if isinstance(obj, dict):
+        return obj
+    return apis.core.api_client.sanitize_for_serialization(obj)
+
+
+def _conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    if not obj:
+        return {}
+    return {c.get("type", ""): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def _true(conds: dict[str, dict[str, Any]], kind: str) -> bool:
+    return conds.get(kind, {}).get("status") == "True"
+
+
+@dataclass
+class Snapshot:
+    """What the cluster says about one job at one moment."""
+
+    namespace: str
+    name: str
+    job: dict[str, Any] | None
+    workload: dict[str, Any] | None = None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    last_step: dict[str, Any] | None = None
+    max_steps: int | None = None
+    """The trainer's max_steps, when the caller knows it (submit does)."""
+
+
+def get_job(apis: KubeApis, namespace: str, name: str) -> dict[str, Any] | None:
+    group, version, plural = KUBEFLOW
+    try:
+        job = apis.custom.get_namespaced_custom_object(
+            group, version, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT
+        )
+    except Exception as exc:
+        if status_of(exc) == 404:
+            return None
+        raise _api_failure(exc, apis, f"read PyTorchJob {namespace}/{name}") from None
+    return dict(job)
+
+
+def _workloads(apis: KubeApis, namespace: str) -> list[dict[str, Any]]:
+    group, version = KUEUE
+    try:
+        listed = apis.custom.list_namespaced_custom_object(
+            group, version, namespace, "workloads", _request_timeout=REQUEST_TIMEOUT
+        )
+    except Exception as exc:
+        if status_of(exc) == 404:  # Kueue not installed: no workload will ever come
+            return []
+        raise _api_failure(exc, apis, f"list Kueue workloads in {namespace}") from None
+    return list(listed.get("items") or [])
+
+
+def workload_of(job: dict[str, Any], workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The Workload Kueue made for `job`: the one it owns (ownerReferences uid)."""
+    uid = (job.get("metadata") or {}).get("uid")
+    for wl in workloads:
+        owners = (wl.get("metadata") or {}).get("ownerReferences") or []
+        if any(o.get("uid") == uid and o.get("kind") == "PyTorchJob" for o in owners):
+            return wl
+    return None
+
+
+def _pods(apis: KubeApis, namespace: str, name: str) -> list[dict[str, Any]]:
+    try:
+        listed = apis.core.list_namespaced_pod(
+            namespace, label_selector=f"{JOB_LABEL}={name}", _request_timeout=REQUEST_TIMEOUT
+        )
+    except Exception as exc:
+        raise _api_failure(exc, apis, f"list the pods of {namespace}/{name}") from None
+    pods = [_plain(apis, p) for p in listed.items]
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def worker_pod(name: str, index: int = 0) -> str:
+    """The training operator's pod name for worker `index` (rank 0's node is worker 0)."""
+    return f"{name}-{WORKER}-{index}"
+
+
+def read_log(
+    apis: KubeApis, namespace: str, pod: str, *, tail: int | None = None, follow: bool = False
+) -> Any:
+    """The pod's log as bytes (or, with `follow`, the streaming response)."""
+    try:
+        return apis.core.read_namespaced_pod_log(
+            pod,
+            namespace,
+            container="pytorch",
+            tail_lines=tail,
+            follow=follow,
+            _preload_content=False,
+            _request_timeout=None if follow else REQUEST_TIMEOUT,
+        )
+    except Exception as exc:
+        if status_of(exc) in (400, 404):
+            return None
+        raise _api_failure(exc, apis, f"read the log of {namespace}/{pod}") from None
+
+
+def last_step(log: bytes | None) -> dict[str, Any] | None:
+    """The last `step` event of rank 0's JSON-lines log."""
+    found = None
+    for raw in (log or b"").splitlines():
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "step":
+            found = event
+    return found
+
+
+def snapshot(apis: KubeApis, namespace: str, name: str) -> Snapshot:
+    job = get_job(apis, namespace, name)
+    snap = Snapshot(namespace, name, job)
+    if job is None:
+        return snap
+    snap.workload = workload_of(job, _workloads(apis, namespace))
+    snap.pods = _pods(apis, namespace, name)
+    started = any(
+        p["metadata"]["name"] == worker_pod(name)
+        and p.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed")
+        for p in snap.pods
+    )
+    if started:
+        response = read_log(apis, namespace, worker_pod(name), tail=200)
+        snap.last_step = last_step(response.data if response is not None else None)
+    return snap
+
+
+# --- what it means ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class State:
+    phase: str
+    """created, queued, provisioning, preempted, admitted, starting, running, training,
+    restarting, succeeded, failed, gone."""
+    detail: str
+    done: bool = False
+    ok: bool = False
+    waiting_for: str | None = None
+    """While it waits: quota, capacity or preemption."""
+    cluster_queue: str | None = None
+    flavors: tuple[str, ...] = ()
+
+
+def why_queued(message: str) -> tuple[str, str]:
+    """Kueue's QuotaReserved message -> (quota | capacity, one sentence)."""
+    text = " ".join(message.split())
+    if "maximum capacity" in text or "unavailable in ClusterQueue" in text:
+        return "quota", f"it can never fit its queue: {text}"
+    if "insufficient" in text or "quota" in text:
+        return "quota", f"the queue's quota and what the cohort lends are in use: {text}"
+    if "inactive" in text.lower() or "stopped" in text.lower():
+        return "quota", f"the queue does not admit now: {text}"
+    return "quota", text or "waiting for Kueue to reserve quota"
+
+
+def _admission(wl: dict[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    adm = (wl.get("status") or {}).get("admission") or {}
+    flavors: set[str] = set()
+    for ps in adm.get("podSetAssignments") or []:
+        flavors.update((ps.get("flavors") or {}).values())
+    return adm.get("clusterQueue"), tuple(sorted(flavors))
+
+
+def _pending_reason(pod: dict[str, Any]) -> str:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return " ".join(str(cond.get("message") or cond.get("reason") or "").split())
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting:
+            return f"{waiting.get('reason', '')} {waiting.get('message', '')}".strip()
+    return ""
+
+
+def _step_detail(step: dict[str, Any], max_steps: int | None = None) -> str:
+    parts = [f"step {step.get('step')}" + (f"/{max_steps}" if max_steps else "")]
+    if step.get("loss") is not None:
+        parts.append(f"loss {step['loss']}")
+    if step.get("tokens_per_s"):
+        parts.append(f"{step['tokens_per_s']:,.0f} tokens/s")
+    return ", ".join(parts)
+
+
+def state_of(snap: Snapshot) -> State:
+    """The job's one state, from its PyTorchJob, its Kueue Workload and its pods."""
+    job, wl = snap.job, snap.workload
+    if job is None:
+        return State("gone", f"no PyTorchJob {snap.namespace}/{snap.name}", done=True)
+    jconds = _conditions(job)
+    replica = ((job.get("status") or {}).get("replicaStatuses") or {}).get("Worker") or {}
+    if _true(jconds, "Succeeded"):
+        done = f"{replica.get('succeeded', 0)} workers succeeded"
+        if snap.last_step:
+            done += f"; last {_step_detail(snap.last_step, snap.max_steps)}"
+        return State("succeeded", done, done=True, ok=True)
+    if _true(jconds, "Failed"):
+        msg = jconds["Failed"].get("message") or jconds["Failed"].get("reason") or ""
+        return State("failed", " ".join(str(msg).split()) or "the job failed", done=True)
+    if wl is None:
+        return State("created", "suspended until Kueue creates its workload and admits it")
+    wconds = _conditions(wl)
+    queue, flavors = _admission(wl)
+    if not _true(wconds, "QuotaReserved"):
+        evicted = wconds.get("Evicted") if _true(wconds, "Evicted") else None
+        preempted = wconds.get("Preempted") if _true(wconds, "Preempted") else None
+        if evicted is not None or preempted is not None:
+            cond = preempted or evicted or {}
+            msg = " ".join(str(cond.get("message") or cond.get("reason") or "").split())
+            return State(
+                "preempted",
+                f"evicted ({cond.get('reason', '')}): {msg}; requeued, it resumes from its "
+                "last checkpoint when admitted again",
+                waiting_for="preemption",
+            )
+        message = (wconds.get("QuotaReserved") or {}).get("message") or ""
+        kind, sentence = why_queued(str(message))
+        return State("queued", sentence, waiting_for=kind)
+    if not _true(wconds, "Admitted"):
+        checks = (wl.get("status") or {}).get("admissionChecks") or []
+        waiting = [c for c in checks if c.get("state") != "Ready"]
+        if waiting:
+            text = "; ".join(
+                f"{c.get('name')} {c.get('state')}: {' '.join(str(c.get('message', '')).split())}"
+                for c in waiting
+            )
+            return State(
+                "provisioning",
+                f"quota reserved on {', '.join(flavors) or '?'}; waiting for nodes ({text})",
+                waiting_for="capacity",
+                cluster_queue=queue,
+                flavors=flavors,
+            )
+        return State("admitted", "quota reserved; admission pending", cluster_queue=queue)
+    where = f"ClusterQueue {queue}, flavor {', '.join(flavors)}"
+    if _true(jconds, "Restarting"):
+        msg = jconds["Restarting"].get("message") or "a worker failed"
+        return State(
+            "restarting",
+            f"{' '.join(str(msg).split())}; the workers re-rendezvous and resume from the last "
+            "checkpoint",
+            cluster_queue=queue,
+            flavors=flavors,
+        )
+    phases = [(p.get("status") or {}).get("phase", "Pending") for p in snap.pods]
+    running = phases.count("Running")
+    if not snap.pods:
+        return State("admitted", where, cluster_queue=queue, flavors=flavors)
+    if running < len(phases):
+        pending = next(
+            (p for p in snap.pods if p.get("status", {}).get("phase") == "Pending"), None
+        )
+        why = _pending_reason(pending) if pending is not None else ""
+        capacity = "Insufficient" in why or "didn't match" in why or "untolerated" in why
+        return State(
+            "starting",
+            f"{running}/{len(phases)} pods running" + (f"; pending: {why}" if why else ""),
+            waiting_for="capacity" if capacity else None,
+            cluster_queue=queue,
+            flavors=flavors,
+        )
+    nodes = sorted({p.get("spec", {}).get("nodeName") or "?" for p in snap.pods})
+    if snap.last_step is not None:
+        return State(
+            "training",
+            _step_detail(snap.last_step, snap.max_steps),
+            cluster_queue=queue,
+            flavors=flavors,
+        )
+    return State(
+        "running",
+        f"{running}/{len(phases)} pods running on {len(nodes)} nodes ({', '.join(nodes[:3])}"
+        + (", ..." if len(nodes) > 3 else "")
+        + ")",
+        cluster_queue=queue,
+        flavors=flavors,
+    )
+
+
+def explain(state: State) -> list[str]:
+    """What a waiting job is waiting for, and what would move it (for `llmp job status`)."""
+    if state.waiting_for == "quota":
+        return [
+            "waiting for quota: Kueue admits it when the tenant's ClusterQueue, with what the",
+            "cohort lends, holds every node's GPUs; running jobs finishing, a smaller",
+            "nodes.max or a higher priority (which may preempt lower ones) move it.",
+        ]
+    if state.waiting_for == "capacity":
+        return [
+            "waiting for capacity: the quota is there but the nodes are not (yet); an elastic",
+            "pool scales up for it (all nodes or none); a fixed pool waits for nodes to be",
+            "repaired, replaced or freed.",
+        ]
+    if state.waiting_for == "preemption":
+        return [
+            "preempted: a job with a better claim (the quota's owner, or a higher priority)",
+            "took the GPUs; it is requeued and resumes from its last checkpoint.",
+        ]
+    return []
+
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def apply(apis: KubeApis, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Server-side apply of one manifest (field manager `llmp`, conflicts forced)."""
+    meta = manifest["metadata"]
+    key = (manifest["apiVersion"], manifest["kind"])
+    path = _PATHS[key].format(ns=meta["namespace"], name=meta["name"])
+    try:
+        return dict(
+            apis.core.api_client.call_api(
+                path,
+                "PATCH",
+                query_params=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                header_params={
+                    "Content-Type": "application/apply-patch+yaml",
+                    "Accept": "application/json",
+                },
+                body=manifest,
+                response_type="object",
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        )
+    except Exception as exc:
+        doing = f"apply {manifest['kind']} {meta['namespace']}/{meta['name']}"
+        raise _api_failure(exc, apis, doing) from None
+
+
+def preflight(apis: KubeApis, namespace: str, name: str, queue: str) -> None:
+    """The namespace, its FSx claim and its LocalQueue exist, and the name is free."""
+    try:
+        apis.core.read_namespace(namespace, _request_timeout=REQUEST_TIMEOUT)
+    except Exception as exc:
+        if status_of(exc) == 404:
+            raise JobError(
+                f"namespace {namespace} does not exist on the cluster at {apis.host}: is this "
+                "the stack's kubeconfig?"
+            ) from None
+        raise _api_failure(exc, apis, f"read namespace {namespace}") from None
+    try:
+        apis.core.read_namespaced_persistent_volume_claim(
+            LUSTRE_CLAIM, namespace, _request_timeout=REQUEST_TIMEOUT
+        )
+    except Exception as exc:
+        if status_of(exc) == 404:
+            raise JobError(
+                f"namespace {namespace} has no PersistentVolumeClaim {LUSTRE_CLAIM}: the job "
+                "mounts it at /fsx (storage.lustre.mount_namespaces)"
+            ) from None
+        raise _api_failure(exc, apis, f"read {namespace}/{LUSTRE_CLAIM}") from None
+    group, version = KUEUE
+    try:
+        apis.custom.get_namespaced_custom_object(
+            group, version, namespace, "localqueues", queue, _request_timeout=REQUEST_TIMEOUT
+        )
+    except Exception as exc:
+        if status_of(exc) == 404:
+            raise JobError(
+                f"namespace {namespace} has no Kueue LocalQueue {queue}: the job would never "
+                "be admitted"
+            ) from None
+        raise _api_failure(exc, apis, f"read LocalQueue {namespace}/{queue}") from None
+    existing = get_job(apis, namespace, name)
+    if existing is not None:
+        state = state_of(Snapshot(namespace, name, existing))
+        raise JobError(
+            f"job {namespace}/{name} exists ({state.phase}); `llmp job cancel {name} -n "
+            f"{namespace}` first, or give the job file another name"
+        )
+
+
+def submit(apis: KubeApis, manifests: list[dict[str, Any]], queue: str) -> list[str]:
+    """Preflight, then apply every manifest in order; returns what was applied."""
+    job = manifests[-1]["metadata"]
+    preflight(apis, job["namespace"], job["name"], queue)
+    applied = []
+    for manifest in manifests:
+        apply(apis, manifest)
+        meta = manifest["metadata"]
+        applied.append(f"{manifest['kind']} {meta['namespace']}/{meta['name']}")
+    return applied
+
+
+def cancel(apis: KubeApis, namespace: str, name: str) -> list[str]:
+    """Delete the PyTorchJob (its pods and Workload go with it) and its ConfigMap."""
+    group, version, plural = KUBEFLOW
+    try:
+        apis.custom.delete_namespaced_custom_object(
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            propagation_policy="Background",
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+    except Exception as exc:
+        if status_of(exc) == 404:
+            raise JobError(f"no job {name} in namespace {namespace}") from None
+        raise _api_failure(exc, apis, f"delete PyTorchJob {namespace}/{name}") from None
+    deleted = [f"PyTorchJob {namespace}/{name}"]
+    try:
+        apis.core.delete_namespaced_config_map(
+            f"{name}-config", namespace, _request_timeout=REQUEST_TIMEOUT
+        )
+        deleted.append(f"ConfigMap {namespace}/{name}-config")
+    except Exception as exc:
+        if status_of(exc) != 404:
+            raise _api_failure(exc, apis, f"delete ConfigMap {namespace}/{name}-config") from None
+    return deleted
+
+
+# --- following and listing ----------------------------------------------------------------
+
+
+WIDTH: Final = 80
+
+
+def wrapped(first: str, text: str, indent: int) -> str:
+    """`first` then `text`, wrapped at 80 columns, continuation lines indented `indent`."""
+    return textwrap.fill(
+        first + text,
+        WIDTH,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def _elapsed(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s"
+
+
+def follow(
+    apis: KubeApis,
+    namespace: str,
+    name: str,
+    *,
+    emit: Callable[[str], None],
+    timeout_s: float | None = None,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], None] | None = None,
+    poll_s: float = POLL_S,
+    max_steps: int | None = None,
+) -> State:
+    """Poll the job until it ends, emitting a line per change of state (and a training line
+    at most every STEP_EVERY_S); JobFailed when it fails or `timeout_s` passes first."""
+    clock = clock or _now
+    sleep = sleep or _sleep
+    start = clock()
+    last: tuple[str, str] | None = None
+    last_step_at = -STEP_EVERY_S
+    while True:
+        snap = snapshot(apis, namespace, name)
+        snap.max_steps = max_steps
+        state = state_of(snap)
+        now = clock() - start
+        changed = last is None or state.phase != last[0] or state.detail != last[1]
+        steady = last is not None and state.phase == last[0] == "training"
+        if changed and (not steady or now - last_step_at >= STEP_EVERY_S or state.done):
+            emit(wrapped(f"{_elapsed(now):>7}  {state.phase:<12} ", state.detail, 22))
+            last = (state.phase, state.detail)
+            if state.phase == "training":
+                last_step_at = now
+        if state.done:
+            if not state.ok:
+                raise JobFailed(f"job {namespace}/{name} {state.phase}: {state.detail}")
+            return state
+        if timeout_s is not None and now >= timeout_s:
+            raise JobFailed(
+                f"job {namespace}/{name} still {state.phase} after {_elapsed(now)}: "
+                f"{state.detail} (it keeps going: `llmp job status {name} -n {namespace}`)"
+            )
+        sleep(poll_s)
+
+
+@dataclass(frozen=True)
+class Listed:
+    namespace: str
+    name: str
+    state: State
+    nodes: str
+    created: str
+
+
+def list_jobs(apis: KubeApis, namespace: str | None) -> list[Listed]:
+    """The PyTorchJobs in `namespace` (every namespace when None) and their states."""
+    group, version, plural = KUBEFLOW
+    try:
+        if namespace is None:
+            listed = apis.custom.list_cluster_custom_object(
+                group, version, plural, _request_timeout=REQUEST_TIMEOUT
+            )
+        else:
+            listed = apis.custom.list_namespaced_custom_object(
+                group, version, namespace, plural, _request_timeout=REQUEST_TIMEOUT
+            )
+    except Exception as exc:
+        if namespace is None and status_of(exc) == 403:
+            raise JobError(
+                "listing jobs in every namespace is not allowed for this identity: pass "
+                "--namespace (your tenant's)"
+            ) from None
+        raise _api_failure(exc, apis, "list PyTorchJobs") from None
+    out = []
+    workloads: dict[str, list[dict[str, Any]]] = {}
+    for job in listed.get("items") or []:
+        meta = job.get("metadata") or {}
+        ns = meta.get("namespace", namespace or "")
+        if ns not in workloads:
+            workloads[ns] = _workloads(apis, ns)
+        snap = Snapshot(ns, meta.get("name", ""), job, workload_of(job, workloads[ns]))
+        snap.pods = _pods(apis, ns, snap.name)
+        elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
+        nodes = f"{elastic.get('minReplicas', '?')}..{elastic.get('maxReplicas', '?')}"
+        out.append(Listed(ns, snap.name, state_of(snap), nodes, meta.get("creationTimestamp", "")))
+    return sorted(out, key=lambda j: (j.namespace, j.name))
+
+
+def find_namespace(apis: KubeApis, name: str, namespace: str | None) -> str:
+    """`namespace`, or the one namespace holding a job called `name`."""
+    if namespace is not None:
+        return namespace
+    found = sorted({j.namespace for j in list_jobs(apis, None) if j.name == name})
+    if not found:
+        raise JobError(f"no job {name} in any namespace")
+    if len(found) > 1:
+        raise JobError(f"jobs named {name} in {', '.join(found)}: pass --namespace")
+    return found[0]

@@ -1,0 +1,270 @@
+"""`llmp job`: a job file checked against its stack, rendered, and Kueue's verdict on it.
+
+`prepare(path)` reads a job file (`workloads.jobs.jobfile.JobFile`), loads the stack it
+names, and refuses, with one line naming the key, what the cluster would only refuse
+later or never admit:
+
+- the pool is a node pool of the stack; the tenant is one of its tenants and has a
+  `gpu_quota` entry for the pool (0: it may only borrow);
+- the nodes fit the pool (`nodes.max` <= the pool's `max_size`) and the GPUs per node
+  fit its instance type;
+- the tenant's namespace has the `fsx-lustre` claim (`storage.lustre.mount_namespaces`)
+  the job mounts for its data and checkpoints;
+- the queue is the namespace's LocalQueue;
+- Kueue admits the rendered PyTorchJob against the ClusterQueues and flavors the stack
+  declares (`workloads.kueue.admit`, the same rule the stack's admission tests use):
+  the tenant's nominal quota plus what the cohort can lend holds `nodes.max` x GPUs.
+
+The result, a `Prepared`, carries the manifests (`--dry-run` prints them) and what Kueue
+would do. The cluster side (`submit`, `status`, `list`, `logs`, `cancel`) is `llmp.job_api`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from llmp.errors import BadInput
+from llmp.job_api import wrapped
+from spec.catalog import catalog
+from spec.errors import MISSING, clip, closest, one_line, show, sorted_names
+from spec.platform import PlatformConfig
+from workloads import kueue
+from workloads.jobs.jobfile import CONFIG_KEY, JobFile, manifests
+from workloads.volumes import LUSTRE_CLAIM
+
+
+class JobFileError(BadInput):
+    """A job file that cannot run on its stack: `job file FILE: KEY = VALUE: what is right`."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A job file, checked against its stack, and what would be applied."""
+
+    path: str
+    job: JobFile
+    config: PlatformConfig
+    instance_type: str
+    gpus_per_node: int
+    gpu_resource: str
+    manifests: list[dict[str, Any]]
+    admission: kueue.Admission
+    nominal_gpus: int
+    """The tenant's guaranteed GPUs on the pool; above it the job borrows."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        """What Kueue admits the job at: every node of `nodes.max`."""
+        return self.job.nodes.max * self.gpus_per_node
+
+    @property
+    def max_steps(self) -> int:
+        return int(json.loads(self.manifests[0]["data"][CONFIG_KEY])["max_steps"])
+
+    @property
+    def flavor(self) -> str:
+        return self.admission.flavors.get("worker", {}).get(self.gpu_resource, "")
+
+    def summary(self) -> list[str]:
+        """What was checked, in a few lines of at most 80 columns."""
+        job, pool = self.job, self.job.pool
+        borrowed = max(0, self.gpus - self.nominal_gpus)
+        quota = f"{self.nominal_gpus} nominal" + (f" + {borrowed} borrowed" if borrowed else "")
+        return [
+            f"job {job.namespace}/{job.name} on stack {job.stack}: checked",
+            f"  pool {pool}: {self.instance_type}, {self.gpus_per_node} GPUs per node, "
+            f"nodes {job.nodes.min}..{job.nodes.max}",
+            f"  queue {job.namespace}/{job.queue} -> ClusterQueue {self.admission.queue}, "
+            f"flavor {self.flavor}",
+            f"  Kueue admits {self.gpus} {self.gpu_resource} ({quota})",
+            *(wrapped("  note: ", n, 8) for n in self.notes),
+        ]
+
+
+def _fail(path: str, key: str, value: Any, expected: str) -> JobFileError:
+    shown = "<missing>" if value is MISSING else show(value)
+    return JobFileError(one_line(f"job file {clip(path, 200)}: {key} = {shown}: {expected}"))
+
+
+def _validation_error(path: str, exc: ValidationError, prefix: str = "") -> JobFileError:
+    err = exc.errors()[0]
+    key = prefix + ".".join(str(p) for p in err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "missing":
+        return _fail(path, key, MISSING, "required")
+    if err["type"] == "extra_forbidden":
+        return _fail(path, key, err.get("input", MISSING), "unknown key")
+    return _fail(path, key or "(file)", err.get("input", MISSING), msg)
+
+
+def load_job_file(path: str) -> JobFile:
+    """The job file at `path`, validated on its own: JobFileError on anything wrong."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JobFileError(f"cannot read job file {path}: {one_line(str(exc))}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise JobFileError(f"job file {path}: not YAML{where}: {problem}") from None
+    if not isinstance(raw, dict):
+        raise JobFileError(
+            f"job file {path}: a mapping of keys (name, stack, tenant, pool, ...) expected, "
+            f"got {type(raw).__name__}"
+        )
+    try:
+        return JobFile.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(path, exc) from None
+
+
+def _names(names: Any) -> str:
+    return sorted_names(list(names)) or "none"
+
+
+def _unknown(path: str, key: str, value: str, what: str, names: list[str]) -> JobFileError:
+    hint = closest(value, names)
+    did = f" (did you mean {hint}?)" if hint else ""
+    return _fail(path, key, value, f"not {what}{did}; known: {_names(names)}")
+
+
+def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
+    """`job` against the stack's validated config: JobFileError on the first problem."""
+    from program.args import pool_capacities, tenant_shares
+
+    stack = job.stack
+    if job.pool not in cfg.node_pools:
+        raise _unknown(path, "pool", job.pool, f"a node pool of stack {stack}", [*cfg.node_pools])
+    pool = cfg.node_pools[job.pool]
+    if job.tenant not in cfg.tenants:
+        raise _unknown(path, "tenant", job.tenant, f"a tenant of stack {stack}", [*cfg.tenants])
+    tenant = cfg.tenants[job.tenant]
+    if job.pool not in tenant.gpu_quota:
+        raise _fail(
+            path,
+            "pool",
+            job.pool,
+            f"tenant {job.tenant} has no quota on this pool (tenants.{job.tenant}.gpu_quota "
+            f"covers {_names(tenant.gpu_quota)})",
+        )
+    if job.queue != kueue.LOCAL_QUEUE:
+        raise _fail(
+            path,
+            "queue",
+            job.queue,
+            f"namespace {job.namespace} has one LocalQueue, {kueue.LOCAL_QUEUE}",
+        )
+    if job.nodes.max > pool.max_size:
+        raise _fail(
+            path,
+            "nodes.max",
+            job.nodes.max,
+            f"pool {job.pool} has at most {pool.max_size} nodes (node_pools.{job.pool}.max_size)",
+        )
+    lustre = cfg.storage.lustre if cfg.storage is not None else None
+    if lustre is None or job.namespace not in lustre.mount_namespaces:
+        where = (
+            f"storage.lustre.mount_namespaces: {_names(lustre.mount_namespaces)}"
+            if lustre is not None
+            else f"stack {stack} has no storage.lustre"
+        )
+        raise _fail(
+            path,
+            "tenant",
+            job.tenant,
+            f"namespace {job.namespace} has no {LUSTRE_CLAIM} claim for /fsx ({where})",
+        )
+    instance_type = pool.instance_type
+    try:
+        trainer = job.trainer_config(instance_type)
+    except ValidationError as exc:
+        raise _validation_error(path, exc, "trainer.") from None
+    try:
+        spec = job.job_spec(instance_type)
+        rendered = manifests(job, instance_type)
+    except ValidationError as exc:
+        raise _validation_error(path, exc) from None
+    del trainer  # validated; `manifests` renders it into the ConfigMap
+    kind = catalog().accelerator_kind(instance_type)
+    assert kind is not None  # node pools are accelerated (spec.pools)
+
+    flavors, queues = kueue.platform_queues(pool_capacities(cfg), tenant_shares(cfg))
+    queue = next(q for q in queues if q.metadata.name == job.tenant)
+    job_manifest = rendered[-1]
+    admission = kueue.admit(kueue.pod_sets(job_manifest), queue, flavors, cohort=queues)
+    if not admission.admitted:
+        raise _fail(
+            path,
+            "nodes.max",
+            job.nodes.max,
+            f"Kueue would never admit it: {'; '.join(admission.problems)}",
+        )
+    nominal = tenant.gpu_quota[job.pool]
+    prepared = Prepared(
+        path=path,
+        job=job,
+        config=cfg,
+        instance_type=instance_type,
+        gpus_per_node=spec.gpus,
+        gpu_resource=kind.resource,
+        manifests=rendered,
+        admission=admission,
+        nominal_gpus=nominal,
+    )
+    if prepared.gpus > nominal:
+        prepared.notes.append(
+            f"borrows {prepared.gpus - nominal} GPUs from the cohort: preemptible when "
+            "their owners reclaim them"
+        )
+    if job.nodes.min < job.nodes.max and not _elastic(pool):
+        prepared.notes.append(
+            f"pool {job.pool} is fixed at {pool.max_size} nodes: after losing one the job "
+            "grows back when it is repaired or replaced"
+        )
+    return prepared
+
+
+def _elastic(pool: Any) -> bool:
+    """Whether the pool follows the queue (an autoscaled pool); fixed pools say False."""
+    return bool(getattr(pool, "elastic", pool.min_size < pool.max_size))
+
+
+def prepare(path: str, stack: str | None = None) -> Prepared:
+    """Read the job file, load its stack (`stack` overrides the file's), and check it."""
+    from llmp.accept import AcceptError, load_stack_config
+
+    job = load_job_file(path)
+    if stack is not None and stack != job.stack:
+        job = job.model_copy(update={"stack": stack})
+    try:
+        cfg = load_stack_config(job.stack)
+    except AcceptError as exc:
+        raise _fail(path, "stack", job.stack, str(exc)) from None
+    return check(path, job, cfg)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the trainer's JSON in the ConfigMap) as literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def manifests_yaml(prepared: Prepared) -> str:
+    """The manifests as one YAML stream, in apply order (`kubectl apply -f -` reads it)."""
+    return yaml.dump_all(prepared.manifests, Dumper=_Dumper, sort_keys=False, width=100)
