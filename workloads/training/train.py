@@ -4,14 +4,33 @@ One process per rank. Rank and world come from the usual torchrun variables
 (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or from
 `--rank/--world-size/--init-method`; tests pass `file://` init methods because a
 TCPStore server listens on every interface, and tests must bind only loopback.
+With env:// and a loopback MASTER_ADDR (tests and drills on one machine, e.g.
+under torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1) rank 0 binds the
+workers' TCPStore to that address itself (`_loopback_store`); with any other
+MASTER_ADDR, as in production, or with the agent's store, env:// is unchanged.
 
 stdout carries JSON lines from rank 0 only (`event`: start, resume, step,
-checkpoint_saved, checkpoint_published, exit), so log shipping can parse them.
+checkpoint_saved, checkpoint_published, exit; each with `time`, Unix seconds), so
+log shipping can parse them and a restarted job's logs from several nodes can be
+put back in order.
 
 Stopping: SIGTERM (spot reclaim gives two minutes; Kubernetes sends it to one pod
 at a time) only sets a flag. Every step all ranks exchange their flags with the
 step times, so the *whole* job agrees on the same step to checkpoint and exits 0
 together; a rank that exited alone would hang the others in the next collective.
+
+Under an elastic agent (torchrun sets TORCHELASTIC_RUN_ID) exit 0 means "the job
+is done" to the agent, which then leaves the job. That is only right for a rank
+that was itself told to stop (its agent is restarting it, or its pod is going).
+A rank stopped only because a peer was told waits `--elastic-stop-grace-s` for its
+own SIGTERM (agents notice a joining node at about the same time), and if none
+comes exits EXIT_REJOIN, so its agent restarts it into the next rendezvous.
+
+A stale `tmp-step-N` (left by an incarnation killed before publishing step N,
+possibly at another world size) is removed before step N is saved again, so its
+extra ranks' shards are never sealed into the new checkpoint. A rank that fails
+(a peer died mid-collective) exits at once, without the interpreter's teardown:
+its agent restarts the group only when all its workers are gone.
 
 Per-rank step times (rank 0, from that same exchange): `--step-times PATH`
 (or LLMP_STEP_TIMES) appends JSON lines `{"step", "rank", "node", "seconds"}` for
@@ -23,9 +42,11 @@ node is NODE_NAME (the Downward API's spec.nodeName) or the host name.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -42,6 +63,7 @@ if not torch.cuda.is_available():
 
 import deepspeed
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 from workloads.training import checkpointing as ckpt
 from workloads.training.data import TokenShards, micro_batch_start
@@ -53,10 +75,13 @@ from workloads.training.ds_config import (
 )
 from workloads.training.model import GPT, flops_per_token
 
+EXIT_REJOIN = 75
+"""Exit status (EX_TEMPFAIL) of a rank that stopped with its group but is not done."""
+
 
 def emit(event: str, **fields: Any) -> None:
     if dist.get_rank() == 0:
-        print(json.dumps({"event": event, **fields}), flush=True)
+        print(json.dumps({"event": event, "time": round(time.time(), 3), **fields}), flush=True)
 
 
 class Stop:
@@ -67,6 +92,40 @@ class Stop:
     @classmethod
     def handler(cls, signum: int, frame: FrameType | None) -> None:
         cls.requested = True
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _loopback_store(host: str, port: int, rank: int, world: int) -> dist.TCPStore:
+    """The workers' store as env:// would make it, but with rank 0's server bound to the
+    loopback `host` only: a TCPStore server binds every interface whatever host it is given
+    (and torchrun's agents start none for us with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)."""
+    if rank != 0:
+        return dist.TCPStore(host, port, world, is_master=False, timeout=default_pg_timeout)
+    addr = "127.0.0.1" if host == "localhost" else host
+    sock = socket.socket(
+        socket.AF_INET6 if ipaddress.ip_address(addr).version == 6 else socket.AF_INET,
+        socket.SOCK_STREAM,
+    )
+    # A restarted rank 0 may reuse the port of one that just died (its socket in TIME_WAIT).
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((addr, port))
+    # detach(): the store's server owns the descriptor from now on and closes it.
+    return dist.TCPStore(
+        host,
+        port,
+        world,
+        is_master=True,
+        timeout=default_pg_timeout,
+        master_listen_fd=sock.detach(),
+    )
 
 
 def _init_distributed(args: argparse.Namespace) -> tuple[int, int, torch.device]:
@@ -82,9 +141,15 @@ def _init_distributed(args: argparse.Namespace) -> tuple[int, int, torch.device]
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank))
     # Initialise torch.distributed ourselves so that any init method (file://, tcp://, env://)
     # works; DeepSpeed then adopts the existing process group instead of doing MPI discovery.
-    dist.init_process_group(
-        backend, init_method=args.init_method or "env://", rank=rank, world_size=world
-    )
+    host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # agent hosts it
+    if args.init_method is None and port and _is_loopback(host) and not agent_store:
+        store = _loopback_store(host, int(port), rank, world)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world)
+    else:
+        dist.init_process_group(
+            backend, init_method=args.init_method or "env://", rank=rank, world_size=world
+        )
     deepspeed.init_distributed(dist_backend=backend)
     return rank, world, device
 
@@ -114,6 +179,11 @@ class Checkpointer:
         """Start a checkpoint of `step`; returns the training stall in seconds."""
         if self.in_flight is not None:
             self.finish()  # one save in flight at a time: bounded host memory, ordered publication
+        if dist.get_rank() == 0:
+            # Nothing of ours is in tmp-step-N now (finish() renamed any earlier save of it);
+            # whatever is there was left by a job that died before publishing it.
+            shutil.rmtree(self.root / ckpt.tmp_tag(step), ignore_errors=True)
+        dist.barrier()
         t0 = time.perf_counter()
         self.engine.save_checkpoint(
             str(self.root), tag=ckpt.tmp_tag(step), client_state=client_state, save_latest=False
@@ -233,17 +303,21 @@ class Telemetry:
             self.file = None
 
 
-def _resume_target(job: JobConfig, world: int) -> tuple[ckpt.Checkpoint | None, str | None, bool]:
-    """Rank 0 chooses (so all ranks load the same one) and converts if the world size changed."""
-    choice: list[Any] = [None, None, False]
+def _resume_target(
+    job: JobConfig, world: int
+) -> tuple[ckpt.Checkpoint | None, str | None, bool, float]:
+    """Rank 0 chooses (so all ranks load the same one) and converts if the world size changed;
+    also returns the conversion's seconds."""
+    choice: list[Any] = [None, None, False, 0.0]
     if dist.get_rank() == 0:
         found = ckpt.select_resume(job.checkpoint.dir)
         if found is not None:
             universal = found.world_size != world
+            t0 = time.perf_counter()
             load_tag = ckpt.to_universal(found) if universal else found.tag
-            choice = [found, load_tag, universal]
+            choice = [found, load_tag, universal, time.perf_counter() - t0]
     dist.broadcast_object_list(choice, src=0)
-    return choice[0], choice[1], bool(choice[2])
+    return choice[0], choice[1], bool(choice[2]), float(choice[3])
 
 
 def export_fp32(engine: Any, out: Path, scratch: Path) -> None:
@@ -266,7 +340,7 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     torch.manual_seed(job.data.seed)
 
-    resume, load_tag, universal = _resume_target(job, world)
+    resume, load_tag, universal, convert_s = _resume_target(job, world)
     ds_cfg = build_ds_config(job, load_universal=universal)
     validate_ds_config(ds_cfg)
 
@@ -318,6 +392,8 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
             tag=load_tag,
             universal=universal,
             from_world_size=resume.world_size,
+            world_size=world,
+            convert_s=round(convert_s, 4),
             load_s=round(time.perf_counter() - t0, 4),
         )
 
@@ -388,7 +464,17 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
         checkpointer.async_engine.cleanup()
     dist.barrier()
     dist.destroy_process_group()
+    if stop_reason == "sigterm" and "TORCHELASTIC_RUN_ID" in os.environ:
+        return _await_own_stop(args.elastic_stop_grace_s)
     return 0
+
+
+def _await_own_stop(grace_s: float) -> int:
+    """0 once this rank's own SIGTERM has come (within `grace_s`), else EXIT_REJOIN."""
+    deadline = time.monotonic() + grace_s
+    while not Stop.requested and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return 0 if Stop.requested else EXIT_REJOIN
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -418,6 +504,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="rank 0 serves Prometheus metrics on this port (needs prometheus_client)",
     )
     p.add_argument("--metrics-addr", default=os.environ.get("LLMP_METRICS_ADDR", "0.0.0.0"))
+    grace = os.environ.get("LLMP_ELASTIC_STOP_GRACE_S")
+    p.add_argument(
+        "--elastic-stop-grace-s",
+        type=float,
+        default=float(grace) if grace else 10.0,
+        help="under torchrun, how long a rank stopped by a peer's SIGTERM waits for its own "
+        f"before exiting {EXIT_REJOIN} to be restarted",
+    )
     p.add_argument(
         "--job-name",
         default=os.environ.get("LLMP_JOB_NAME"),
@@ -435,11 +529,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Everything is written, fsynced and published by now. Skip the interpreter's
-    # teardown: destroying torch/gloo's native threads there can std::terminate a
-    # rank that has already finished (seen as "terminate called without an active
-    # exception"), turning a clean exit into a crash the operator would restart.
+    try:
+        code = main()
+    except Exception:
+        # Typically a collective that failed because a peer died. Exit at once: the
+        # teardown of a broken process group takes seconds, and the elastic agent
+        # restarts the group (a smaller world) only once every worker has exited.
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    # On success everything is written, fsynced and published by now; after a failure
+    # nothing unpublished is ever read. Skip the interpreter's teardown: destroying
+    # torch/gloo's native threads there can std::terminate a rank that has already
+    # finished (seen as "terminate called without an active exception"), turning a
+    # clean exit into a crash the operator would restart.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -8,6 +8,7 @@ Rendezvous uses a `file://` store: a TCPStore server listens on every interface
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -49,12 +50,13 @@ class Run:
         world: int,
         extra: list[str],
         track: Callable[[subprocess.Popen[bytes]], None],
+        env: dict[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "job.json").write_text(json.dumps(cfg))
         store = workdir / f"store-{time.monotonic_ns()}"
-        env = {
+        full_env = {
             **os.environ,
             "MASTER_ADDR": "127.0.0.1",
             "GLOO_SOCKET_IFNAME": "lo",
@@ -62,6 +64,7 @@ class Run:
             "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1",
             "CUDA_VISIBLE_DEVICES": "",
+            **(env or {}),
         }
         self.procs: list[subprocess.Popen[bytes]] = []
         for rank in range(world):
@@ -83,7 +86,7 @@ class Run:
                 open(workdir / f"rank{rank}.out", "wb") as out,
                 open(workdir / f"rank{rank}.err", "wb") as err,
             ):
-                p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err)
+                p = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=err)
             track(p)
             self.procs.append(p)
 
@@ -154,15 +157,51 @@ def _inodes_of(pid: int) -> set[str]:
     return found
 
 
-def listening_on_any(pid: int) -> list[str]:
-    """This process's TCP listeners on a wildcard address (0.0.0.0 or ::)."""
+def _listeners(pid: int) -> list[tuple[str, str]]:
+    """This process's listening TCP sockets: (table, local address as the kernel prints it)."""
     inodes = _inodes_of(pid)
-    bad = []
+    found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             cols = line.split()
             local, state, inode = cols[1], cols[3], cols[9]
-            addr = local.split(":")[0]
-            if state == "0A" and inode in inodes and set(addr) == {"0"}:
-                bad.append(f"{table} {local}")
-    return bad
+            if state == "0A" and inode in inodes:
+                found.append((table, local))
+    return found
+
+
+def listening_on_any(pid: int) -> list[str]:
+    """This process's TCP listeners on a wildcard address (0.0.0.0 or ::)."""
+    return [
+        f"{table} {local}" for table, local in _listeners(pid) if set(local.split(":")[0]) == {"0"}
+    ]
+
+
+def _kernel_address(hex_addr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    # /proc/net/tcp* print the address as 32-bit words, each in host byte order.
+    raw = bytes.fromhex(hex_addr)
+    if sys.byteorder == "little":
+        raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return ipaddress.ip_address(raw)
+
+
+def _is_loopback(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    mapped = addr.ipv4_mapped if isinstance(addr, ipaddress.IPv6Address) else None
+    return addr.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def listening(pid: int) -> list[tuple[str, bool]]:
+    """This process's TCP listeners: ("pid P: ADDRESS:PORT", on loopback?)."""
+    out = []
+    for _, local in _listeners(pid):
+        hex_addr, hex_port = local.split(":")
+        addr = _kernel_address(hex_addr)
+        where = f"[{addr}]" if addr.version == 6 else str(addr)
+        out.append((f"pid {pid}: {where}:{int(hex_port, 16)}", _is_loopback(addr)))
+    return out
+
+
+def listening_off_loopback(pid: int) -> list[str]:
+    """This process's TCP listeners on any address but loopback: wildcards included,
+    and also a specific interface's address, which `listening_on_any` would not see."""
+    return [name for name, loopback in listening(pid) if not loopback]
