@@ -4,18 +4,72 @@ Owns (each behind a flag of the `addons` config section):
 
 - **NVIDIA GPU operator** (`gpu-operator` namespace) with the driver and the
   container toolkit disabled: the EKS NVIDIA AMI (AL2023_x86_64_NVIDIA)
-  already ships both. It runs the device plugin, GPU feature discovery and the
-  DCGM exporter on the GPU nodes (tolerating the GPU taint). The exporter's
-  ServiceMonitor stays off until a Prometheus operator provides the CRD. The
-  exporter publishes the fields of `DCGM_METRICS` (a ConfigMap the chart creates
-  from `dcgmExporter.config`): its default list lacks the XID, ECC and NVLink
-  error counters the alerts and dashboards read.
+  already ships both. It runs the device plugin, GPU feature discovery, the
+  standalone DCGM host engine (`dcgm.enabled`: the `nvidia-dcgm` Service on port
+  5555, node-local, which NVSentinel reads) and the DCGM exporter on the GPU nodes
+  (tolerating the GPU taint and the quarantine taint: a quarantined node keeps the
+  telemetry its diagnosis needs). The exporter then reads the standalone host
+  engine instead of starting its own, so a node runs as many host engines as
+  before; it stays on without NVSentinel, so switching NVSentinel does not
+  restart the GPU telemetry. The exporter's ServiceMonitor stays off until a
+  Prometheus operator provides the CRD. The exporter publishes the fields of
+  `DCGM_METRICS` (a ConfigMap the chart creates from `dcgmExporter.config`): its
+  default list lacks the XID, ECC and NVLink error counters the alerts and
+  dashboards read.
+- **NVSentinel** (`nvsentinel` namespace), only where NVIDIA pools exist: what
+  happens when a GPU fails.
+
+  - *Detect.* The GPU health monitor (a DaemonSet on the GPU nodes) watches DCGM's
+    health systems through the GPU operator's host engine; the syslog health monitor
+    reads XIDs, SXIDs and "fallen off the bus" from the kernel log. The EKS node
+    monitoring agent (components/cluster.py) watches the same hardware for EKS.
+  - *Isolate.* Fault-quarantine's rules (`quarantine_rule_sets`) are derived from the
+    catalog, not kept beside it: one per `gpu_xids` class marked `quarantine`
+    (node replacement, GPU reset) matching its codes, one for XIDs the catalog does not
+    classify that NVSentinel itself calls fatal (the application and informational
+    classes never quarantine), GPU-fallen-off and NVSwitch SXIDs, and fatal incidents of
+    the DCGM health watches that catch, while jobs run, what the diagnostic levels of
+    `dcgm_diagnostic` test (`DCGM_DIAG_WATCHES`). A match cordons the node and taints it
+    `llm-platform/quarantined=gpu-fault:NoSchedule`. NoSchedule, not NoExecute:
+    NoExecute evicts at once, past PodDisruptionBudgets, and would also evict the GPU
+    operator's DaemonSets (they tolerate only the GPU taint), taking the node's telemetry
+    away when it is needed. The node drainer then evicts the pods (Eviction API, so PDBs
+    hold) with a grace period of `TRAINER_GRACE_S`, the 300 s a PyTorchJob rank takes to
+    write its checkpoint shard; system namespaces and DaemonSets are left alone. The
+    circuit breaker caps it: once `nvsentinel_max_quarantined_percent` of the cluster's
+    nodes were cordoned within `nvsentinel_quarantine_window_minutes`, quarantining stops
+    until a person resets it (a fleet-wide "fault" is more often a bad rule, driver or
+    monitor than bad GPUs). `llmp stragglers --quarantine` isolates slow nodes the same
+    way (same taint key, value `slow`).
+  - *Replace.* EKS node auto-repair replaces (or reboots) a node once the node monitoring
+    agent has set `AcceleratedHardwareReady=False` for 10 minutes; NVSentinel's own
+    remediation (fault-remediation, janitor: reboot or terminate) is off, so the two never
+    act on the same node at once. The work divides: NVSentinel quarantines and drains
+    within seconds (the job restarts from its checkpoint elsewhere), EKS repairs. A fault
+    only NVSentinel sees (a DCGM watch incident the agent does not call fatal) leaves the
+    node cordoned, tainted and empty for a person to replace (terminate the instance; the
+    node group starts another). A rebooted node that reports healthy is released by
+    fault-quarantine.
+  - *Datastore.* Health events live in the chart's MongoDB replica set (3 pods of 1 CPU,
+    1.5 GiB on the system pool, each with an 8 GiB gp3 volume of the Monitoring
+    component's StorageClass: 24 GiB, $1.92 a month at the catalog's gp3 price, which
+    the cost model does not list since it prices only the monitoring releases' volumes),
+    with TLS certificates from **cert-manager** (jetstack chart, CRDs included,
+    `cert-manager` namespace), installed with it. The Deployments run on the system pool;
+    the monitors tolerate every taint, so they keep watching a quarantined node and see
+    it recover. NVSentinel's PodMonitor stays off: its CRD comes with Monitoring, which
+    is built after the add-ons (and so is its StorageClass: the volumes bind once it
+    exists, while helm waits).
 - **EFA device plugin** (eks-charts `aws-efa-k8s-device-plugin`), only when a
   pool has EFA: on nodes labelled `llm-platform/efa: "true"`, tolerating the
   accelerator taints.
 - **Kueue** and its platform objects (`workloads.kueue`): a ResourceFlavor per
   GPU pool, a ClusterQueue per tenant plus the `spare` one, all in one cohort.
   Kueue's integrations are set here (the chart's defaults leave PyTorchJob out).
+  Where some pool is elastic, the ProvisioningRequest AdmissionCheck and its
+  ProvisioningRequestConfig too; Kueue then starts after `kueue_after` (the
+  ProvisioningRequest CRD, components/node_autoscaler.py): it looks for that API
+  only when it starts, and runs no provisioning check without it.
 - **Kubeflow training-operator** v1.9 (from its kustomize manifests at a
   pinned tag; there is no v1 chart). Why this operator: the job builder emits
   `PyTorchJob` (`kubeflow.org/v1`) whose `elasticPolicy` (minReplicas,
@@ -34,11 +88,12 @@ Owns (each behind a flag of the `addons` config section):
 - **metrics-server**.
 
 Ordering: Helm releases whose controller is a Deployment (operator, Kueue,
-LBC, metrics-server, training-operator) wait for the system pool, since helm
-waits for their pods; the EFA plugin is a DaemonSet alone and needs no node to
-install. Kueue's custom resources wait for the Kueue release, which brings
-their CRDs. The component expects the AWS and Kubernetes providers through
-`opts.providers`.
+LBC, metrics-server, training-operator, cert-manager, NVSentinel) wait for the
+system pool, since helm waits for their pods; NVSentinel also waits for
+cert-manager (its certificates) and the GPU operator (its DCGM); the EFA plugin
+is a DaemonSet alone and needs no node to install. Kueue's custom resources
+wait for the Kueue release, which brings their CRDs. The component expects the
+AWS and Kubernetes providers through `opts.providers`.
 """
 
 from __future__ import annotations
@@ -54,8 +109,9 @@ import yaml
 
 from components.helm import pinned_release
 from components.iam import pod_identity_role
+from monitoring.charts import STORAGE_CLASS
 from spec.catalog import catalog
-from spec.labels import EFA_LABEL
+from spec.labels import EFA_LABEL, POOL_LABEL, QUARANTINE_TAINT
 from workloads import kueue
 from workloads.kueue import PoolCapacity, TenantShare
 
@@ -65,6 +121,10 @@ KUEUE = "kueue"
 TRAINING_OPERATOR = "training-operator"
 LBC = "aws-load-balancer-controller"
 METRICS_SERVER = "metrics-server"
+NVSENTINEL = "nvsentinel"
+CERT_MANAGER = "cert-manager"
+GPU_OPERATOR_NAMESPACE = "gpu-operator"
+SYSTEM_POOL = "system"
 
 LBC_SERVICE_ACCOUNT = "aws-load-balancer-controller"
 LBC_POLICY_FILE = Path(__file__).with_name("policies") / "aws-load-balancer-controller.json"
@@ -142,12 +202,19 @@ def dcgm_metrics_csv() -> str:
 
 def gpu_operator_values() -> dict[str, Any]:
     nvidia = catalog().accelerator_kinds["nvidia"].taint_key
-    tolerations = [{"key": nvidia, "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations = [
+        {"key": nvidia, "operator": "Exists", "effect": "NoSchedule"},
+        # A quarantined node keeps its device plugin, DCGM and exporter: what diagnosis reads.
+        {"key": QUARANTINE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+    ]
     return {
         # The EKS NVIDIA AMI has the driver and the container toolkit.
         "driver": {"enabled": False},
         "toolkit": {"enabled": False},
         "devicePlugin": {"enabled": True},
+        # chart v26.7.0: the standalone host engine (DaemonSet and Service nvidia-dcgm, port
+        # 5555) that NVSentinel connects to; the exporter is pointed at it by the operator.
+        "dcgm": {"enabled": True},
         "dcgmExporter": {
             "enabled": True,
             "serviceMonitor": {"enabled": False},
@@ -188,7 +255,16 @@ def kueue_manager_config() -> dict[str, Any]:
         },
         "clientConnection": {"qps": 300, "burst": 500},
         # Jobs stop holding quota if their pods are not all running in time (gang admission).
-        "waitForPodsReady": {"timeout": "10m", "blockAdmission": False},
+        # The timeout runs from admission, and on an elastic pool a job is admitted once the
+        # autoscaler has *asked* for its nodes (ProvisioningRequest Provisioned): 30 minutes
+        # cover the autoscaler's 25-minute max-node-provision-time and the image pull, so a
+        # scale-up from zero is not evicted before its nodes exist. A running job that loses
+        # a pod still gets the 10 minutes it had to recover.
+        "waitForPodsReady": {
+            "timeout": "30m",
+            "recoveryTimeout": "10m",
+            "blockAdmission": False,
+        },
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
         # Requested by training and fabric pods but no queue's to share (why: the
         # constant's docstring); a request neither covered nor excluded is never admitted.
@@ -220,6 +296,181 @@ def lbc_policy() -> dict[str, Any]:
     return document
 
 
+DCGM_SERVICE = "nvidia-dcgm"
+"""The GPU operator's standalone host engine Service (`dcgm.enabled`), node-local traffic."""
+DCGM_PORT = 5555
+TRAINER_GRACE_S = 300
+"""The termination grace of a PyTorchJob pod (workloads/jobs/pytorchjob.py): a rank's time to
+write its checkpoint shard on SIGTERM. The node drainer's evictions grant it."""
+GPU_FAULT = "gpu-fault"
+"""The quarantine taint's value when NVSentinel set it (`llmp stragglers` sets `slow`)."""
+SYSTEM_NAMESPACES = (
+    NVSENTINEL,
+    CERT_MANAGER,
+    "kube-system",
+    GPU_OPERATOR_NAMESPACE,
+    "kueue-system",
+    "kubeflow",
+    "monitoring",
+)
+"""Namespaces the node drainer leaves alone: the platform's own controllers and agents."""
+DATASTORE_GIB = 8
+"""Each MongoDB replica's volume (the chart's default, set here so the cost is stated)."""
+
+DCGM_DIAG_WATCHES: dict[str, tuple[str, ...]] = {
+    "software": ("GpuDriverWatch", "GpuInforomWatch"),
+    "pcie": ("GpuPcieWatch",),
+    "memory": ("GpuMemWatch",),
+    "memory_bandwidth": ("GpuMemWatch",),
+    "diagnostic": ("GpuSmWatch",),
+    "targeted_stress": ("GpuSmWatch", "GpuThermalWatch"),
+    "targeted_power": ("GpuPowerWatch",),
+}
+"""Each test of the catalog's `dcgm_diagnostic` levels (what `llmp accept` runs before a pool
+takes jobs) and the DCGM health watches that report the same faults while jobs run: the
+check names of NVSentinel's GPU health monitor (`Gpu<Watch>Watch`, docs/INTEGRATIONS.md at
+v1.13.0). A fatal incident of one of them quarantines the node."""
+FABRIC_WATCHES = ("GpuNvlinkWatch",)
+"""NVLink, which the fabric acceptance test's nccl-tests cross inside a node."""
+
+_MANAGED = (
+    "!('k8saas.nvidia.com/ManagedByNVSentinel' in node.metadata.labels && "
+    "node.metadata.labels['k8saas.nvidia.com/ManagedByNVSentinel'] == 'false')"
+)
+"""NVSentinel's own opt-out: a node labelled ManagedByNVSentinel=false is never quarantined."""
+
+
+def _codes(codes: list[int]) -> str:
+    return "[" + ", ".join(f"'{c}'" for c in codes) + "]"
+
+
+def _rule_set(name: str, expression: str) -> dict[str, Any]:
+    """One fault-quarantine rule set (chart v1.13.0 `fault-quarantine.ruleSets[]`): cordon and
+    taint when the health event matches and the node is managed."""
+    return {
+        "enabled": True,
+        "version": "1",
+        "name": name,
+        "match": {
+            "all": [
+                {"kind": "HealthEvent", "expression": expression},
+                {"kind": "Node", "expression": _MANAGED},
+            ]
+        },
+        "cordon": {"shouldCordon": True},
+        "taint": {"key": QUARANTINE_TAINT, "value": GPU_FAULT, "effect": "NoSchedule"},
+    }
+
+
+def xid_rule_sets() -> list[dict[str, Any]]:
+    """From the catalog's `gpu_xids`: a rule set per class marked `quarantine`, matching its
+    codes whatever NVSentinel's own fatality says, and one for XIDs no class lists that
+    NVSentinel calls fatal. A code of a class not marked (application, informational) is in
+    neither, so it never takes a node out of service."""
+    xids = catalog().gpu_xids
+    if xids is None:
+        raise ValueError("the catalog has no gpu_xids: the quarantine rules are derived from it")
+    xid = "event.agent == 'syslog-health-monitor' && event.checkName == 'SysLogsXIDError'"
+    rules = [
+        _rule_set(
+            f"XID {name}",
+            f"{xid} && event.errorCode != null && "
+            f"event.errorCode.exists(c, c in {_codes(xids.codes(name))})",
+        )
+        for name, cls in xids.classes.items()
+        if cls.quarantine
+    ]
+    rules.append(
+        _rule_set(
+            "XID unclassified",
+            f"{xid} && event.isFatal == true && event.errorCode != null && "
+            f"!event.errorCode.exists(c, c in {_codes(xids.classified)})",
+        )
+    )
+    return rules
+
+
+def quarantine_rule_sets() -> list[dict[str, Any]]:
+    """Every rule set NVSentinel's fault-quarantine runs (they replace the chart's defaults)."""
+    watches = sorted({w for ws in DCGM_DIAG_WATCHES.values() for w in ws} | set(FABRIC_WATCHES))
+    watch_list = "[" + ", ".join(f"'{w}'" for w in watches) + "]"
+    syslog = "event.agent == 'syslog-health-monitor' && event.isFatal == true"
+    return [
+        *xid_rule_sets(),
+        _rule_set(
+            "GPU fallen off the bus", f"{syslog} && event.checkName == 'SysLogsGPUFallenOff'"
+        ),
+        _rule_set("NVSwitch SXID", f"{syslog} && event.checkName == 'SysLogsSXIDError'"),
+        # Not GpuDcgmConnectivityFailure: a restarting host engine is no GPU fault.
+        _rule_set(
+            "DCGM health watches",
+            "event.agent == 'gpu-health-monitor' && event.isFatal == true && "
+            f"event.checkName in {watch_list}",
+        ),
+    ]
+
+
+def nvsentinel_values(max_quarantined_percent: int, window_minutes: int) -> dict[str, Any]:
+    """NVSentinel's values (chart v1.13.0; the keys are read in the catalog entry's source)."""
+    system = {POOL_LABEL: SYSTEM_POOL}
+    return {
+        "global": {
+            "dcgm": {
+                "mode": "operator-service",
+                "enabled": True,
+                "service": {
+                    "endpoint": f"{DCGM_SERVICE}.{GPU_OPERATOR_NAMESPACE}.svc",
+                    "port": DCGM_PORT,
+                },
+            },
+            # The DaemonSets (monitors, platform connector) run on every GPU node, quarantined
+            # ones included, so they see a node recover; the Deployments on the system pool.
+            "tolerations": [{"operator": "Exists"}],
+            "systemNodeSelector": system,
+            "gpuHealthMonitor": {"enabled": True},
+            "syslogHealthMonitor": {"enabled": True},
+            "faultQuarantine": {"enabled": True},
+            "nodeDrainer": {"enabled": True},
+            # EKS node auto-repair replaces nodes; a reboot or terminate from here would race it.
+            "faultRemediation": {"enabled": False},
+            "janitor": {"enabled": False},
+            "mongodbStore": {"enabled": True},
+        },
+        "podMonitor": {"enabled": False},
+        "fault-quarantine": {
+            "circuitBreaker": {
+                "enabled": True,
+                "percentage": max_quarantined_percent,
+                "duration": f"{window_minutes}m",
+            },
+            "ruleSets": quarantine_rule_sets(),
+        },
+        "node-drainer": {
+            # Immediate mode sends each pod an Eviction with this grace period (then waits as
+            # long again before it force-deletes a pod still terminating).
+            "evictionTimeoutInSeconds": str(TRAINER_GRACE_S),
+            "systemNamespaces": "^(" + "|".join(SYSTEM_NAMESPACES) + ")$",
+            # Every other namespace. Not AllowCompletion: a training job never completes on
+            # its own, so it would run on the faulty GPU until it crashed.
+            "userNamespaces": [{"name": "*", "mode": "Immediate"}],
+        },
+        "mongodb-store": {
+            "job": {"nodeSelector": system},
+            "mongodb": {
+                "nodeSelector": system,
+                "persistence": {"storageClass": STORAGE_CLASS, "size": f"{DATASTORE_GIB}Gi"},
+            },
+        },
+    }
+
+
+def cert_manager_values() -> dict[str, Any]:
+    return {
+        "crds": {"enabled": True, "keep": True},
+        "global": {"nodeSelector": {POOL_LABEL: SYSTEM_POOL}},
+    }
+
+
 @dataclass(frozen=True, kw_only=True)
 class AddonsArgs:
     gpu_operator: bool = True
@@ -231,6 +482,13 @@ class AddonsArgs:
     training_operator: bool = True
     load_balancer_controller: bool = True
     metrics_server: bool = True
+    nvsentinel: bool = False
+    """NVSentinel (and the cert-manager its datastore needs): on where NVIDIA pools exist. Needs
+    the GPU operator (its DCGM host engine) and the gp3 StorageClass (the Monitoring
+    component's)."""
+    nvsentinel_max_quarantined_percent: int = 10
+    """Circuit breaker: the share of all nodes cordoned within the window that stops it."""
+    nvsentinel_quarantine_window_minutes: int = 60
     cluster_name: pulumi.Input[str]
     region: str
     vpc_id: pulumi.Input[str]
@@ -239,6 +497,9 @@ class AddonsArgs:
     tenants: list[TenantShare] = field(default_factory=list)
     system_nodes: list[pulumi.Resource] = field(default_factory=list)
     """What a controller Deployment needs first (the system node group)."""
+    kueue_after: list[pulumi.Resource] = field(default_factory=list)
+    """APIs Kueue must find when it starts: the ProvisioningRequest CRD where a pool is
+    elastic (the NodeAutoscaler's `provisioning_api`)."""
 
 
 class Addons(pulumi.ComponentResource):
@@ -270,8 +531,38 @@ class Addons(pulumi.ComponentResource):
             self.releases[key] = created
             return created
 
+        if args.nvsentinel and not args.gpu_operator:
+            raise ValueError(
+                "nvsentinel needs gpu_operator: it reads the operator's DCGM host engine"
+            )
+        if not 1 <= args.nvsentinel_max_quarantined_percent <= 100:
+            raise ValueError(
+                f"nvsentinel_max_quarantined_percent {args.nvsentinel_max_quarantined_percent}: "
+                "a percentage from 1 to 100"
+            )
+        if args.nvsentinel_quarantine_window_minutes < 1:
+            raise ValueError(
+                f"nvsentinel_quarantine_window_minutes {args.nvsentinel_quarantine_window_minutes}:"
+                " at least 1"
+            )
+        gpu_operator = None
         if args.gpu_operator:
-            release(GPU_OPERATOR, "gpu-operator", gpu_operator_values(), on_system)
+            gpu_operator = release(
+                GPU_OPERATOR, GPU_OPERATOR_NAMESPACE, gpu_operator_values(), on_system
+            )
+        if args.nvsentinel and gpu_operator is not None:
+            certificates = release(CERT_MANAGER, CERT_MANAGER, cert_manager_values(), on_system)
+            release(
+                NVSENTINEL,
+                NVSENTINEL,
+                nvsentinel_values(
+                    args.nvsentinel_max_quarantined_percent,
+                    args.nvsentinel_quarantine_window_minutes,
+                ),
+                pulumi.ResourceOptions(
+                    parent=self, depends_on=[*args.system_nodes, certificates, gpu_operator]
+                ),
+            )
         if args.efa_device_plugin:
             # A DaemonSet alone: installed (and ready) with no node to run on.
             release(
@@ -282,11 +573,32 @@ class Addons(pulumi.ComponentResource):
 
         self.kueue_ready = []
         if args.kueue:
-            kueue_release = release(KUEUE, "kueue-system", kueue_values(), on_system)
+            if any(p.elastic for p in args.pools) and not args.kueue_after:
+                raise ValueError(
+                    "elastic pools need the ProvisioningRequest API in kueue_after: Kueue "
+                    "checks for it only at start"
+                )
+            kueue_release = release(
+                KUEUE,
+                "kueue-system",
+                kueue_values(),
+                pulumi.ResourceOptions(
+                    parent=self, depends_on=[*args.system_nodes, *args.kueue_after]
+                ),
+            )
             self.kueue_ready = [kueue_release]
             after_crds = pulumi.ResourceOptions(parent=self, depends_on=self.kueue_ready)
             flavors, queues = kueue.platform_queues(args.pools, args.tenants)
-            objects: list[kueue.ResourceFlavor | kueue.ClusterQueue] = [*flavors, *queues]
+            objects: list[
+                kueue.ResourceFlavor
+                | kueue.ClusterQueue
+                | kueue.AdmissionCheck
+                | kueue.ProvisioningRequestConfig
+            ] = [*flavors]
+            provisioning = kueue.provisioning_check(args.pools)
+            if provisioning is not None:
+                objects += provisioning
+            objects += queues
             for obj in objects:
                 manifest = obj.manifest()
                 k8s.apiextensions.CustomResource(

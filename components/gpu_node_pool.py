@@ -22,6 +22,13 @@ the node group. What it decides:
 - **Nodes.** The AL2023 accelerated AMI type (driver and toolkit included),
   instance-store NVMe as RAID0, the taint `nvidia.com/gpu=true:NoSchedule`
   (or Neuron's) with matching labels, and node auto-repair.
+- **Elastic pools** (`elastic`): the Cluster Autoscaler resizes the group
+  between its min and max. Its Auto Scaling group gets the `llm-platform/elastic`
+  tag (what the autoscaler discovers and may resize) and the node-template tags
+  it needs to scale up from zero nodes: every node label, the accelerator
+  taint, and the resources the device plugins advertise only once a node runs
+  (GPUs or Neuron devices, EFA interfaces, reserved huge pages) plus the
+  ephemeral storage. A fixed pool gets none of them, so no autoscaler touches it.
 """
 
 from __future__ import annotations
@@ -33,7 +40,14 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
-from components.managed_nodes import PoolSize, launch_template, managed_node_group, node_user_data
+from components.managed_nodes import (
+    NodeTemplate,
+    PoolSize,
+    autoscaling_group_tags,
+    launch_template,
+    managed_node_group,
+    node_user_data,
+)
 from spec.catalog import catalog
 from spec.labels import (
     ACCELERATOR_LABEL,
@@ -89,6 +103,9 @@ class GpuNodePoolArgs:
     """Jobs here checkpoint and resume: the `llm-platform/checkpointing` label."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Extra node labels."""
+    elastic: bool = False
+    """The Cluster Autoscaler may resize the group (min_size < max_size): its Auto Scaling
+    group is tagged for discovery and for scale-up from zero."""
     cluster_name: pulumi.Input[str]
     cluster_version: pulumi.Input[str]
     cluster_security_group_id: pulumi.Input[str]
@@ -101,6 +118,37 @@ class GpuNodePoolArgs:
     """Ordering edges without data (the cluster's `node_ready_after`)."""
     tags: dict[str, str]
     """Tags for the instances, volumes and interfaces the group launches."""
+
+
+def node_template(
+    args: GpuNodePoolArgs, labels: Mapping[str, str], taint_key: str, device_resource: str
+) -> NodeTemplate:
+    """What the Cluster Autoscaler must assume of a node of this pool before one exists.
+
+    It derives CPU, memory and NVIDIA GPUs from the instance type, but nothing a device
+    plugin or the kubelet adds later: without these a pod that requests EFA interfaces or
+    huge pages never fits the simulated node, and the group never leaves zero.
+
+    - the accelerator's resource (`nvidia.com/gpu` or `aws.amazon.com/neuron`), per node;
+    - `vpc.amazonaws.com/efa`: every interface of the type, on EFA pools;
+    - `hugepages-2Mi`: the pool's own reservation, a floor (a larger one the AMI makes is
+      kept on the node), where it reserves any;
+    - `ephemeral-storage`: the root volume, also a floor (with RAID0 the kubelet's
+      storage is the instance-store array, larger still).
+    """
+    itype = catalog().instance(args.instance_type)
+    assert itype.accelerator is not None  # checked by the constructor
+    resources = {
+        device_resource: str(itype.accelerator.count),
+        "ephemeral-storage": f"{args.disk_size_gib}Gi",
+    }
+    if args.efa:
+        resources["vpc.amazonaws.com/efa"] = str(itype.efa_interfaces)
+    if args.hugepages_2mi_mib:
+        resources["hugepages-2Mi"] = f"{args.hugepages_2mi_mib}Mi"
+    return NodeTemplate(
+        labels=labels, taints=[(taint_key, "true", "NoSchedule")], resources=resources
+    )
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -117,6 +165,10 @@ class GpuNodePool(pulumi.ComponentResource):
             raise ValueError(f"{args.instance_type} has no accelerator: not a GPU pool")
         if args.capacity_type == "CAPACITY_BLOCK" and args.capacity_reservation_id is None:
             raise ValueError("a CAPACITY_BLOCK pool needs capacity_reservation_id (cr-...)")
+        if args.elastic and args.size.min_size == args.size.max_size:
+            raise ValueError(
+                f"an elastic pool needs min_size below max_size (both {args.size.max_size})"
+            )
 
         placement: aws.ec2.PlacementGroup | None = None
         if args.placement_group:
@@ -179,6 +231,15 @@ class GpuNodePool(pulumi.ComponentResource):
             auto_repair=args.auto_repair,
             wait_for=args.wait_for,
         )
+
+        self.autoscaling_tags: list[aws.autoscaling.Tag] = []
+        if args.elastic:
+            self.autoscaling_tags = autoscaling_group_tags(
+                f"{name}-asg",
+                parent=self,
+                group=group,
+                tags=node_template(args, labels, kind.taint_key, kind.resource).tags(),
+            )
 
         self.node_group_name = group.node_group_name
         self.placement_group_name = placement.name if placement else None

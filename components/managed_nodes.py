@@ -4,14 +4,16 @@ Both kinds of pool get the same floor: an encrypted gp3 root volume, IMDSv2
 only (hop limit 1, so pods cannot borrow the node role), tags that reach the
 instances and volumes the Auto Scaling group launches (provider default tags
 do not), and a node group that leaves `desiredSize` to autoscalers after
-creation.
+creation. Elastic pools also tag their Auto Scaling group for the Cluster
+Autoscaler (`NodeTemplate`, `autoscaling_group_tags`).
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
@@ -224,3 +226,82 @@ def managed_node_group(
             ignore_changes=["scalingConfig.desiredSize"],
         ),
     )
+
+
+# ---------------------------------------------------------------------------
+# Cluster Autoscaler tags (cluster-autoscaler/cloudprovider/aws/README.md at the pinned tag)
+# ---------------------------------------------------------------------------
+
+CA_ENABLED_TAG = "k8s.io/cluster-autoscaler/enabled"
+"""Auto-discovery tag. EKS puts it (value `true`) on the Auto Scaling group of *every* managed
+node group, fixed or not, with `k8s.io/cluster-autoscaler/<cluster>: owned`."""
+ELASTIC_TAG = "llm-platform/elastic"
+"""Our tag (value `true`) on the Auto Scaling groups of elastic pools only: the third key the
+autoscaler's discovery and its IAM condition require, since EKS's two are on every group."""
+NODE_TEMPLATE = "k8s.io/cluster-autoscaler/node-template"
+
+
+def ca_cluster_tag(cluster_name: str) -> str:
+    """The per-cluster discovery tag EKS sets (value `owned`)."""
+    return f"k8s.io/cluster-autoscaler/{cluster_name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeTemplate:
+    """What a node of a group at zero nodes would be, told to the Cluster Autoscaler as tags
+    of the group's Auto Scaling group: with no node to copy, it simulates one from the
+    instance type (CPU, memory, NVIDIA GPUs) plus these, and scales up only for pods that fit.
+    """
+
+    labels: Mapping[str, str]
+    """Every node label a pod may select on (the pool label above all)."""
+    taints: Sequence[tuple[str, str, str]] = ()
+    """(key, value, effect) with Kubernetes' effect names (`NoSchedule`)."""
+    resources: Mapping[str, str] = field(default_factory=dict)
+    """Extended resources and their quantities: what the device plugins advertise later."""
+
+    def tags(self) -> dict[str, str]:
+        """`node-template/label/<key>: value`, `node-template/taint/<key>: value:effect`,
+        `node-template/resources/<name>: quantity`, and the elastic tag."""
+        tags = {ELASTIC_TAG: "true"}
+        tags |= {f"{NODE_TEMPLATE}/label/{k}": v for k, v in sorted(self.labels.items())}
+        tags |= {f"{NODE_TEMPLATE}/taint/{k}": f"{v}:{effect}" for k, v, effect in self.taints}
+        tags |= {f"{NODE_TEMPLATE}/resources/{r}": q for r, q in sorted(self.resources.items())}
+        return tags
+
+
+def _tag_role(key: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", key.removeprefix(f"{NODE_TEMPLATE}/").lower()).strip("-")
+
+
+def _first_autoscaling_group(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
+    """A managed node group has exactly one Auto Scaling group, listed once it exists."""
+    groups = resources[0].autoscaling_groups if resources else None
+    if not groups or groups[0].name is None:
+        raise ValueError("the node group reports no Auto Scaling group")
+    return groups[0].name
+
+
+def autoscaling_group_tags(
+    name: str, *, parent: pulumi.Resource, group: aws.eks.NodeGroup, tags: Mapping[str, str]
+) -> list[aws.autoscaling.Tag]:
+    """`tags` on the node group's Auto Scaling group, one `aws.autoscaling.Tag` each.
+
+    A managed node group's own tags never reach its Auto Scaling group, so the group is
+    named from the node group's output (`resources[0].autoscalingGroups[0].name`). The tags
+    do not propagate to instances: they describe the group to the autoscaler, and the
+    launch template already tags what it launches.
+    """
+    roles = {key: _tag_role(key) for key in tags}
+    if len(set(roles.values())) != len(roles):
+        raise ValueError(f"{name}: tag keys that differ only in punctuation: {sorted(tags)}")
+    group_name = group.resources.apply(_first_autoscaling_group)
+    return [
+        aws.autoscaling.Tag(
+            f"{name}-{roles[key]}",
+            autoscaling_group_name=group_name,
+            tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+            opts=pulumi.ResourceOptions(parent=parent),
+        )
+        for key, value in tags.items()
+    ]

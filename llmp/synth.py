@@ -125,9 +125,13 @@ class _PlanMocks(pulumi_mocks.Mocks):
             state["keyId"] = f"{name}-key-id"
         elif typ == "aws:eks/nodeGroup:NodeGroup":
             state.setdefault("nodeGroupName", name)
+            # EKS names a managed node group's Auto Scaling group eks-<group>-<uuid>.
+            state["resources"] = [{"autoscalingGroups": [{"name": f"eks-{name}-asg"}]}]
         elif typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state["dnsName"] = f"{resource_id}.fsx.{self.region}.amazonaws.com"
             state["mountName"] = f"{name}-mount"
+        elif typ == "aws:ecr/repository:Repository":
+            state["repositoryUrl"] = f"{_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{state['name']}"
         return resource_id, state
 
 

@@ -22,12 +22,16 @@ from pydantic import BaseModel
 from components.addons import AddonsArgs
 from components.cluster import ClusterArgs, SystemPool
 from components.gpu_node_pool import GpuNodePoolArgs
+from components.image_repository import ImageRepositoryArgs
 from components.lustre import LustreFileSystemArgs
 from components.managed_nodes import PoolSize
 from components.network import NetworkArgs
+from components.node_autoscaler import NodeAutoscalerArgs
 from components.storage import Bucket, LifecycleRule, Replication, StorageArgs, Transition
 from components.tenancy import Tenant
 from spec.catalog import catalog
+from spec.errors import MISSING, ConfigError
+from spec.images import RELEASE_TAG_PREFIX, ImagesConfig, is_repository_name
 from spec.platform import PlatformConfig
 from spec.pools import NodePoolConfig, PoolSizes
 from spec.storage import BucketConfig, LustreConfig, StorageConfig
@@ -114,6 +118,7 @@ def pool_capacities(cfg: PlatformConfig) -> list[kueue.PoolCapacity]:
                 gpus=count * pool.max_size - serving,
                 cpu_per_gpu=itype.vcpus / count,
                 memory_gib_per_gpu=itype.memory_gib / count,
+                elastic=pool.elastic,
             )
         )
     return out
@@ -127,24 +132,53 @@ def tenant_shares(cfg: PlatformConfig) -> list[kueue.TenantShare]:
     ]
 
 
+def _nvidia(instance_type: str) -> bool:
+    acc = catalog().instance(instance_type).accelerator
+    return acc is not None and acc.kind == "nvidia"
+
+
 def addons_args(
     cfg: PlatformConfig,
     *,
     cluster_name: pulumi.Input[str],
     vpc_id: pulumi.Input[str],
     system_nodes: Sequence[pulumi.Resource],
+    kueue_after: Sequence[pulumi.Resource] = (),
 ) -> AddonsArgs:
+    """`kueue_after`: the ProvisioningRequest API where a pool is elastic."""
     return shared(
         cfg.addons,
         AddonsArgs,
         efa_device_plugin=cfg.addons.efa_device_plugin
         and any(p.efa for p in cfg.node_pools.values()),
+        # NVSentinel watches NVIDIA GPUs through the GPU operator's DCGM, and its MongoDB
+        # volumes take the gp3 class that monitoring brings (with the EBS CSI driver).
+        nvsentinel=cfg.addons.nvsentinel
+        and cfg.addons.gpu_operator
+        and cfg.monitoring.enabled
+        and any(_nvidia(p.instance_type) for p in cfg.node_pools.values()),
         cluster_name=cluster_name,
         region=cfg.region,
         vpc_id=vpc_id,
         pools=pool_capacities(cfg),
         tenants=tenant_shares(cfg),
         system_nodes=list(system_nodes),
+        kueue_after=list(kueue_after),
+    )
+
+
+def node_autoscaler_args(
+    cfg: PlatformConfig,
+    *,
+    cluster_name: pulumi.Input[str],
+    system_nodes: Sequence[pulumi.Resource],
+) -> NodeAutoscalerArgs | None:
+    """The Cluster Autoscaler's args where some pool is elastic; None where every pool is
+    fixed (nothing to scale, so nothing installed)."""
+    if not any(p.elastic for p in cfg.node_pools.values()):
+        return None
+    return NodeAutoscalerArgs(
+        cluster_name=cluster_name, region=cfg.region, system_nodes=list(system_nodes)
     )
 
 
@@ -189,3 +223,19 @@ def lustre_args(lustre: LustreConfig, **from_components: Any) -> LustreFileSyste
 
 def tenant(spec: TenantConfig) -> Tenant:
     return shared(spec, Tenant)
+
+
+def image_repository_args(images: ImagesConfig, cluster_name: str) -> ImageRepositoryArgs:
+    """The trainer image's repository: `images.repository_name`, else `<cluster>/trainer`
+    (one per stack, so stacks sharing an account and region do not collide)."""
+    name = images.repository_name or f"{cluster_name}/trainer"
+    if not is_repository_name(name):
+        raise ConfigError(
+            ("images", "repository_name"),
+            MISSING,
+            f"the default {name!r} (<cluster name>/trainer) is no ECR repository name; "
+            "set one: lowercase letters and digits, separated by '.', '_', '-' or '/'",
+        )
+    return shared(
+        images, ImageRepositoryArgs, repository_name=name, release_tag_prefix=RELEASE_TAG_PREFIX
+    )

@@ -15,11 +15,13 @@ import pulumi_aws as aws
 from components.addons import Addons
 from components.cluster import Cluster
 from components.gpu_node_pool import GpuNodePool
+from components.image_repository import ImageRepository
 from components.lustre import LustreFileSystem
 from components.lustre import log_group_name as lustre_log_group_name
 from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from components.monitoring import FileSystemMetrics, Monitoring, MonitoringArgs
 from components.network import Network
+from components.node_autoscaler import NodeAutoscaler
 from components.priority_classes import PriorityClasses
 from components.serving import Serving, ServingArgs
 from components.storage import Storage
@@ -88,8 +90,26 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             on_aws,
         )
 
+    # The trainer image's registry needs nothing of the cluster, and the nodes pull from it
+    # through the node role's AmazonEC2ContainerRegistryReadOnly (components/cluster.py).
+    trainer_images = None
+    if cfg.images.enabled:
+        trainer_images = ImageRepository(
+            "images", args.image_repository_args(cfg.images, cluster_name), on_aws
+        )
+
     PriorityClasses("priorities", pulumi.ResourceOptions(providers=[cluster.provider]))
     on_cluster = pulumi.ResourceOptions(providers=[aws_provider, cluster.provider])
+
+    # Only where some pool is elastic. It reads the pools' tags when it runs, so it waits for
+    # none of them; Kueue waits for the ProvisioningRequest API it brings.
+    provisioning_api: list[pulumi.Resource] = []
+    autoscaler_args = args.node_autoscaler_args(
+        cfg, cluster_name=cluster.name, system_nodes=[cluster.system_nodes]
+    )
+    if autoscaler_args is not None:
+        autoscaler = NodeAutoscaler("node-autoscaler", autoscaler_args, on_cluster)
+        provisioning_api = autoscaler.provisioning_api
 
     addons = Addons(
         "addons",
@@ -98,6 +118,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             cluster_name=cluster.name,
             vpc_id=network.vpc_id,
             system_nodes=[cluster.system_nodes],
+            kueue_after=provisioning_api,
         ),
         on_cluster,
     )
@@ -270,4 +291,8 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         {name: pool.node_group_name for name, pool in pools.items()},
     )
     pulumi.export("tenants", dict(tenancy.namespaces))
+    if trainer_images is not None:
+        # Where .github/workflows/trainer-image.yml pushes, and what job files name:
+        # <this>:<git tag>.
+        pulumi.export("trainer_image_repository", trainer_images.repository_url)
     pulumi.export("cost", cost.estimate(declared.close("the cost output"), cost.usage_of(cfg)))

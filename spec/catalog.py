@@ -199,6 +199,30 @@ class FabricAcceptance(_Data):
     thresholds: dict[str, FabricThreshold]
 
 
+class ImagePin(_Data):
+    """One version an image of ours is built from, and where it was read."""
+
+    version: str
+    source: str
+    verified: Verified
+
+
+class TrainerImage(_Data):
+    """What images/trainer/Dockerfile builds on (tests/peers/test_dockerfile.py keeps the
+    Dockerfile's FROM and ARG defaults, and its requirements' pins, equal to these)."""
+
+    base_image: str = Field(description="the FROM image, by tag (and digest where verified)")
+    base_source: str
+    base_verified: Verified
+    cuda: str = Field(description="the base image's CUDA toolkit, which torch's wheels match")
+    python: str = Field(description="the base OS's Python, the lock's interpreter")
+    efa_installer: ImagePin
+    aws_ofi_nccl: ImagePin = Field(description="the plugin the EFA installer ships")
+    torch: ImagePin
+    nccl: ImagePin = Field(description="the NCCL torch's wheel requires (nvidia-nccl-cu12)")
+    uid: int = Field(ge=1, description="the image's user; a PyTorchJob's runAsUser")
+
+
 class DcgmLevel(_Data):
     """One `dcgmi diag -r LEVEL` suite: the tests it runs and how long a node may take."""
 
@@ -243,6 +267,24 @@ class CrdManifest(_Data):
     verified: Verified
 
 
+class NodeAutoscalerPins(_Data):
+    """The Cluster Autoscaler's image and the ProvisioningRequest CRD
+    (components/node_autoscaler.py); the chart is `addon_charts["cluster-autoscaler"]`."""
+
+    image: str
+    image_source: str
+    image_verified: Verified
+    provisioning_request_crd: CrdManifest
+
+    @property
+    def image_tag(self) -> str:
+        return self.image.rsplit(":", 1)[1]
+
+    @property
+    def image_repository(self) -> str:
+        return self.image.rsplit(":", 1)[0]
+
+
 class MonitoringPins(_Data):
     """Charts, CRDs and the EBS CSI add-on of the monitoring stack (monitoring/charts.py,
     components/monitoring.py)."""
@@ -274,6 +316,11 @@ class XidClass(_Data):
     severity: Literal["info", "warning", "critical"]
     summary: str
     runbook: str = Field(description="one line: what the on-call engineer does")
+    quarantine: bool = Field(
+        False,
+        description="the node is taken out of service (NVSentinel cordons, taints and drains "
+        "it, components/addons.py): the GPU needs a reset or the node a replacement",
+    )
     codes: dict[int, XidCode] = Field(min_length=1)
 
 
@@ -433,9 +480,11 @@ class Catalog(_Data):
     addon_charts: dict[str, Chart] = Field(default_factory=dict)
     addon_manifests: dict[str, Manifests] = Field(default_factory=dict)
     fabric_acceptance: FabricAcceptance
+    trainer_image: TrainerImage
     dcgm_diagnostic: DcgmDiagnostic | None = None
     serving: ServingPins | None = None
     monitoring: MonitoringPins | None = None
+    node_autoscaler: NodeAutoscalerPins
     gpu_xids: GpuXids | None = None
     replacement: Replacement | None = None
     recovery: Recovery | None = None

@@ -23,3 +23,8 @@ PART_OF = {"app.kubernetes.io/part-of": "llm-platform"}
 """Every Kubernetes object the platform makes carries this label."""
 SCRAPE_LABEL = "llm-platform/scrape"
 """Service label: "true" where Prometheus scrapes the Service's `metrics` port (model servers)."""
+QUARANTINE_TAINT = "llm-platform/quarantined"
+"""Node taint key (effect NoSchedule) of a node taken out of service: by NVSentinel for a GPU
+fault (value `gpu-fault`), by `llmp stragglers --quarantine` for a persistently slow node
+(value `slow`). The node is also cordoned; `kubectl uncordon` plus removing the taint returns
+it."""

@@ -13,6 +13,7 @@ from spec.base import POOL_NAME, Section, known_region
 from spec.catalog import catalog
 from spec.cluster import ClusterConfig
 from spec.errors import MISSING, FieldError, not_in, sorted_names
+from spec.images import ImagesConfig
 from spec.keys import REGION_KEY
 from spec.monitoring import MonitoringConfig
 from spec.network import NetworkConfig, TagsConfig
@@ -50,6 +51,7 @@ class PlatformConfig(Section):
     serving: ServingConfig | None = Field(
         None, description="Model serving (inference stack); none: no model servers."
     )
+    images: ImagesConfig = Field(default_factory=ImagesConfig)
 
     _region = field_validator("region")(known_region)
 

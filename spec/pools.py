@@ -105,6 +105,15 @@ class NodePoolConfig(PoolSizes):
     labels: dict[str, str] = Field(
         default_factory=dict, description="Extra Kubernetes node labels."
     )
+    elastic: bool = Field(
+        False,
+        description=(
+            "The Cluster Autoscaler scales the pool between min_size and max_size as queued "
+            "jobs and pending pods need nodes (Kueue asks for a gang's nodes at once through "
+            "a ProvisioningRequest); off, the pool keeps the size it was given. Needs "
+            "min_size below max_size."
+        ),
+    )
 
     _instance = field_validator("instance_type")(known_instance)
 
@@ -124,6 +133,13 @@ class NodePoolConfig(PoolSizes):
 
     @model_validator(mode="after")
     def _coherent(self) -> NodePoolConfig:
+        if self.elastic and self.min_size == self.max_size:
+            raise FieldError(
+                ("elastic",),
+                True,
+                f"min_size = max_size = {self.max_size} is a fixed pool, which no autoscaler "
+                "may resize; set min_size below max_size, or elastic: false",
+            )
         itype = catalog().instance(self.instance_type)
         if self.efa and itype.efa_interfaces == 0:
             with_efa = [

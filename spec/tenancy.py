@@ -38,6 +38,8 @@ RESERVED_NAMESPACES = frozenset(
         "kubeflow",
         "gpu-operator",
         "monitoring",
+        "nvsentinel",
+        "cert-manager",
     }
 )
 _S3_PREFIX = re.compile(r"^[A-Za-z0-9!_.'()-]+(/[A-Za-z0-9!_.'()-]+)*/$")
@@ -113,3 +115,31 @@ class AddonsConfig(Section):
         True, description="AWS Load Balancer Controller (Pod Identity role)."
     )
     metrics_server: bool = Field(True, description="metrics-server (kubectl top, HPA).")
+    nvsentinel: bool = Field(
+        True,
+        description=(
+            "NVSentinel: GPU faults (DCGM health, kernel-log XIDs) cordon, taint "
+            "(llm-platform/quarantined) and drain the node; EKS auto-repair replaces it. Only "
+            "where NVIDIA pools exist and the GPU operator (its DCGM host engine) and monitoring "
+            "(the gp3 class of its MongoDB volumes) are on."
+        ),
+    )
+    nvsentinel_max_quarantined_percent: int = Field(
+        10,
+        ge=1,
+        le=100,
+        description=(
+            "NVSentinel's circuit breaker: it stops quarantining once this share of the "
+            "cluster's nodes (system pool included) was cordoned within the window, until a "
+            "person resets it; at least one node can always be quarantined."
+        ),
+    )
+    nvsentinel_quarantine_window_minutes: int = Field(
+        60,
+        ge=1,
+        le=1440,
+        description=(
+            "The circuit breaker's sliding window: cordons older than this no longer count "
+            "(longer than a node replacement, so a replaced node's cordon still counts)."
+        ),
+    )

@@ -17,13 +17,21 @@ The platform's queueing layout, built by `platform_queues`:
   borrow idle capacity, and reclaim it by preempting borrowers
   (`reclaimWithinCohort: Any`), and within a queue higher priority preempts
   lower (`withinClusterQueue: LowerPriority`);
-- one **LocalQueue** per tenant namespace, named `default`.
+- one **LocalQueue** per tenant namespace, named `default`;
+- where some pool is **elastic** (the Cluster Autoscaler sizes it), one
+  **AdmissionCheck** of Kueue's ProvisioningRequest controller with its
+  **ProvisioningRequestConfig** (`provisioning_check`). Tenant ClusterQueues apply it
+  only on the elastic pools' flavors (`admissionChecksStrategy.admissionChecks[].onFlavors`):
+  a job placed there reserves quota, then Kueue asks the autoscaler for all of its GPU
+  nodes in one ProvisioningRequest (`best-effort-atomic-scale-up`) and admits the job
+  once they were granted. On a fixed pool quota alone admits, since the nodes are there.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, Literal
 
@@ -37,6 +45,12 @@ SPARE_QUEUE = "spare"
 CPU_FLAVOR = "cpu"
 LOCAL_QUEUE = "default"
 """The LocalQueue of every tenant namespace (`kueue.x-k8s.io/queue-name: default`)."""
+PROVISIONING_CONTROLLER: Final = "kueue.x-k8s.io/provisioning-request"
+"""Kueue's built-in ProvisioningRequest admission check controller (GA since 0.14)."""
+ATOMIC_SCALE_UP: Final = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+"""Cluster Autoscaler's class that scales one node group by a whole request or not at all."""
+PROVISIONING_CHECK = "gpu-provisioning"
+PROVISIONING_CONFIG = "gpu-atomic-scale-up"
 PART_OF = {"app.kubernetes.io/part-of": "llm-platform"}
 
 
@@ -104,10 +118,65 @@ class ClusterQueueSpec(_Model):
     )
     resource_groups: list[ResourceGroup] = Field(alias="resourceGroups")
     preemption: Preemption | None = None
+    admission_checks_strategy: AdmissionChecksStrategy | None = Field(
+        None, alias="admissionChecksStrategy"
+    )
 
 
 class LocalQueueSpec(_Model):
     cluster_queue: str = Field(alias="clusterQueue")
+
+
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class AdmissionCheckStrategyRule(_Model):
+    """One admission check of a ClusterQueue and the flavors it runs for (all when empty)."""
+
+    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    on_flavors: list[str] = Field(default_factory=list, alias="onFlavors", max_length=64)
+
+
+class AdmissionChecksStrategy(_Model):
+    admission_checks: list[AdmissionCheckStrategyRule] = Field(
+        alias="admissionChecks", min_length=1, max_length=64
+    )
+
+
+class AdmissionCheckParametersReference(_Model):
+    api_group: Literal["kueue.x-k8s.io"] = Field("kueue.x-k8s.io", alias="apiGroup")
+    kind: Literal["ProvisioningRequestConfig"] = "ProvisioningRequestConfig"
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+
+
+class AdmissionCheckSpec(_Model):
+    controller_name: str = Field(alias="controllerName", min_length=1, max_length=253)
+    parameters: AdmissionCheckParametersReference | None = None
+
+
+class ProvisioningRequestRetryStrategy(_Model):
+    """Kueue's retries of a ProvisioningRequest that failed or whose booking expired: the
+    workload's quota is released, and it is requeued after a backoff of about
+    base x 2^(n-1) seconds, capped at max; after `backoffLimitCount` retries Kueue
+    deactivates the workload."""
+
+    backoff_limit_count: int = Field(alias="backoffLimitCount", ge=0)
+    backoff_base_seconds: int = Field(alias="backoffBaseSeconds", ge=0)
+    backoff_max_seconds: int = Field(alias="backoffMaxSeconds", ge=0)
+
+
+class ProvisioningRequestConfigSpec(_Model):
+    provisioning_class_name: str = Field(
+        alias="provisioningClassName", pattern=_DNS_SUBDOMAIN, min_length=1, max_length=253
+    )
+    parameters: dict[str, str] | None = Field(None, max_length=100)
+    managed_resources: list[str] = Field(
+        default_factory=list, alias="managedResources", max_length=100
+    )
+    retry_strategy: ProvisioningRequestRetryStrategy | None = Field(None, alias="retryStrategy")
+    pod_set_merge_policy: (
+        Literal["IdenticalPodTemplates", "IdenticalWorkloadSchedulingRequirements"] | None
+    ) = Field(None, alias="podSetMergePolicy")
 
 
 class _Resource(_Model):
@@ -133,6 +202,16 @@ class LocalQueue(_Resource):
     spec: LocalQueueSpec
 
 
+class AdmissionCheck(_Resource):
+    kind: Literal["AdmissionCheck"] = "AdmissionCheck"
+    spec: AdmissionCheckSpec
+
+
+class ProvisioningRequestConfig(_Resource):
+    kind: Literal["ProvisioningRequestConfig"] = "ProvisioningRequestConfig"
+    spec: ProvisioningRequestConfigSpec
+
+
 # ---------------------------------------------------------------------------
 # The platform's layout
 # ---------------------------------------------------------------------------
@@ -150,6 +229,8 @@ class PoolCapacity:
     """GPUs per node x max nodes."""
     cpu_per_gpu: float
     memory_gib_per_gpu: float
+    elastic: bool = False
+    """The Cluster Autoscaler sizes the pool: its nodes are provisioned before admission."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,8 +299,68 @@ def _group(
     return [ResourceGroup(covered_resources=covered, flavors=flavors)]
 
 
+def elastic_flavors(pools: list[PoolCapacity]) -> list[str]:
+    return [flavor_name(p.name) for p in pools if p.elastic]
+
+
+def provisioning_check(
+    pools: list[PoolCapacity],
+) -> tuple[AdmissionCheck, ProvisioningRequestConfig] | None:
+    """The provisioning admission check and its configuration, where some pool is elastic.
+
+    - `best-effort-atomic-scale-up`: the autoscaler grows the one node group the job's
+      flavor selects by all the nodes the request needs, or by none. On AWS that is an
+      all-or-nothing *decision* (the AWS provider has no atomic resize, so EC2 may still
+      deliver part of a Spot request; Kueue's waitForPodsReady, which counts from this
+      admission, then evicts and requeues).
+    - `managedResources`: the pools' accelerator resources, so only pod sets that request
+      them go into the request (a CPU-only launcher needs no new node).
+    - `podSetMergePolicy: IdenticalWorkloadSchedulingRequirements`: a PyTorchJob's master
+      and workers, which ask for the same node shape, become one pod template.
+    - `retryStrategy`: Kueue's defaults (3 retries, 60 s doubling to 30 min), written out.
+      The autoscaler retries a request it cannot fill yet by itself, keeping it pending
+      (the job keeps its reserved quota); a request fails only when it expires or its pods
+      cannot be created, and then the job is requeued with this backoff, and deactivated
+      (`spec.active: false`) after the third.
+    """
+    resources = sorted({p.gpu_resource for p in pools if p.elastic})
+    if not resources:
+        return None
+    config = ProvisioningRequestConfig(
+        metadata=Metadata(name=PROVISIONING_CONFIG),
+        spec=ProvisioningRequestConfigSpec(
+            provisioning_class_name=ATOMIC_SCALE_UP,
+            managed_resources=resources,
+            retry_strategy=ProvisioningRequestRetryStrategy(
+                backoff_limit_count=3, backoff_base_seconds=60, backoff_max_seconds=1800
+            ),
+            pod_set_merge_policy="IdenticalWorkloadSchedulingRequirements",
+        ),
+    )
+    check = AdmissionCheck(
+        metadata=Metadata(name=PROVISIONING_CHECK),
+        spec=AdmissionCheckSpec(
+            controller_name=PROVISIONING_CONTROLLER,
+            parameters=AdmissionCheckParametersReference(name=config.metadata.name),
+        ),
+    )
+    return check, config
+
+
+def _checks_on_elastic_flavors(pools: list[PoolCapacity]) -> AdmissionChecksStrategy | None:
+    """The provisioning check on the elastic pools' flavors only: on a fixed pool the nodes
+    exist, and quota alone admits."""
+    flavors = elastic_flavors(pools)
+    if not flavors:
+        return None
+    return AdmissionChecksStrategy(
+        admission_checks=[AdmissionCheckStrategyRule(name=PROVISIONING_CHECK, on_flavors=flavors)]
+    )
+
+
 def tenant_cluster_queue(tenant: TenantShare, pools: list[PoolCapacity]) -> ClusterQueue:
-    """The tenant's ClusterQueue: its nominal share, borrowing from the cohort, preemption."""
+    """The tenant's ClusterQueue: its nominal share, borrowing from the cohort, preemption,
+    and the provisioning check on elastic flavors."""
     return ClusterQueue(
         metadata=Metadata(name=tenant.name),
         spec=ClusterQueueSpec(
@@ -232,6 +373,7 @@ def tenant_cluster_queue(tenant: TenantShare, pools: list[PoolCapacity]) -> Clus
                 borrow_within_cohort=BorrowWithinCohort(policy="LowerPriority"),
                 within_cluster_queue="LowerPriority",
             ),
+            admission_checks_strategy=_checks_on_elastic_flavors(pools),
         ),
     )
 
@@ -411,19 +553,45 @@ def flavor_selects(flavor: ResourceFlavor, pod_spec: dict[str, Any]) -> bool:
     return any(all(_matches(r, labels) for r in term) for term in terms)
 
 
+ADMITTED: Final = "Admitted"
+WAITING_FOR_PROVISIONING: Final = "Pending: waiting for provisioning"
+"""Quota reserved on an elastic flavor: Kueue has asked the autoscaler for the nodes
+(a ProvisioningRequest) and admits the workload once the request is Provisioned."""
+WAITING_FOR_CHECKS: Final = "Pending: waiting for admission checks"
+NOT_ADMITTED: Final = "Pending: not admissible as declared"
+
+
 @dataclass(frozen=True)
 class Admission:
     """What Kueue would do with a workload on an empty cluster: the flavor each pod set's
-    resources get, or why it waits."""
+    resources get, the admission checks it then waits for, or why it waits forever."""
 
     queue: str
     flavors: dict[str, dict[str, str]]
     """Pod set -> resource -> flavor."""
     problems: list[str]
+    """Why it can never be admitted as declared (empty: its quota is reserved)."""
+    waiting_for: list[str] = field(default_factory=list)
+    """The admission checks of its flavors, which must be Ready before it is admitted."""
+    provisioning: bool = False
+    """One of them is the ProvisioningRequest check: its nodes are being asked for."""
 
     @property
     def admitted(self) -> bool:
+        """Kueue reserves its quota, and admits it: at once, or once `waiting_for` are Ready
+        (see `state`). False: it waits forever (`problems`)."""
         return not self.problems
+
+    @property
+    def state(self) -> str:
+        """The workload's state as Kueue reports it, at the end of this simulation."""
+        if self.problems:
+            return NOT_ADMITTED
+        if self.provisioning:
+            return WAITING_FOR_PROVISIONING
+        if self.waiting_for:
+            return WAITING_FOR_CHECKS
+        return ADMITTED
 
 
 def _quota(queue: ClusterQueue, flavor: str, resource: str) -> ResourceQuota | None:
@@ -461,6 +629,40 @@ def _capacity(
     return own + lent
 
 
+def _pending_checks(
+    queue: ClusterQueue,
+    chosen: set[str],
+    checks: Sequence[AdmissionCheck] | None,
+    problems: list[str],
+) -> tuple[list[str], bool]:
+    """The checks of `queue` that run for a workload assigned the flavors `chosen` (a rule
+    without `onFlavors` runs for all), and whether one is the provisioning check.
+
+    With `checks` given (the AdmissionChecks the stack declares), a rule naming none of
+    them is a problem: Kueue then marks the whole ClusterQueue inactive and admits nothing.
+    """
+    strategy = queue.spec.admission_checks_strategy
+    if strategy is None:
+        return [], False
+    declared = {c.metadata.name: c for c in checks} if checks is not None else None
+    waiting: list[str] = []
+    provisioning = False
+    for rule in strategy.admission_checks:
+        check = declared.get(rule.name) if declared is not None else None
+        if declared is not None and check is None:
+            problems.append(
+                f"ClusterQueue {queue.metadata.name} is inactive: its AdmissionCheck "
+                f"{rule.name} does not exist"
+            )
+            continue
+        if rule.on_flavors and not chosen & set(rule.on_flavors):
+            continue
+        waiting.append(rule.name)
+        if check is not None and check.spec.controller_name == PROVISIONING_CONTROLLER:
+            provisioning = True
+    return waiting, provisioning
+
+
 def admit(
     sets: list[PodSet],
     queue: ClusterQueue,
@@ -468,6 +670,7 @@ def admit(
     *,
     cohort: list[ClusterQueue] | None = None,
     excluded: tuple[str, ...] = EXCLUDED_RESOURCE_PREFIXES,
+    checks: Sequence[AdmissionCheck] | None = None,
 ) -> Admission:
     """Kueue's admission rule for `sets` in `queue`, on an empty cluster.
 
@@ -476,6 +679,13 @@ def admit(
     ("resource X unavailable in ClusterQueue Q" otherwise); per group, the first flavor
     whose node labels the pods select and whose quota (nominal plus what the cohort
     lends) holds the pod set's total of every resource of the group.
+
+    Then the queue's admission checks that run on the flavors assigned
+    (`admissionChecksStrategy`): quota is reserved, and the workload waits for them
+    (`Admission.waiting_for`; on an elastic pool, for the ProvisioningRequest that brings
+    its nodes). `checks`: the AdmissionChecks that exist, to tell the provisioning check
+    from others and to find a queue made inactive by a check that does not exist; None
+    assumes every named check exists and says nothing of its kind.
     """
     by_name = {f.metadata.name: f for f in flavors}
     assigned: dict[str, dict[str, str]] = {}
@@ -526,4 +736,15 @@ def admit(
             for r, amount in need.items():
                 used[(chosen, r)] = used.get((chosen, r), Fraction(0)) + amount
                 assigned[ps.name][r] = chosen
-    return Admission(queue=queue.metadata.name, flavors=assigned, problems=problems)
+    waiting: list[str] = []
+    provisioning = False
+    if not problems:
+        on = {f for by_resource in assigned.values() for f in by_resource.values()}
+        waiting, provisioning = _pending_checks(queue, on, checks, problems)
+    return Admission(
+        queue=queue.metadata.name,
+        flavors=assigned,
+        problems=problems,
+        waiting_for=waiting if not problems else [],
+        provisioning=provisioning and not problems,
+    )

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmp import console
-from llmp.errors import BadInput, Failed
+from llmp.commands import options
+from llmp.errors import BadInput, Failed, prefixed
 
 if TYPE_CHECKING:
+    from llmp.quarantine import QuarantineReport, Target
     from workloads.diagnosis.stragglers import Report
 
 
@@ -43,6 +45,40 @@ def stragglers(
     ] = 0.5,
     top: Annotated[int, typer.Option("--top", help="Rows per table.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    quarantine: Annotated[
+        bool,
+        typer.Option(
+            "--quarantine",
+            help="Take the nodes flagged SLOW out of service: cordon, taint "
+            "llm-platform/quarantined=slow:NoSchedule, annotate why, evict their training "
+            "pods. Acts only with --kubeconfig; without it, prints what it would do.",
+        ),
+    ] = False,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            "--kubeconfig",
+            metavar="FILE",
+            help="The cluster to quarantine in (--quarantine), named explicitly: the stack's "
+            "`pulumi stack output kubeconfig --show-secrets > kubeconfig`.",
+        ),
+    ] = None,
+    context: options.Context = None,
+    max_quarantined: Annotated[
+        int,
+        typer.Option(
+            "--max-quarantined",
+            metavar="N",
+            help="At most this many nodes may carry the quarantine taint, those already "
+            "carrying it (NVSentinel's too) included; nodes beyond it are refused.",
+        ),
+    ] = 2,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="With --quarantine: read the cluster, say what would change."
+        ),
+    ] = False,
 ) -> None:
     """Which ranks and nodes slow a synchronous job down, and by how much.
 
@@ -56,23 +92,122 @@ def stragglers(
     Sample: examples/stragglers/step-times.jsonl (2 nodes x 8 ranks x 20 steps, one slow
     node). --prometheus reads the same from llmp_train_step_seconds{job,rank,node}.
 
-    Exit 0: reported; 1: Prometheus unreachable or failing; 2: bad input.
+    --quarantine isolates the SLOW nodes, worst first, as NVSentinel isolates a faulty GPU
+    node (see llmp/quarantine.py): with --kubeconfig it acts (--dry-run: reads the cluster
+    and changes nothing); without, it prints what it would do. A node already carrying the
+    taint is left as it is; beyond --max-quarantined a node is refused.
+
+    Exit 0: reported (and quarantined); 1: Prometheus unreachable or failing, a node refused
+    by the cap, an eviction refused by a PodDisruptionBudget, a failed write; 2: bad input,
+    or no usable cluster.
     """
+    from llmp.quarantine import check_cap
     from workloads.diagnosis import stragglers as st
 
+    if not quarantine and (kubeconfig or context or dry_run):
+        raise BadInput("stragglers: --kubeconfig, --context and --dry-run go with --quarantine")
     try:
         st.check_options(threshold, persist, top)
+        if quarantine:
+            check_cap(max_quarantined)
         trace = st.load(source, prometheus, job, range_, resolution)
         report = st.analyse(trace, threshold, persist)
     except st.BadInput as exc:
         raise BadInput(f"stragglers: {exc}") from None
     except st.SourceUnavailable as exc:
         raise Failed(f"stragglers: {exc}") from None
+    except BadInput as exc:
+        raise BadInput(f"stragglers: {exc}") from None
+    if not as_json:
+        # The report first: it stands even when the cluster then cannot be used.
+        for part in render(report, top):
+            console.out.print(part)
+    isolated = None
+    if quarantine:
+        with prefixed("stragglers"):
+            isolated = quarantine_slow_nodes(report, kubeconfig, context, max_quarantined, dry_run)
     if as_json:
-        console.write(json.dumps(report.as_dict(), indent=2) + "\n")
-        return
-    for part in render(report, top):
-        console.out.print(part)
+        out = report.as_dict()
+        if quarantine:
+            out["quarantine"] = (
+                isolated.as_dict()
+                if isolated is not None
+                else {"acted": False, "nodes": [t.node for t in slow_nodes(report)[0]]}
+            )
+        console.write(json.dumps(out, indent=2) + "\n")
+    elif quarantine:
+        for line in quarantine_lines(report, isolated):
+            console.line(line)
+    if isolated is not None and (problem := isolated.summary()):
+        raise Failed(f"stragglers: {problem}")
+
+
+def slow_nodes(report: Report) -> tuple[list[Target], list[str]]:
+    """The nodes flagged SLOW, most time lost first (the cap keeps the worst), each with the
+    line its annotation carries; and the flagged groups that are no node (a rank whose trace
+    row named none, reported as rank-N)."""
+    from llmp.quarantine import Target
+
+    targets, nameless = [], []
+    for s in report.by_node:
+        if not s.flagged:
+            continue
+        if len(s.ranks) == 1 and s.name == f"rank-{s.ranks[0]}":
+            nameless.append(s.name)
+            continue
+        targets.append(
+            Target(
+                s.name,
+                f"llmp stragglers: {s.median_ratio:.3f}x the other nodes' median step time, "
+                f"slow in {s.slow_fraction:.0%} of {report.steps} steps, {s.lost_s:.1f} s lost "
+                f"({report.source})",
+            )
+        )
+    return targets, nameless
+
+
+def quarantine_slow_nodes(
+    report: Report, kubeconfig: str | None, context: str | None, cap: int, dry_run: bool
+) -> QuarantineReport | None:
+    """The quarantine of the SLOW nodes on the cluster; None where nothing is to be done or
+    no --kubeconfig names the cluster (the plan is printed instead)."""
+    import datetime
+
+    from llmp import kube
+    from llmp import quarantine as q
+
+    targets, _ = slow_nodes(report)
+    if not targets or kubeconfig is None:
+        return None
+    apis = kube.load_apis(kubeconfig, context)
+    return q.quarantine(
+        apis,
+        targets,
+        max_quarantined=cap,
+        dry_run=dry_run,
+        now=datetime.datetime.now(datetime.UTC),
+    )
+
+
+def quarantine_lines(report: Report, isolated: QuarantineReport | None) -> list[str]:
+    from llmp.quarantine import SLOW
+    from spec.labels import QUARANTINE_TAINT
+
+    targets, nameless = slow_nodes(report)
+    lines = [
+        f"quarantine: {name} has no node name in the trace; not quarantined" for name in nameless
+    ]
+    if not targets:
+        return [*lines, "quarantine: no node is persistently slow; nothing to do"]
+    if isolated is None:
+        names = ", ".join(t.node for t in targets)
+        return [
+            *lines,
+            f"quarantine: would cordon {names}, taint {QUARANTINE_TAINT}={SLOW}:NoSchedule, "
+            "annotate why and evict the training pods; pass --kubeconfig to act",
+        ]
+    prefix = "quarantine (dry run)" if isolated.dry_run else "quarantine"
+    return [*lines, *(f"{prefix}: {o.line()}" for o in isolated.outcomes)]
 
 
 def render(report: Report, top: int = 10) -> Iterable[Any]:

@@ -98,6 +98,8 @@ def _components(
             out.append(priced_components.monitoring(f))
         elif name == "serving":
             out.append(priced_components.serving(f, hours))
+        elif name == "images":
+            out.append(priced_components.image_repository(name))
         else:
             out.append(Component(name, note=NOTHING_BILLED.get(name, "")))
     return out

@@ -25,6 +25,8 @@ NOTHING_BILLED = {
     "tenancy": "namespaces, quotas, Kueue queues, IAM roles and access entries: nothing AWS bills",
     "volumes": "CSI drivers and static volumes of the buckets and file system priced under "
     "storage and lustre",
+    "node-autoscaler": "the Cluster Autoscaler's release, CRD and Pod Identity role: free; it "
+    "runs on the system pool, and the nodes it adds are priced under their pools",
 }
 """What the components that hold nothing billable are made of."""
 
@@ -370,5 +372,20 @@ def serving(f: Facts, hours: int) -> Component:
                 "ALB LCUs above the assumed floor, and data transfer",
                 "they follow traffic, which the config does not give",
             ),
+        ],
+    )
+
+
+def image_repository(name: str) -> Component:
+    """The trainer image's ECR repository: billed by what it stores, which no input gives."""
+    return Component(
+        name,
+        note="the trainer image's ECR repository and its lifecycle policy",
+        not_estimated=[
+            NotEstimated(
+                "images stored in ECR",
+                "billed per GB-month stored; how much the images take is not in the config "
+                "(the lifecycle policy bounds how many are kept)",
+            )
         ],
     )

@@ -54,6 +54,7 @@ FREE: Mapping[str, str] = {
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": "free",
     "aws:ec2/vpcEndpoint:VpcEndpoint": "an S3 gateway endpoint is free",
     "aws:ec2/placementGroup:PlacementGroup": "free",
+    "aws:autoscaling/tag:Tag": "free (a tag of a node group's Auto Scaling group)",
     "aws:eks/addon:Addon": "free; its pods run on the nodes priced",
     "aws:eks/accessEntry:AccessEntry": "free",
     "aws:eks/accessPolicyAssociation:AccessPolicyAssociation": "free",
@@ -74,6 +75,10 @@ FREE: Mapping[str, str] = {
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": (
         "free (its S3 requests are not estimated)"
     ),
+    # ECR bills $0.10 per GB-month of images stored (plus transfer out of the region); how
+    # much the trainer images take is not in the config, so there is nothing to multiply.
+    "aws:ecr/repository:Repository": "priced by stored GB, not in the config: not estimated",
+    "aws:ecr/lifecyclePolicy:LifecyclePolicy": "free (it deletes images, which lowers storage)",
 }
 """Types nothing bills for (or whose cost is counted under another type)."""
 

@@ -4,21 +4,30 @@ training-operator from pinned manifests, the LBC's Pod Identity role; each behin
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
 
+from components import addons
 from components.addons import (
+    DCGM_DIAG_WATCHES,
     DCGM_METRICS_CONFIG,
+    FABRIC_WATCHES,
     KUEUE_FRAMEWORKS,
     LBC_POLICY_FILE,
+    TRAINER_GRACE_S,
     efa_plugin_values,
     gpu_operator_values,
     kueue_manager_config,
+    nvsentinel_values,
+    quarantine_rule_sets,
 )
+from monitoring.charts import STORAGE_CLASS
 from monitoring.inventory import INVENTORY
 from spec.catalog import catalog
-from tests.conftest import STACKS, raw_stack
+from spec.labels import POOL_LABEL, QUARANTINE_TAINT
+from tests.conftest import STACKS, raw_stack, with_section
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 KUSTOMIZE = "kubernetes:kustomize/v2:Directory"
@@ -38,14 +47,26 @@ def _system(plan) -> str:
     return plan.one(NODE_GROUP, "cluster-system").urn
 
 
+ADDON_RELEASES = {
+    "gpu-operator",
+    "aws-efa-k8s-device-plugin",
+    "kueue",
+    "aws-load-balancer-controller",
+    "metrics-server",
+    "nvsentinel",
+    "cert-manager",
+}
+"""The charts the Addons component installs (other catalog charts belong to other components)."""
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_release_is_pinned_from_the_catalog(plans, stack: str) -> None:
     releases = _releases(plans(stack))
-    for key, chart in catalog().addon_charts.items():
-        if key == "aws-efa-k8s-device-plugin" and stack == "inference":
-            assert key not in releases  # no EFA pool
-            continue
-        inputs = releases[key].inputs
+    expected = ADDON_RELEASES - ({"aws-efa-k8s-device-plugin"} if stack == "inference" else set())
+    assert set(releases) == expected  # inference has no EFA pool
+    for key, release in releases.items():
+        chart = catalog().addon_charts[key]
+        inputs = release.inputs
         assert inputs["version"] == chart.version
         if chart.repository.startswith("oci://"):
             assert inputs["chart"] == f"{chart.repository}/{key}"
@@ -118,6 +139,9 @@ def test_kueue_objects_wait_for_the_kueue_release(plans) -> None:
         "ResourceFlavor",
         "ClusterQueue",
         "LocalQueue",
+        # finetune's pools are elastic: the provisioning check and its config
+        "AdmissionCheck",
+        "ProvisioningRequestConfig",
     }
     for r in objects:
         assert kueue in r.dependencies, r.name
@@ -169,19 +193,20 @@ def test_lbc_gets_cluster_region_and_vpc_and_a_pod_identity_role(plans) -> None:
 @pytest.mark.parametrize(
     ("flag", "gone"),
     [
-        ("gpu_operator", {"gpu-operator"}),
+        # NVSentinel reads the GPU operator's DCGM: without the operator it is off too.
+        ("gpu_operator", {"gpu-operator", "nvsentinel", "cert-manager"}),
         ("efa_device_plugin", {"aws-efa-k8s-device-plugin"}),
         ("metrics_server", {"metrics-server"}),
         ("load_balancer_controller", {"aws-load-balancer-controller"}),
         ("kueue", {"kueue"}),
+        ("nvsentinel", {"nvsentinel", "cert-manager"}),
     ],
 )
-def test_each_addon_can_be_turned_off(synth, flag: str, gone: set[str]) -> None:
+def test_each_addon_can_be_turned_off(plans, synth, flag: str, gone: set[str]) -> None:
     raw = raw_stack("pretrain")
     raw["llm-platform:addons"] = {flag: False}
     plan = synth(raw)
-    assert gone.isdisjoint(_releases(plan))
-    assert len(_releases(plan)) == len(catalog().addon_charts) - len(gone)
+    assert set(_releases(plan)) == set(_releases(plans("pretrain"))) - gone
     if flag == "kueue":
         assert not [r for r in plan.resources if r.type.startswith(KUEUE)]
     if flag == "load_balancer_controller":
@@ -192,3 +217,239 @@ def test_training_operator_can_be_turned_off(synth) -> None:
     raw = raw_stack("pretrain")
     raw["llm-platform:addons"] = {"training_operator": False}
     assert synth(raw).by_type(KUSTOMIZE) == []
+
+
+# --- NVSentinel -------------------------------------------------------------------------
+
+
+def _nvsentinel(plan) -> dict:
+    values: dict = _releases(plan)["nvsentinel"].inputs["values"]
+    return values
+
+
+def _rules(values: dict) -> dict[str, dict]:
+    return {r["name"]: r for r in values["fault-quarantine"]["ruleSets"]}
+
+
+def _health_expression(rule: dict) -> str:
+    [event] = [m["expression"] for m in rule["match"]["all"] if m["kind"] == "HealthEvent"]
+    return str(event)
+
+
+def _codes_in(expression: str) -> set[int]:
+    return {int(c) for c in re.findall(r"'(\d+)'", expression)}
+
+
+def test_nvsentinel_is_the_catalogs_oci_chart_in_its_own_namespace(plans) -> None:
+    pin = catalog().addon_charts["nvsentinel"]
+    inputs = _releases(plans("pretrain"))["nvsentinel"].inputs
+    assert inputs["chart"] == "oci://ghcr.io/nvidia/nvsentinel"
+    assert inputs["version"] == pin.version
+    assert inputs["namespace"] == "nvsentinel"
+    assert inputs["createNamespace"] is True
+    assert _nvsentinel(plans("pretrain")) == json.loads(json.dumps(nvsentinel_values(10, 60)))
+
+
+def test_nvsentinel_reads_the_gpu_operators_standalone_dcgm_host_engine(plans) -> None:
+    releases = _releases(plans("pretrain"))
+    operator = releases["gpu-operator"].inputs
+    assert operator["values"]["dcgm"]["enabled"] is True
+    dcgm = _nvsentinel(plans("pretrain"))["global"]["dcgm"]
+    assert dcgm["mode"] == "operator-service"
+    # The operator's Service nvidia-dcgm:5555 in the namespace the operator is released into.
+    assert dcgm["service"] == {
+        "endpoint": f"nvidia-dcgm.{operator['namespace']}.svc",
+        "port": 5555,
+    }
+    assert releases["gpu-operator"].urn in releases["nvsentinel"].dependencies
+
+
+def test_quarantine_rules_cover_every_xid_class_of_the_catalog(plans) -> None:
+    rules = _rules(_nvsentinel(plans("pretrain")))
+    xids = catalog().gpu_xids
+    assert xids is not None
+    unclassified = _health_expression(rules["XID unclassified"])
+    assert "event.isFatal == true" in unclassified
+    # NVSentinel's fatality decides only for codes no class lists: all of them are excluded.
+    assert _codes_in(unclassified) == set(xids.classified)
+    quarantined: set[int] = set()
+    for name, cls in xids.classes.items():
+        if cls.quarantine:
+            expression = _health_expression(rules[f"XID {name}"])
+            assert "SysLogsXIDError" in expression
+            assert _codes_in(expression) == set(cls.codes), name
+            quarantined |= set(cls.codes)
+        else:
+            assert f"XID {name}" not in rules
+    assert quarantined == set(xids.codes("node_replacement")) | set(xids.codes("gpu_reset"))
+    assert not quarantined & set(xids.codes("application"))
+    assert not quarantined & set(xids.codes("informational"))
+
+
+def test_xid_rules_follow_the_catalog_not_a_list_of_their_own(monkeypatch) -> None:
+    real = catalog()
+    assert real.gpu_xids is not None
+    reset = real.gpu_xids.classes["gpu_reset"]
+    extra = reset.model_copy(update={"codes": {**reset.codes, 999: reset.codes[48].model_copy()}})
+    changed = real.model_copy(
+        update={
+            "gpu_xids": real.gpu_xids.model_copy(
+                update={"classes": {**real.gpu_xids.classes, "gpu_reset": extra}}
+            )
+        }
+    )
+    monkeypatch.setattr(addons, "catalog", lambda: changed)
+    rules = {r["name"]: r for r in quarantine_rule_sets()}
+    assert 999 in _codes_in(_health_expression(rules["XID gpu_reset"]))
+    assert 999 in _codes_in(_health_expression(rules["XID unclassified"]))  # excluded there
+
+
+def test_dcgm_watches_cover_every_diagnostic_test_the_platform_runs(plans) -> None:
+    diagnostic = catalog().dcgm_diagnostic
+    assert diagnostic is not None
+    tests = {t for level in diagnostic.levels.values() for t in level.tests}
+    assert tests == set(DCGM_DIAG_WATCHES)
+    expression = _health_expression(_rules(_nvsentinel(plans("pretrain")))["DCGM health watches"])
+    assert expression.startswith("event.agent == 'gpu-health-monitor' && event.isFatal == true")
+    listed = set(re.findall(r"'(Gpu\w+Watch)'", expression))
+    assert listed == {w for ws in DCGM_DIAG_WATCHES.values() for w in ws} | set(FABRIC_WATCHES)
+    # A host engine that restarts is no GPU fault.
+    assert "GpuDcgmConnectivityFailure" not in expression
+
+
+def test_every_rule_cordons_and_taints_with_our_key_and_honours_the_opt_out(plans) -> None:
+    rules = _rules(_nvsentinel(plans("pretrain")))
+    assert {"GPU fallen off the bus", "NVSwitch SXID", "DCGM health watches"} <= set(rules)
+    for name, rule in rules.items():
+        assert rule["cordon"] == {"shouldCordon": True}, name
+        assert rule["taint"] == {
+            "key": QUARANTINE_TAINT,
+            "value": "gpu-fault",
+            "effect": "NoSchedule",
+        }, name
+        [node] = [m["expression"] for m in rule["match"]["all"] if m["kind"] == "Node"]
+        assert "ManagedByNVSentinel" in node
+
+
+def test_circuit_breaker_caps_quarantine_from_config(plans, synth) -> None:
+    default = _nvsentinel(plans("pretrain"))["fault-quarantine"]["circuitBreaker"]
+    assert default == {"enabled": True, "percentage": 10, "duration": "60m"}
+    raw = with_section(
+        "pretrain",
+        "addons",
+        {"nvsentinel_max_quarantined_percent": 25, "nvsentinel_quarantine_window_minutes": 30},
+    )
+    breaker = _nvsentinel(synth(raw))["fault-quarantine"]["circuitBreaker"]
+    assert breaker == {"enabled": True, "percentage": 25, "duration": "30m"}
+
+
+def test_node_drainer_evicts_training_pods_with_the_grace_the_trainer_asks_for(plans) -> None:
+    from workloads.jobs.pytorchjob import JobSpec, pytorch_job
+
+    job = pytorch_job(
+        JobSpec(
+            name="run",
+            namespace="foundation",
+            image="example.com/trainer:1",
+            command=["train.py"],
+            instance_type="p5.48xlarge",
+            node_pool="h100",
+            nodes_min=1,
+            nodes_max=2,
+            checkpoint_dir="/fsx/runs/run",
+            queue_name="foundation",
+        )
+    )
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["terminationGracePeriodSeconds"] == TRAINER_GRACE_S
+    drainer = _nvsentinel(plans("pretrain"))["node-drainer"]
+    # Immediate mode: an Eviction (PDBs hold) whose grace period is this timeout.
+    assert drainer["evictionTimeoutInSeconds"] == str(TRAINER_GRACE_S)
+    assert drainer["userNamespaces"] == [{"name": "*", "mode": "Immediate"}]
+    system = re.compile(drainer["systemNamespaces"])
+    for namespace in ("kube-system", "gpu-operator", "nvsentinel", "cert-manager", "kueue-system"):
+        assert system.match(namespace), namespace
+    assert not system.match("foundation")
+    assert not system.match("kube-system-x")
+
+
+def test_nvsentinel_watches_gpu_nodes_and_runs_its_controllers_on_the_system_pool(plans) -> None:
+    plan = plans("pretrain")
+    values = _nvsentinel(plan)
+    # The monitors tolerate the GPU taint and our quarantine taint: they see a node recover.
+    assert values["global"]["tolerations"] == [{"operator": "Exists"}]
+    system = {POOL_LABEL: "system"}
+    assert values["global"]["systemNodeSelector"] == system
+    mongodb = values["mongodb-store"]["mongodb"]
+    assert mongodb["nodeSelector"] == system
+    assert values["mongodb-store"]["job"]["nodeSelector"] == system
+    assert mongodb["persistence"] == {"storageClass": STORAGE_CLASS, "size": "8Gi"}
+    [storage_class] = plan.by_type("kubernetes:storage.k8s.io/v1:StorageClass")
+    assert storage_class.inputs["metadata"]["name"] == STORAGE_CLASS
+    releases = _releases(plan)
+    assert _system(plan) in releases["nvsentinel"].dependencies
+    assert releases["cert-manager"].urn in releases["nvsentinel"].dependencies
+    cert_manager = releases["cert-manager"].inputs["values"]
+    assert cert_manager == {
+        "crds": {"enabled": True, "keep": True},
+        "global": {"nodeSelector": system},
+    }
+
+
+def test_gpu_operator_daemonsets_stay_on_a_quarantined_node(plans) -> None:
+    values = _releases(plans("pretrain"))["gpu-operator"].inputs["values"]
+    taint = {"key": QUARANTINE_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+    assert taint in values["daemonsets"]["tolerations"]
+
+
+def test_nvsentinel_leaves_remediation_to_eks_node_auto_repair(plans) -> None:
+    plan = plans("pretrain")
+    values = _nvsentinel(plan)["global"]
+    assert values["faultRemediation"] == {"enabled": False}
+    assert values["janitor"] == {"enabled": False}
+    for module in ("gpuHealthMonitor", "syslogHealthMonitor", "faultQuarantine", "nodeDrainer"):
+        assert values[module] == {"enabled": True}, module
+    repair = [
+        g.inputs["nodeRepairConfig"] for g in plan.by_type(NODE_GROUP) if g.name.startswith("gpu-")
+    ]
+    assert repair and all(r == {"enabled": True} for r in repair)
+
+
+@pytest.mark.parametrize(
+    ("section", "overrides"),
+    [
+        ("monitoring", {"enabled": False}),  # no EBS CSI driver nor gp3 class for its MongoDB
+        (
+            "node_pools",
+            {  # Trainium only: no NVIDIA GPU to watch
+                "a100-spot": {"instance_type": "trn1.32xlarge"},
+                "h100": {"instance_type": "trn1.32xlarge"},
+            },
+        ),
+    ],
+)
+def test_nvsentinel_is_off_without_what_it_needs(synth, section: str, overrides: dict) -> None:
+    releases = _releases(synth(with_section("finetune", section, overrides)))
+    assert "nvsentinel" not in releases
+    assert "cert-manager" not in releases
+
+
+def test_nvsentinel_alone_refuses_to_run_without_the_gpu_operator() -> None:
+    from components.addons import Addons, AddonsArgs
+    from llmp.synth import run
+
+    def program() -> None:
+        Addons(
+            "addons",
+            AddonsArgs(
+                gpu_operator=False,
+                nvsentinel=True,
+                cluster_name="c",
+                region="us-east-1",
+                vpc_id="vpc-1",
+                pools=[],
+            ),
+        )
+
+    with pytest.raises(ValueError, match="needs gpu_operator"):
+        run("alone", "us-east-1", program)

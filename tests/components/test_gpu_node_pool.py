@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import base64
+from fractions import Fraction
 
 import pytest
 
-from components.gpu_node_pool import efa_network_interfaces
-from components.managed_nodes import hugepages_script
-from llmp.synth import autoname
-from tests.conftest import inputs_of, with_section
+from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs, efa_network_interfaces
+from components.managed_nodes import PoolSize, hugepages_script
+from llmp.synth import autoname, run
+from spec.catalog import catalog
+from spec.labels import POOL_LABEL
+from spec.stackfile import load_config
+from tests.conftest import inputs_of, raw_stack, with_section
+from workloads import kueue
+from workloads.jobs import pytorchjob
+from workloads.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
+from workloads.jobs.fabric import FabricSpec, fabric_manifests
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -201,3 +209,295 @@ def test_huge_pages_are_raised_to_the_minimum_and_never_lowered(
     subprocess.run(["bash", str(script)], check=True, env=env, timeout=30)
     assert int(proc.read_text()) == after
     assert conf.exists() is written
+
+
+# --- elastic pools: the Auto Scaling group's tags for the Cluster Autoscaler -----------------
+
+TAG = "aws:autoscaling/tag:Tag"
+TEMPLATE = "k8s.io/cluster-autoscaler/node-template"
+
+
+def asg_tags(plan, pool: str) -> dict[str, str]:
+    """The tags `pool`'s GpuNodePool puts on its node group's Auto Scaling group."""
+    out = {}
+    for r in plan.by_type(TAG):
+        if r.parent.endswith(f"::gpu-{pool}"):
+            assert r.inputs["tag"]["key"] not in out
+            out[r.inputs["tag"]["key"]] = r.inputs["tag"]["value"]
+    return out
+
+
+def test_an_elastic_pool_tags_its_auto_scaling_group_for_scale_from_zero(plans) -> None:
+    plan = plans("finetune")
+    assert asg_tags(plan, "h100") == {
+        "llm-platform/elastic": "true",
+        f"{TEMPLATE}/label/llm-platform/accelerator": "H100",
+        f"{TEMPLATE}/label/llm-platform/capacity-type": "on_demand",
+        f"{TEMPLATE}/label/llm-platform/checkpointing": "false",
+        f"{TEMPLATE}/label/llm-platform/efa": "true",
+        f"{TEMPLATE}/label/llm-platform/pool": "h100",
+        f"{TEMPLATE}/label/nvidia.com/gpu": "true",
+        f"{TEMPLATE}/taint/nvidia.com/gpu": "true:NoSchedule",
+        f"{TEMPLATE}/resources/ephemeral-storage": "500Gi",
+        f"{TEMPLATE}/resources/hugepages-2Mi": "5120Mi",
+        f"{TEMPLATE}/resources/nvidia.com/gpu": "8",
+        f"{TEMPLATE}/resources/vpc.amazonaws.com/efa": "32",
+    }
+    spot = asg_tags(plan, "a100-spot")
+    assert spot[f"{TEMPLATE}/label/llm-platform/capacity-type"] == "spot"
+    assert spot[f"{TEMPLATE}/label/llm-platform/checkpointing"] == "true"
+    assert spot[f"{TEMPLATE}/resources/vpc.amazonaws.com/efa"] == "4"  # p4de
+
+
+def test_the_tags_name_the_node_groups_own_auto_scaling_group(plans) -> None:
+    plan = plans("finetune")
+    group = plan.one(NODE_GROUP, "gpu-h100-nodes")
+    tags = [r for r in plan.by_type(TAG) if r.parent.endswith("::gpu-h100")]
+    assert tags
+    for r in tags:
+        # the node group's output resources[0].autoscalingGroups[0].name, as the mock names it
+        assert r.inputs["autoscalingGroupName"] == "eks-gpu-h100-nodes-asg"
+        assert group.urn in r.dependencies
+        # they describe the group to the autoscaler; the launch template tags the instances
+        assert r.inputs["tag"]["propagateAtLaunch"] is False
+
+
+def test_a_fixed_pool_tags_nothing(plans, synth) -> None:
+    assert not plans("pretrain").by_type(TAG)
+    raw = with_section("finetune", "node_pools", {"h100": {"elastic": False}})
+    plan = synth(raw)
+    assert asg_tags(plan, "h100") == {}
+    assert asg_tags(plan, "a100-spot")
+
+
+def test_inference_pools_without_efa_or_huge_pages_advertise_neither(plans) -> None:
+    tags = asg_tags(plans("inference"), "l40s")
+    assert tags[f"{TEMPLATE}/resources/nvidia.com/gpu"] == "4"
+    assert tags[f"{TEMPLATE}/label/llm-platform/efa"] == "false"
+    assert f"{TEMPLATE}/resources/vpc.amazonaws.com/efa" not in tags
+    assert f"{TEMPLATE}/resources/hugepages-2Mi" not in tags
+
+
+def _simulated_node(tags: dict[str, str], instance_type: str, zone: str) -> dict:
+    """The node the Cluster Autoscaler builds for a group at zero (aws_manager.go
+    buildNodeFromTemplate at the pinned tag): capacity from the instance type, generic
+    labels, then the node-template tags."""
+    itype = catalog().instance(instance_type)
+    capacity: dict[str, Fraction] = {
+        "pods": Fraction(110),
+        "cpu": Fraction(itype.vcpus),
+        "memory": Fraction(itype.memory_gib * 2**30),
+        "nvidia.com/gpu": Fraction(itype.gpu_count if itype.accelerator.kind == "nvidia" else 0),
+    }
+    labels = {
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": instance_type,
+        "topology.kubernetes.io/zone": zone,
+    }
+    taints = []
+    for key, value in tags.items():
+        if key.startswith(f"{TEMPLATE}/resources/"):
+            capacity[key.removeprefix(f"{TEMPLATE}/resources/")] = kueue.quantity(value)
+        elif key.startswith(f"{TEMPLATE}/label/"):
+            labels[key.removeprefix(f"{TEMPLATE}/label/")] = value
+        elif key.startswith(f"{TEMPLATE}/taint/"):
+            taint_value, effect = value.split(":")
+            taints.append((key.removeprefix(f"{TEMPLATE}/taint/"), taint_value, effect))
+    return {"capacity": capacity, "labels": labels, "taints": taints}
+
+
+def _fits(pod: dict, node: dict) -> list[str]:
+    """Why the scheduler would refuse `pod` on `node` (empty: it fits)."""
+    why = []
+    for resource, amount in kueue.pod_requests(pod).items():
+        if amount > node["capacity"].get(resource, 0):
+            why.append(f"{resource} {amount} > {node['capacity'].get(resource, 0)}")
+    labels = node["labels"]
+    for key, value in (pod.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            why.append(f"nodeSelector {key}={value}")
+    required = (
+        ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms") or []
+
+    def matches(expr: dict) -> bool:
+        op, value = expr["operator"], labels.get(expr["key"])
+        if op == "In":
+            return value in expr["values"]
+        if op == "NotIn":
+            return value not in expr["values"]
+        return (value is not None) == (op == "Exists")
+
+    if required and not any(all(matches(e) for e in t["matchExpressions"]) for t in required):
+        why.append("required node affinity")
+    for key, value, effect in node["taints"]:
+        tolerated = any(
+            t.get("key") in (key, None)
+            and (t.get("operator") == "Exists" or t.get("value") == value)
+            and t.get("effect") in (effect, None)
+            for t in pod.get("tolerations") or []
+        )
+        if not tolerated:
+            why.append(f"taint {key}={value}:{effect}")
+    return why
+
+
+def _gpu_workloads(instance_type: str, pool: str, nodes: int) -> dict[str, dict]:
+    """What the builders render for a pool: the PyTorchJob, and on NVIDIA pools the DCGM
+    diagnostic and (where the catalog has a threshold) the 2-node fabric test."""
+    out = {
+        "pytorchjob": pytorchjob.build(
+            name="train",
+            namespace="team",
+            image="registry.example.com/trainer:1.0",
+            command=["train.py"],
+            instance_type=instance_type,
+            node_pool=pool,
+            nodes_min=1,
+            nodes_max=nodes,
+            checkpoint_dir="/fsx/checkpoints/train",
+            queue_name=kueue.LOCAL_QUEUE,
+        )
+    }
+    if catalog().instance(instance_type).accelerator.kind == "nvidia":
+        (out["dcgm-diag"],) = dcgm_diag_manifests(
+            DcgmDiagSpec(
+                instance_type=instance_type,
+                node_pool=pool,
+                namespace="team",
+                nodes=nodes,
+                queue_name=kueue.LOCAL_QUEUE,
+            )
+        )
+        if instance_type in catalog().fabric_acceptance.thresholds and nodes >= 2:
+            _, out["fabric"] = fabric_manifests(
+                FabricSpec(
+                    instance_type=instance_type,
+                    node_pool=pool,
+                    namespace="team",
+                    nodes=nodes,
+                    queue_name=kueue.LOCAL_QUEUE,
+                )
+            )
+    return out
+
+
+def test_every_training_pod_fits_the_node_an_elastic_pool_is_at_zero(plans) -> None:
+    """The journey of a job on a pool at zero nodes: the autoscaler scales up only for pods
+    that fit the node it simulates from the group's tags, so every pod the builders render
+    for finetune's pools must fit it, EFA interfaces and huge pages included."""
+    cfg = load_config(raw_stack("finetune"))
+    plan = plans("finetune")
+    checked = 0
+    for name, pool in cfg.node_pools.items():
+        assert pool.elastic, name
+        node = _simulated_node(asg_tags(plan, name), pool.instance_type, cfg.pool_zones(pool)[0])
+        for kind, manifest in _gpu_workloads(pool.instance_type, name, 2).items():
+            for ps in kueue.pod_sets(manifest):
+                assert _fits(ps.template["spec"], node) == [], (name, kind, ps.name)
+                checked += 1
+    assert checked == 6  # per pool: the PyTorchJob's workers, the DCGM diagnostic, the fabric
+
+
+def test_every_model_server_fits_the_node_its_elastic_pool_is_at_zero(plans) -> None:
+    """Serving's journey: KEDA adds a replica, it is pending, and the autoscaler adds a node
+    only if the replica fits the node the pool's tags describe."""
+    cfg = load_config(raw_stack("inference"))
+    plan = plans("inference")
+    servers = [m for m in plan.manifests() if m["kind"] == "Deployment"]
+    checked = 0
+    for manifest in servers:
+        pod = manifest["spec"]["template"]["spec"]
+        terms = (
+            ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+            or {}
+        ).get("nodeSelectorTerms") or []
+        pools = {
+            value
+            for term in terms
+            for expr in term["matchExpressions"]
+            if expr["key"] == POOL_LABEL
+            for value in expr["values"]
+        }
+        if not pools:
+            continue  # the gateway and other Deployments of the system pool
+        (name,) = pools
+        pool = cfg.node_pools[name]
+        for zone in cfg.pool_zones(pool):
+            node = _simulated_node(asg_tags(plan, name), pool.instance_type, zone)
+            assert _fits(pod, node) == [], (manifest["metadata"]["name"], zone)
+        checked += 1
+    assert checked == len(cfg.serving.models) == 2
+
+
+def test_without_the_device_tags_a_fabric_pod_would_never_scale_a_pool_up(plans) -> None:
+    tags = asg_tags(plans("finetune"), "h100")
+    workloads = _gpu_workloads("p5.48xlarge", "h100", 2)
+    (fabric,) = kueue.pod_sets(workloads["fabric"])
+    bare = {k: v for k, v in tags.items() if "/resources/" not in k}
+    why = _fits(fabric.template["spec"], _simulated_node(bare, "p5.48xlarge", "us-west-2a"))
+    assert any(w.startswith("vpc.amazonaws.com/efa") for w in why), why
+    assert any(w.startswith("hugepages-2Mi") for w in why), why
+    # without the pool label, no job's node affinity (its Kueue flavor) selects the group
+    unlabelled = {k: v for k, v in tags.items() if not k.endswith("/label/llm-platform/pool")}
+    (worker,) = [ps for ps in kueue.pod_sets(workloads["pytorchjob"]) if ps.name == "worker"]
+    why = _fits(worker.template["spec"], _simulated_node(unlabelled, "p5.48xlarge", "us-west-2a"))
+    assert "required node affinity" in why
+
+
+def alone_pool_args(**changes: object) -> GpuNodePoolArgs:
+    """A pool's args as a test builds it alone, without a stack: `changes` replace fields."""
+    fields: dict[str, object] = {
+        "pool_name": "gpu",
+        "instance_type": "p5.48xlarge",
+        "size": PoolSize(min_size=0, desired_size=0, max_size=2),
+        "cluster_name": "c",
+        "cluster_version": "1.35",
+        "cluster_security_group_id": "sg-c",
+        "node_role_arn": "arn:aws:iam::123456789012:role/node",
+        "subnet_ids": ["subnet-a"],
+        "efa_security_group_id": "sg-efa",
+        "wait_for": [],
+        "tags": {},
+        **changes,
+    }
+    return GpuNodePoolArgs(**fields)  # type: ignore[arg-type]
+
+
+def test_a_neuron_pool_advertises_its_devices_and_taint() -> None:
+    def program() -> None:
+        GpuNodePool(
+            "gpu-trn",
+            alone_pool_args(
+                pool_name="trn",
+                instance_type="trn1.32xlarge",
+                size=PoolSize(min_size=0, desired_size=0, max_size=4),
+                elastic=True,
+                efa=True,
+                hugepages_2mi_mib=5120,
+            ),
+        )
+
+    tags = asg_tags(run("alone", "us-east-1", program), "trn")
+    assert tags[f"{TEMPLATE}/resources/aws.amazon.com/neuron"] == "16"
+    assert tags[f"{TEMPLATE}/taint/aws.amazon.com/neuron"] == "true:NoSchedule"
+    assert tags[f"{TEMPLATE}/resources/vpc.amazonaws.com/efa"] == "8"
+    assert f"{TEMPLATE}/resources/nvidia.com/gpu" not in tags
+
+
+def test_an_elastic_pool_needs_room_to_scale() -> None:
+    fixed = alone_pool_args(
+        pool_name="fixed", size=PoolSize(min_size=2, desired_size=2, max_size=2), elastic=True
+    )
+
+    def program() -> None:
+        GpuNodePool("gpu", fixed)
+
+    with pytest.raises(ValueError, match="min_size below max_size"):
+        run("alone", "us-east-1", program)

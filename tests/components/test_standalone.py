@@ -15,6 +15,7 @@ import pytest
 
 from components.cluster import Cluster, ClusterArgs, SystemPool
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.image_repository import ImageRepository, ImageRepositoryArgs
 from components.managed_nodes import PoolSize
 from components.network import Network, NetworkArgs
 from components.serving import Serving, ServingArgs
@@ -197,6 +198,29 @@ def test_storage_refuses_buckets_without_a_logs_bucket() -> None:
                 ),
             )
         )
+
+
+def test_an_image_repository_alone_can_take_a_customer_managed_key() -> None:
+    key = "arn:aws:kms:eu-west-1:123456789012:key/0123abcd-0123-4567-89ab-0123456789ab"
+
+    def program() -> None:
+        ImageRepository(
+            "images",
+            ImageRepositoryArgs(
+                repository_name="team/trainer",
+                release_tag_prefix="v",
+                release_images_kept=3,
+                kms_key_arn=key,
+            ),
+        )
+
+    plan = run("alone", REGION, program)
+    repository = plan.one("aws:ecr/repository:Repository", "images-repository")
+    assert repository.inputs["encryptionConfigurations"] == [
+        {"encryptionType": "KMS", "kmsKey": key}
+    ]
+    lifecycle = plan.one("aws:ecr/lifecyclePolicy:LifecyclePolicy", "images-lifecycle")
+    assert '"tagPrefixList": ["v"]' in lifecycle.inputs["policy"]
 
 
 @dataclass(frozen=True)

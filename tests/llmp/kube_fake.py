@@ -13,7 +13,10 @@ DeadlineExceeded). Pod logs come back as the real client returns them: raw bytes
 `_preload_content=False`, and otherwise through the client's deserializer, which
 json-decodes a JSON log into a dict and returns its repr. Deployments, DaemonSets and
 Kueue ClusterQueues are what a test puts in (`deployment`, `daemon_set`,
-`cluster_queue` build them).
+`cluster_queue` build them). For a quarantine (`llmp stragglers --quarantine`): nodes carry
+taints, annotations and a resourceVersion that `patch_node` checks and bumps; pods on nodes
+(`node_pod`) are listed by node and label, and evicted through the Eviction API, which a
+PodDisruptionBudget can refuse (429).
 """
 
 from __future__ import annotations
@@ -100,11 +103,25 @@ class FakeNode:
     efa: int = 32
     ready: bool = True
     cordoned: bool = False
+    taints: list[tuple[str, str | None, str]] = field(default_factory=list)
+    """(key, value, effect) of each taint, as `patch_node` leaves them."""
+    annotations: dict[str, str] = field(default_factory=dict)
+    version: int = 1
+    """metadata.resourceVersion: every patch bumps it; a patch naming an older one is a 409."""
 
     def model(self) -> client.V1Node:
         return client.V1Node(
-            metadata=client.V1ObjectMeta(name=self.name, labels={"llm-platform/pool": self.pool}),
-            spec=client.V1NodeSpec(unschedulable=self.cordoned or None),
+            metadata=client.V1ObjectMeta(
+                name=self.name,
+                labels={"llm-platform/pool": self.pool},
+                annotations=dict(self.annotations) or None,
+                resource_version=str(self.version),
+            ),
+            spec=client.V1NodeSpec(
+                unschedulable=self.cordoned or None,
+                taints=[client.V1Taint(key=k, value=v, effect=e) for k, v, e in self.taints]
+                or None,
+            ),
             status=client.V1NodeStatus(
                 conditions=[
                     client.V1NodeCondition(type="Ready", status="True" if self.ready else "False")
@@ -172,6 +189,14 @@ class FakeCluster:
         self.daemon_sets: dict[tuple[str, str], client.V1DaemonSet] = {}
         self.cluster_objects: dict[tuple[str, str], dict[str, Any]] = {}
         """(plural, name) -> a cluster-scoped custom object (Kueue's ClusterQueues)."""
+        self.pods: list[client.V1Pod] = []
+        """Pods running on the nodes, outside any Job (`node_pod` builds them)."""
+        self.evictions: list[tuple[str, str]] = []
+        """(namespace, pod) of every Eviction the API accepted, in order."""
+        self.pdb_blocked: set[tuple[str, str]] = set()
+        """(namespace, pod) whose eviction a PodDisruptionBudget refuses (429)."""
+        self.node_patches: list[tuple[str, dict[str, Any]]] = []
+        """(node, body) of every patch the API accepted."""
         self.calls: list[str] = []
         self.fail: dict[str, Exception] = {}
         """Method name -> the exception that call raises (unreachable, forbidden...)."""
@@ -375,6 +400,26 @@ def daemon_set(
     )
 
 
+def node_pod(
+    namespace: str,
+    name: str,
+    node: str,
+    labels: dict[str, str] | None = None,
+    phase: str = "Running",
+    grace_s: int = 300,
+) -> client.V1Pod:
+    """A pod scheduled on `node` (what the kubelet runs there), for `FakeCluster.pods`."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels or {}),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="main")],
+            node_name=node,
+            termination_grace_period_seconds=grace_s,
+        ),
+        status=client.V1PodStatus(phase=phase),
+    )
+
+
 def cluster_queue(
     name: str, active: bool = True, reason: str = "Ready", message: str = "Can admit new workloads"
 ) -> dict[str, Any]:
@@ -406,9 +451,93 @@ class _Core:
 
     def list_node(self, label_selector: str = "", **_: Any) -> client.V1NodeList:
         self.c._call("CoreV1Api", "list_node", {"label_selector": label_selector, **_})
+        if not label_selector:
+            return client.V1NodeList(items=[n.model() for n in self.c.nodes])
         key, _, value = label_selector.partition("=")
         assert key == "llm-platform/pool", label_selector
         return client.V1NodeList(items=[n.model() for n in self.c.nodes if n.pool == value])
+
+    def patch_node(self, name: str, body: dict[str, Any], **kwargs: Any) -> client.V1Node:
+        """A strategic-merge patch of the fields a quarantine sets: spec.unschedulable,
+        spec.taints (a list without a merge key, so it replaces the node's), annotations
+        (merged); metadata.resourceVersion, when given, must be the node's (else 409)."""
+        self.c._call("CoreV1Api", "patch_node", {"name": name, "body": body, **kwargs})
+        node = next((n for n in self.c.nodes if n.name == name), None)
+        if node is None:
+            raise api_error(404, "Not Found", f'nodes "{name}" not found')
+        metadata = body.get("metadata", {})
+        assert set(metadata) <= {"resourceVersion", "annotations"}, metadata
+        assert set(body.get("spec", {})) <= {"unschedulable", "taints"}, body
+        version = metadata.get("resourceVersion")
+        if version is not None and version != str(node.version):
+            raise api_error(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on nodes "{name}": the object has been modified',
+            )
+        spec = body.get("spec", {})
+        if "unschedulable" in spec:
+            node.cordoned = bool(spec["unschedulable"])
+        if "taints" in spec:
+            for taint in spec["taints"]:
+                assert set(taint) <= {"key", "value", "effect", "timeAdded"}, taint
+                assert taint["effect"] in ("NoSchedule", "PreferNoSchedule", "NoExecute"), taint
+            node.taints = [(t["key"], t.get("value"), t["effect"]) for t in spec["taints"]]
+        node.annotations.update(metadata.get("annotations", {}))
+        node.version += 1
+        self.c.node_patches.append((name, json.loads(json.dumps(body))))
+        return node.model()
+
+    def list_pod_for_all_namespaces(
+        self, field_selector: str = "", label_selector: str = "", **kwargs: Any
+    ) -> client.V1PodList:
+        self.c._call(
+            "CoreV1Api",
+            "list_pod_for_all_namespaces",
+            {"field_selector": field_selector, "label_selector": label_selector, **kwargs},
+        )
+        key, _, node = field_selector.partition("=")
+        assert key == "spec.nodeName", field_selector
+        wanted = dict(term.split("=", 1) for term in label_selector.split(",") if label_selector)
+        items = [
+            p
+            for p in self.c.pods
+            if p.spec.node_name == node
+            and all((p.metadata.labels or {}).get(k) == v for k, v in wanted.items())
+        ]
+        return client.V1PodList(items=items)
+
+    def create_namespaced_pod_eviction(
+        self, name: str, namespace: str, body: Any, **kwargs: Any
+    ) -> Any:
+        """The Eviction API: 429 where a PodDisruptionBudget allows no disruption; otherwise
+        the pod is deleted gracefully (deletionTimestamp set, its own grace period runs)."""
+        self.c._call(
+            "CoreV1Api",
+            "create_namespaced_pod_eviction",
+            {"name": name, "namespace": namespace, "body": body, **kwargs},
+        )
+        assert isinstance(body, client.V1Eviction), body
+        assert (body.metadata.name, body.metadata.namespace) == (name, namespace), body
+        pod = next(
+            (
+                p
+                for p in self.c.pods
+                if (p.metadata.namespace, p.metadata.name) == (namespace, name)
+            ),
+            None,
+        )
+        if pod is None:
+            raise api_error(404, "Not Found", f'pods "{name}" not found')
+        if (namespace, name) in self.c.pdb_blocked:
+            raise api_error(
+                429,
+                "Too Many Requests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            )
+        pod.metadata.deletion_timestamp = EPOCH + datetime.timedelta(seconds=self.c.clock.now)
+        self.c.evictions.append((namespace, name))
+        return {"kind": "Status", "status": "Success"}
 
     def read_namespaced_secret(self, name: str, namespace: str, **_: Any) -> client.V1Secret:
         self.c._call("CoreV1Api", "read_namespaced_secret", _)

@@ -24,13 +24,15 @@ from tests.conftest import STACKS, raw_stack
 # Objects validated and custom resources skipped, per stack. Adding an object
 # changes these on purpose: update them with the manifest.
 # Custom resources are Kueue's: a flavor per GPU pool plus `cpu`, a ClusterQueue per tenant
-# plus `spare`, a LocalQueue per tenant; in inference also a KEDA ScaledObject per served model.
+# plus `spare`, a LocalQueue per tenant, and where a pool is elastic (finetune, inference) the
+# provisioning AdmissionCheck and its ProvisioningRequestConfig; in inference also a KEDA
+# ScaledObject per served model.
 # Inference's serving adds the gateway Secret, a Deployment, Service and PDB per model (two),
 # the Ingress and the ALB NetworkPolicy.
 EXPECTED = {
     "pretrain": {"checked": 17, "custom": 6},
-    "finetune": {"checked": 43, "custom": 10},
-    "inference": {"checked": 26, "custom": 8},
+    "finetune": {"checked": 43, "custom": 12},
+    "inference": {"checked": 26, "custom": 10},
 }
 # Monitoring (every stack, components/monitoring.py) adds its Namespace, ResourceQuota,
 # LimitRange and the gp3 StorageClass, a Grafana dashboard ConfigMap per

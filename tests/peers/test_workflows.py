@@ -149,12 +149,13 @@ def _llmp_invocations() -> list[tuple[str, list[str]]]:
     return found
 
 
-def test_the_four_workflows_exist() -> None:
+def test_the_five_workflows_exist() -> None:
     assert {p.name for p in WORKFLOWS} == {
         "test.yml",
         "offline-preview.yml",
         "preview.yml",
         "up.yml",
+        "trainer-image.yml",
     }
 
 
@@ -349,3 +350,23 @@ def test_pulumi_up_never_overlaps_and_is_never_cancelled() -> None:
     assert "${{ matrix.stack }}" in job["concurrency"]["group"]
     assert job["concurrency"]["cancel-in-progress"] is False, "cancelling stops an update half way"
     assert job["strategy"]["fail-fast"] is False, "fail-fast cancels the other stacks' ups"
+
+
+def test_the_trainer_image_is_pushed_from_a_release_tag_only() -> None:
+    """The image tag is the git tag, the repository the stack's output, and only the push
+    job, in its own environment, gets an OIDC token."""
+    from spec.images import RELEASE_TAG_PREFIX
+
+    workflow = _load(WORKFLOWS_DIR / "trainer-image.yml")
+    assert _triggers(workflow) == {"push": {"tags": [f"{RELEASE_TAG_PREFIX}*"]}}
+    assert workflow["permissions"] == {"contents": "read"}
+    jobs = workflow["jobs"]
+    assert {n for n, j in jobs.items() if (j.get("permissions") or {}).get("id-token")} == {"push"}
+    push = jobs["push"]
+    assert push["environment"] == "trainer-image", "the push role trusts one environment"
+    assert push["env"]["TAG"] == "${{ github.ref_name }}"
+    assert push["env"]["REPOSITORY"] == "${{ vars.TRAINER_IMAGE_REPOSITORY }}"
+    (build,) = [s for s in push["steps"] if _uses(s) == "docker/build-push-action"]
+    assert build["with"]["tags"] == "${{ env.REPOSITORY }}:${{ env.TAG }}"
+    assert build["with"]["file"] == "images/trainer/Dockerfile"
+    assert build["with"]["push"] is True

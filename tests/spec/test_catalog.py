@@ -178,3 +178,32 @@ def test_nccl_tests_image_is_tagged_as_its_build_spec_pushes_it() -> None:
     assert match, f"{tag} does not follow the build spec's tag scheme"
     for version in match.groups():
         assert version.lstrip("v") in catalog().fabric_acceptance.image_source
+
+
+def test_nvsentinel_and_its_cert_manager_are_pinned_to_published_releases() -> None:
+    import re
+
+    charts = catalog().addon_charts
+    nvsentinel = charts["nvsentinel"]
+    # The release workflow pushes oci://ghcr.io/nvidia/nvsentinel at the tag's own name.
+    assert nvsentinel.repository == "oci://ghcr.io/nvidia"
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", nvsentinel.version)
+    assert nvsentinel.verified.against == "release tag"
+    assert f"NVIDIA/NVSentinel release {nvsentinel.version}" in nvsentinel.verified.where
+    assert nvsentinel.verified.checked == datetime.date(2026, 12, 1)
+    cert_manager = charts["cert-manager"]
+    assert cert_manager.repository == "https://charts.jetstack.io"
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", cert_manager.version)
+    assert f"cert-manager/cert-manager tag {cert_manager.version}" in cert_manager.verified.where
+    # The values the component sets are the ones the source says were read at the tag.
+    for key in ("circuitBreaker", "ruleSets", "evictionTimeoutInSeconds", "global.dcgm.mode"):
+        assert key.rsplit(".", 1)[-1] in nvsentinel.source, key
+
+
+def test_quarantine_is_for_the_xid_classes_that_need_a_reset_or_a_new_node() -> None:
+    xids = catalog().gpu_xids
+    assert xids is not None
+    quarantined = {name for name, cls in xids.classes.items() if cls.quarantine}
+    assert quarantined == {"node_replacement", "gpu_reset"}
+    # Only critical classes take a node out of service.
+    assert all(xids.classes[name].severity == "critical" for name in quarantined)

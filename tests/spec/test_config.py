@@ -99,6 +99,38 @@ def test_min_above_max() -> None:
     )
 
 
+def test_a_fixed_pool_cannot_be_elastic() -> None:
+    raw = with_section("pretrain", "node_pools", {"h100": {"elastic": True}})
+    assert config_error(raw) == (
+        "config error: llm-platform:node_pools.h100.elastic = True: min_size = max_size = 16 "
+        "is a fixed pool, which no autoscaler may resize; set min_size below max_size, or "
+        "elastic: false"
+    )
+
+
+def test_elastic_is_opt_in_and_needs_room_between_min_and_max() -> None:
+    cfg = load_config(raw_stack("pretrain"))
+    assert not any(pool.elastic for pool in cfg.node_pools.values())  # the default
+    raw = with_section(
+        "pretrain", "node_pools", {"h100": {"min_size": 8, "desired_size": 8, "elastic": True}}
+    )
+    pool = load_config(raw).node_pools["h100"]
+    assert pool.elastic and pool.min_size < pool.max_size
+
+
+def test_the_stacks_make_elastic_what_their_sizes_allow() -> None:
+    elastic = {
+        stack: {n for n, p in load_config(raw_stack(stack)).node_pools.items() if p.elastic}
+        for stack in STACKS
+    }
+    assert elastic == {
+        # The fabric is fixed; the Capacity Block is paid for and sized by the operator.
+        "pretrain": set(),
+        "finetune": {"a100-spot", "h100"},
+        "inference": {"l40s", "h200"},
+    }
+
+
 def test_capacity_block_without_reservation_id() -> None:
     raw = with_section("pretrain", "node_pools", {"h100-block": {"capacity_reservation_id": None}})
     assert config_error(raw) == (

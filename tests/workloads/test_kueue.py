@@ -115,3 +115,107 @@ def test_fractional_cpu_and_memory_are_rendered_as_quantities() -> None:
     queue = kueue.tenant_cluster_queue(tenant, [pool]).manifest()
     assert _quota(queue, "pool-g", "cpu") == "2500m"
     assert _quota(queue, "pool-g", "memory") == "1536Mi"
+
+
+# --- the provisioning admission check (elastic pools) ---------------------------------------
+
+ELASTIC = [
+    POOLS[0],
+    kueue.PoolCapacity(
+        name="spot",
+        gpu_resource="nvidia.com/gpu",
+        taint_key="nvidia.com/gpu",
+        gpus=32,
+        cpu_per_gpu=12,
+        memory_gib_per_gpu=144,
+        elastic=True,
+    ),
+    kueue.PoolCapacity(
+        name="trn-elastic",
+        gpu_resource="aws.amazon.com/neuron",
+        taint_key="aws.amazon.com/neuron",
+        gpus=16,
+        cpu_per_gpu=8,
+        memory_gib_per_gpu=32,
+        elastic=True,
+    ),
+]
+
+
+def test_provisioning_objects_are_in_the_v1beta2_shape() -> None:
+    found = kueue.provisioning_check(ELASTIC)
+    assert found is not None
+    check, config = (obj.manifest() for obj in found)
+    # As in Kueue v0.19.2 site/static/examples/provisioning/provisioning-setup.yaml.
+    assert check == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {
+            "name": "gpu-provisioning",
+            "labels": {"app.kubernetes.io/part-of": "llm-platform"},
+        },
+        "spec": {
+            "controllerName": "kueue.x-k8s.io/provisioning-request",
+            "parameters": {
+                "apiGroup": "kueue.x-k8s.io",
+                "kind": "ProvisioningRequestConfig",
+                "name": "gpu-atomic-scale-up",
+            },
+        },
+    }
+    assert config["kind"] == "ProvisioningRequestConfig"
+    assert config["spec"] == {
+        "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+        # the accelerators of the elastic pools: pod sets without them need no new node
+        "managedResources": ["aws.amazon.com/neuron", "nvidia.com/gpu"],
+        "retryStrategy": {
+            "backoffLimitCount": 3,
+            "backoffBaseSeconds": 60,
+            "backoffMaxSeconds": 1800,
+        },
+        "podSetMergePolicy": "IdenticalWorkloadSchedulingRequirements",
+    }
+
+
+def test_no_elastic_pool_means_no_check_and_quota_alone_admits() -> None:
+    assert kueue.provisioning_check(POOLS) is None
+    _, queues = kueue.platform_queues(POOLS, TENANTS)
+    assert all("admissionChecksStrategy" not in q.manifest()["spec"] for q in queues)
+
+
+def test_tenant_queues_check_only_the_elastic_flavors() -> None:
+    tenants = [kueue.TenantShare(name="a", gpu_quota={"spot": 16}, cpu=64, memory_gib=256)]
+    _, queues = kueue.platform_queues(ELASTIC, tenants)
+    tenant, spare = (q.manifest() for q in queues)
+    assert tenant["spec"]["admissionChecksStrategy"] == {
+        "admissionChecks": [
+            {"name": "gpu-provisioning", "onFlavors": ["pool-spot", "pool-trn-elastic"]}
+        ]
+    }
+    # Nobody submits to the spare queue: it only lends quota.
+    assert "admissionChecksStrategy" not in spare["spec"]
+
+
+def test_provisioning_models_refuse_typos_and_bad_values() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        kueue.ProvisioningRequestConfigSpec(
+            provisioningClassName="best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+            managedResource=["nvidia.com/gpu"],  # type: ignore[call-arg]
+        )
+    with pytest.raises(pydantic.ValidationError):
+        kueue.ProvisioningRequestConfigSpec(provisioningClassName="Not A Class")
+    with pytest.raises(pydantic.ValidationError):
+        kueue.ProvisioningRequestConfigSpec(
+            provisioningClassName="check-capacity.autoscaling.x-k8s.io",
+            podSetMergePolicy="Identical",  # type: ignore[arg-type]
+        )
+    with pytest.raises(pydantic.ValidationError):
+        kueue.AdmissionCheckSpec(controllerName="")
+    with pytest.raises(pydantic.ValidationError):
+        kueue.AdmissionCheckParametersReference(kind="Config", name="x")  # type: ignore[arg-type]
+    with pytest.raises(pydantic.ValidationError):
+        kueue.AdmissionChecksStrategy(admissionChecks=[])  # Kueue: at least one
+    with pytest.raises(pydantic.ValidationError):
+        kueue.ProvisioningRequestRetryStrategy(
+            backoffLimitCount=-1, backoffBaseSeconds=60, backoffMaxSeconds=1800
+        )

@@ -38,11 +38,16 @@ def accelerated_types() -> list[str]:
     return sorted(n for n, t in catalog().instances.items() if t.accelerator is not None)
 
 
-def one_pool_stack(instance_type: str, nodes: int = 2) -> PlatformConfig:
+def one_pool_stack(instance_type: str, nodes: int = 2, elastic: bool = False) -> PlatformConfig:
     """A stack with one pool of `instance_type` and one tenant guaranteed all of it."""
     itype = catalog().instance(instance_type)
     efa = itype.efa_interfaces > 0
-    pool: dict[str, Any] = {"instance_type": instance_type, "max_size": nodes, "efa": efa}
+    pool: dict[str, Any] = {
+        "instance_type": instance_type,
+        "max_size": nodes,
+        "efa": efa,
+        "elastic": elastic,
+    }
     if efa:
         pool["availability_zones"] = ["us-east-1a"]
     return load_config(
@@ -125,12 +130,15 @@ def workloads_for(instance_type: str, nodes: int = 2) -> dict[str, dict[str, Any
 def admission(
     cfg: PlatformConfig, manifest: dict[str, Any], exclude: tuple[str, ...]
 ) -> kueue.Admission:
-    flavors, queues = kueue.platform_queues(pool_capacities(cfg), tenant_shares(cfg))
+    pools = pool_capacities(cfg)
+    flavors, queues = kueue.platform_queues(pools, tenant_shares(cfg))
+    provisioning = kueue.provisioning_check(pools)
+    checks = [provisioning[0]] if provisioning else []
     # The LocalQueue `default` of a tenant's namespace points at the tenant's ClusterQueue.
     assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == kueue.LOCAL_QUEUE
     queue = next(q for q in queues if q.metadata.name == manifest["metadata"]["namespace"])
     return kueue.admit(
-        kueue.pod_sets(manifest), queue, flavors, cohort=queues, excluded=exclude
+        kueue.pod_sets(manifest), queue, flavors, cohort=queues, excluded=exclude, checks=checks
     )
 
 
@@ -247,6 +255,52 @@ def test_limits_stand_in_for_missing_requests_and_init_containers_count() -> Non
     }
 
 
+def test_a_job_on_an_elastic_pool_waits_for_provisioning_then_is_admitted() -> None:
+    cfg = one_pool_stack("p5.48xlarge", nodes=2, elastic=True)
+    result = admission(cfg, training_job("p5.48xlarge", nodes=2), excluded())
+    # Quota is reserved on the pool's flavor; Kueue has asked the autoscaler for 2 nodes.
+    assert result.admitted and not result.problems
+    assert result.flavors["worker"]["nvidia.com/gpu"] == kueue.flavor_name(POOL)
+    assert result.waiting_for == [kueue.PROVISIONING_CHECK]
+    assert result.state == "Pending: waiting for provisioning"
+
+
+def test_a_job_on_a_fixed_pool_is_admitted_on_quota_alone() -> None:
+    cfg = one_pool_stack("p5.48xlarge", nodes=2, elastic=False)
+    result = admission(cfg, training_job("p5.48xlarge", nodes=2), excluded())
+    assert result.waiting_for == [] and result.state == kueue.ADMITTED
+
+
+def test_cpu_work_in_a_stack_with_elastic_pools_does_not_wait() -> None:
+    cfg = one_pool_stack("p5.48xlarge", nodes=2, elastic=True)
+    result = admission(cfg, workloads_for("p5.48xlarge")["data-prep"], excluded())
+    assert set(result.flavors["main"].values()) == {kueue.CPU_FLAVOR}
+    assert result.state == kueue.ADMITTED
+
+
+def test_a_job_too_big_for_an_elastic_pool_never_reaches_the_check() -> None:
+    cfg = one_pool_stack("p5.48xlarge", nodes=2, elastic=True)
+    result = admission(cfg, training_job("p5.48xlarge", nodes=3), excluded())
+    assert result.state == kueue.NOT_ADMITTED and result.waiting_for == []
+
+
+def test_a_queue_naming_a_check_that_does_not_exist_admits_nothing() -> None:
+    cfg = one_pool_stack("p5.48xlarge", nodes=2, elastic=True)
+    pools = pool_capacities(cfg)
+    flavors, queues = kueue.platform_queues(pools, tenant_shares(cfg))
+    queue = next(q for q in queues if q.metadata.name == TENANT)
+    sets = kueue.pod_sets(workloads_for("p5.48xlarge")["data-prep"])
+    missing = kueue.admit(sets, queue, flavors, cohort=queues, checks=[])
+    assert missing.problems == [
+        f"ClusterQueue {TENANT} is inactive: its AdmissionCheck gpu-provisioning does not exist"
+    ]
+    # Without the declared checks the rule cannot tell what kind of check it waits for.
+    unknown = kueue.admit(
+        kueue.pod_sets(training_job("p5.48xlarge", 2)), queue, flavors, cohort=queues
+    )
+    assert unknown.state == kueue.WAITING_FOR_CHECKS
+
+
 @pytest.mark.parametrize("stack", ["pretrain", "finetune"])
 def test_the_stacks_training_job_is_admitted_by_what_the_plan_declares(plans, stack) -> None:
     """End to end on a stack file: Kueue's objects and configuration as the plan records
@@ -274,6 +328,17 @@ def test_the_stacks_training_job_is_admitted_by_what_the_plan_declares(plans, st
     exclude = tuple(config["resources"]["excludeResourcePrefixes"])
     from tests.conftest import raw_stack
 
+    checks = [
+        kueue.AdmissionCheck.model_validate(m) for m in manifests if m["kind"] == "AdmissionCheck"
+    ]
+    configs = {
+        m["metadata"]["name"]: kueue.ProvisioningRequestConfig.model_validate(m)
+        for m in manifests
+        if m["kind"] == "ProvisioningRequestConfig"
+    }
+    # Every check's parameters name a config the plan declares (else the check is inactive).
+    for check in checks:
+        assert check.spec.parameters is not None and check.spec.parameters.name in configs
     cfg = load_config(raw_stack(stack))
     submitted = 0
     for tenant, share in cfg.tenants.items():
@@ -283,9 +348,14 @@ def test_the_stacks_training_job_is_admitted_by_what_the_plan_declares(plans, st
             job = training_job(itype_name, nodes, namespace=tenant, pool=pool)
             queue = next(q for q in queues if q.metadata.name == local[tenant])
             result = kueue.admit(
-                kueue.pod_sets(job), queue, flavors, cohort=queues, excluded=exclude
+                kueue.pod_sets(job), queue, flavors, cohort=queues, excluded=exclude, checks=checks
             )
             assert result.admitted, (tenant, pool, result.problems)
             assert set(result.flavors["worker"].values()) == {kueue.flavor_name(pool)}
+            # An elastic pool's job waits for its nodes; a fixed fabric's is admitted on quota.
+            expected = (
+                kueue.WAITING_FOR_PROVISIONING if cfg.node_pools[pool].elastic else kueue.ADMITTED
+            )
+            assert result.state == expected, (tenant, pool)
             submitted += 1
     assert submitted >= 2
