@@ -84,6 +84,18 @@ class Prepared:
             f"  queue {job.namespace}/{job.queue} -> ClusterQueue {self.admission.queue}, "
             f"flavor {self.flavor}",
             f"  Kueue admits {self.gpus} {self.gpu_resource} ({quota})",
+            *(
+                [
+                    wrapped(
+                        "  then ",
+                        f"waits for its nodes: the {', '.join(self.admission.waiting_for)} "
+                        f"check asks the autoscaler for all {job.nodes.max} at once, or none",
+                        4,
+                    )
+                ]
+                if self.admission.provisioning
+                else []
+            ),
             *(wrapped("  note: ", n, 8) for n in self.notes),
         ]
 
@@ -190,18 +202,23 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
     except ValidationError as exc:
         raise _validation_error(path, exc, "trainer.") from None
     try:
-        spec = job.job_spec(instance_type)
-        rendered = manifests(job, instance_type)
+        spec = job.job_spec(instance_type, pool.efa)
+        rendered = manifests(job, instance_type, pool.efa)
     except ValidationError as exc:
         raise _validation_error(path, exc) from None
     del trainer  # validated; `manifests` renders it into the ConfigMap
     kind = catalog().accelerator_kind(instance_type)
     assert kind is not None  # node pools are accelerated (spec.pools)
 
-    flavors, queues = kueue.platform_queues(pool_capacities(cfg), tenant_shares(cfg))
+    pools = pool_capacities(cfg)
+    flavors, queues = kueue.platform_queues(pools, tenant_shares(cfg))
+    provisioning = kueue.provisioning_check(pools)
+    checks = [provisioning[0]] if provisioning else []
     queue = next(q for q in queues if q.metadata.name == job.tenant)
     job_manifest = rendered[-1]
-    admission = kueue.admit(kueue.pod_sets(job_manifest), queue, flavors, cohort=queues)
+    admission = kueue.admit(
+        kueue.pod_sets(job_manifest), queue, flavors, cohort=queues, checks=checks
+    )
     if not admission.admitted:
         raise _fail(
             path,

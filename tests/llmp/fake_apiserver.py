@@ -374,11 +374,11 @@ class Cluster:
             if s.provisioned_at is not None:
                 status["admissionChecks"] = [
                     {
-                        "name": "llmp-provisioning",
+                        "name": "gpu-provisioning",
                         "state": "Ready" if provisioned else "Pending",
                         "message": "Provisioned"
                         if provisioned
-                        else f"Waiting for ProvisioningRequest {wl_name}-llmp-provisioning-1 to be "
+                        else f"Waiting for ProvisioningRequest {wl_name}-gpu-provisioning-1 to be "
                         "provisioned (best-effort-atomic-scale-up)",
                         "lastTransitionTime": EPOCH.isoformat(),
                     }

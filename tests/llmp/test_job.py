@@ -96,6 +96,20 @@ def test_the_trainer_parses_the_rendered_config(tmp_path: Path) -> None:
     validate_ds_config(build_ds_config(trainer))
 
 
+def test_a_pool_without_efa_gets_a_job_that_asks_for_none() -> None:
+    raw = load_stack_file(str(REPO_ROOT / "stacks" / "Pulumi.finetune.yaml"))
+    raw["llm-platform:node_pools"]["h100"]["efa"] = False
+    prepared = check(str(SFT), load_job_file(str(SFT)), load_config(raw))
+    worker = prepared.manifests[1]["spec"]["pytorchReplicaSpecs"]["Worker"]
+    resources = worker["template"]["spec"]["containers"][0]["resources"]
+    assert "vpc.amazonaws.com/efa" not in resources["limits"]
+    env = {e["name"] for e in worker["template"]["spec"]["containers"][0]["env"]}
+    assert "FI_EFA_USE_HUGE_PAGE" not in env
+    with_efa = prepare(str(SFT)).manifests[1]["spec"]["pytorchReplicaSpecs"]["Worker"]
+    limits = with_efa["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["vpc.amazonaws.com/efa"] == "32"
+
+
 def test_borrowing_beyond_the_tenants_quota_is_said() -> None:
     prepared = prepare(str(SFT))
     assert prepared.gpus == 16 and prepared.nominal_gpus == 8
@@ -116,6 +130,8 @@ def test_dry_run_prints_the_manifests_and_touches_no_cluster(
     assert docs == prepare(str(SFT)).manifests
     assert result.stdout == manifests_yaml(prepare(str(SFT)))
     assert "ClusterQueue chat, flavor pool-h100" in result.stderr
+    # finetune's h100 pool is elastic: Kueue waits for the autoscaler's nodes, all or none.
+    assert "then waits for its nodes: the gpu-provisioning check asks" in result.stderr
 
 
 # --- what is refused, in one line -----------------------------------------------------------
@@ -245,7 +261,7 @@ def test_submit_applies_server_side_and_follows_every_phase(fake: Any) -> None:
     assert [p for p in dict.fromkeys(phases) if p in order] == order
     text = " ".join(result.stdout.split())
     assert "insufficient unused quota for nvidia.com/gpu in flavor pool-h100" in text
-    assert "waiting for nodes (llmp-provisioning Pending" in text
+    assert "waiting for nodes (gpu-provisioning Pending" in text
     assert "0/2 pods running; pending: 0/3 nodes are available" in text
     assert "training step 2/2000, loss 10.38" in text
     assert text.endswith(

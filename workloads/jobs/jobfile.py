@@ -159,7 +159,9 @@ class JobFile(BaseModel):
         }
         return JobConfig.model_validate(merged)
 
-    def job_spec(self, instance_type: str) -> JobSpec:
+    def job_spec(self, instance_type: str, efa: bool = True) -> JobSpec:
+        """The PyTorchJob's spec on a pool of `instance_type`; `efa`: whether the pool's nodes
+        have their EFA interfaces (a pool without them offers no `vpc.amazonaws.com/efa`)."""
         return JobSpec(
             name=self.name,
             namespace=self.namespace,
@@ -171,6 +173,7 @@ class JobFile(BaseModel):
             nodes_max=self.nodes.max,
             max_restarts=self.max_restarts,
             gpus_per_node=self.gpus_per_node,
+            efa_per_node=None if efa else 0,
             checkpoint_dir=self.checkpoint,
             queue_name=self.queue,
             priority_class=self.priority,
@@ -193,7 +196,7 @@ def config_map(job: JobFile, trainer: JobConfig) -> dict[str, Any]:
     }
 
 
-def manifests(job: JobFile, instance_type: str) -> list[dict[str, Any]]:
+def manifests(job: JobFile, instance_type: str, efa: bool = True) -> list[dict[str, Any]]:
     """What `llmp job submit` applies, in order: the ConfigMap, then the PyTorchJob."""
     trainer = job.trainer_config(instance_type)
-    return [config_map(job, trainer), pytorch_job(job.job_spec(instance_type))]
+    return [config_map(job, trainer), pytorch_job(job.job_spec(instance_type, efa))]
