@@ -266,18 +266,10 @@ def verdict_line(report: AcceptReport) -> str:
 
 def load_stack_config(stack: str) -> PlatformConfig:
     """The stack file's validated config: pools, instance types, sizes, tenants."""
-    from llmp.synth import REPO_ROOT, STACKS_DIR, stack_file, stack_name_problem
+    from llmp.synth import load_stack
     from spec.errors import ConfigError
-    from spec.stackfile import load_config, load_stack_file
 
-    if problem := stack_name_problem(stack):
-        raise AcceptError(problem)
-    path = stack_file(stack)
-    if not path.exists():
-        known = sorted(p.name.split(".")[1] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
-        shown = path.relative_to(REPO_ROOT)
-        raise AcceptError(f"no stack file {shown}; known stacks: {', '.join(known)}")
     try:
-        return load_config(load_stack_file(str(path)))
+        return load_stack(stack)
     except ConfigError as exc:
         raise AcceptError(str(exc)) from None

@@ -399,40 +399,44 @@ def apply(apis: KubeApis, manifest: dict[str, Any]) -> dict[str, Any]:
         raise _api_failure(exc, apis, doing) from None
 
 
+def _must_exist(apis: KubeApis, read: Callable[[], Any], missing: str, doing: str) -> None:
+    """Call `read`; a 404 is JobError(`missing`), any other failure is the API's."""
+    try:
+        read()
+    except Exception as exc:
+        if status_of(exc) == 404:
+            raise JobError(missing) from None
+        raise _api_failure(exc, apis, doing) from None
+
+
 def preflight(apis: KubeApis, namespace: str, name: str, queue: str) -> None:
     """The namespace, its FSx claim and its LocalQueue exist, and the name is free."""
-    try:
-        apis.core.read_namespace(namespace, _request_timeout=REQUEST_TIMEOUT)
-    except Exception as exc:
-        if status_of(exc) == 404:
-            raise JobError(
-                f"namespace {namespace} does not exist on the cluster at {apis.host}: is this "
-                "the stack's kubeconfig?"
-            ) from None
-        raise _api_failure(exc, apis, f"read namespace {namespace}") from None
-    try:
-        apis.core.read_namespaced_persistent_volume_claim(
-            LUSTRE_CLAIM, namespace, _request_timeout=REQUEST_TIMEOUT
-        )
-    except Exception as exc:
-        if status_of(exc) == 404:
-            raise JobError(
-                f"namespace {namespace} has no PersistentVolumeClaim {LUSTRE_CLAIM}: the job "
-                "mounts it at /fsx (storage.lustre.mount_namespaces)"
-            ) from None
-        raise _api_failure(exc, apis, f"read {namespace}/{LUSTRE_CLAIM}") from None
     group, version = KUEUE
-    try:
-        apis.custom.get_namespaced_custom_object(
-            group, version, namespace, "localqueues", queue, _request_timeout=REQUEST_TIMEOUT
-        )
-    except Exception as exc:
-        if status_of(exc) == 404:
-            raise JobError(
-                f"namespace {namespace} has no Kueue LocalQueue {queue}: the job would never "
-                "be admitted"
-            ) from None
-        raise _api_failure(exc, apis, f"read LocalQueue {namespace}/{queue}") from None
+    t = REQUEST_TIMEOUT
+    _must_exist(
+        apis,
+        lambda: apis.core.read_namespace(namespace, _request_timeout=t),
+        f"namespace {namespace} does not exist on the cluster at {apis.host}: is this the "
+        "stack's kubeconfig?",
+        f"read namespace {namespace}",
+    )
+    _must_exist(
+        apis,
+        lambda: apis.core.read_namespaced_persistent_volume_claim(
+            LUSTRE_CLAIM, namespace, _request_timeout=t
+        ),
+        f"namespace {namespace} has no PersistentVolumeClaim {LUSTRE_CLAIM}: the job mounts "
+        "it at /fsx (storage.lustre.mount_namespaces)",
+        f"read {namespace}/{LUSTRE_CLAIM}",
+    )
+    _must_exist(
+        apis,
+        lambda: apis.custom.get_namespaced_custom_object(
+            group, version, namespace, "localqueues", queue, _request_timeout=t
+        ),
+        f"namespace {namespace} has no Kueue LocalQueue {queue}: the job would never be admitted",
+        f"read LocalQueue {namespace}/{queue}",
+    )
     existing = get_job(apis, namespace, name)
     if existing is not None:
         state = state_of(Snapshot(namespace, name, existing))

@@ -21,7 +21,6 @@ would do. The cluster side (`submit`, `status`, `list`, `logs`, `cancel`) is `ll
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,12 @@ from pydantic import ValidationError
 from llmp.errors import BadInput
 from llmp.job_api import wrapped
 from spec.catalog import catalog
-from spec.errors import MISSING, clip, closest, one_line, show, sorted_names
+from spec.errors import MISSING, ConfigError, clip, closest, one_line, show, sorted_names
 from spec.platform import PlatformConfig
 from workloads import kueue
-from workloads.jobs.jobfile import CONFIG_KEY, JobFile, manifests
+from workloads.jobs.jobfile import JobFile, config_map
+from workloads.jobs.pytorchjob import pytorch_job
+from workloads.training.ds_config import JobConfig
 from workloads.volumes import LUSTRE_CLAIM
 
 
@@ -53,6 +54,8 @@ class Prepared:
     instance_type: str
     gpus_per_node: int
     gpu_resource: str
+    trainer: JobConfig
+    """The trainer's config, as the ConfigMap carries it."""
     manifests: list[dict[str, Any]]
     admission: kueue.Admission
     nominal_gpus: int
@@ -63,10 +66,6 @@ class Prepared:
     def gpus(self) -> int:
         """What Kueue admits the job at: every node of `nodes.max`."""
         return self.job.nodes.max * self.gpus_per_node
-
-    @property
-    def max_steps(self) -> int:
-        return int(json.loads(self.manifests[0]["data"][CONFIG_KEY])["max_steps"])
 
     @property
     def flavor(self) -> str:
@@ -203,10 +202,9 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
         raise _validation_error(path, exc, "trainer.") from None
     try:
         spec = job.job_spec(instance_type, pool.efa)
-        rendered = manifests(job, instance_type, pool.efa)
     except ValidationError as exc:
         raise _validation_error(path, exc) from None
-    del trainer  # validated; `manifests` renders it into the ConfigMap
+    rendered = [config_map(job, trainer), pytorch_job(spec)]
     kind = catalog().accelerator_kind(instance_type)
     assert kind is not None  # node pools are accelerated (spec.pools)
 
@@ -234,6 +232,7 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
         instance_type=instance_type,
         gpus_per_node=spec.gpus,
         gpu_resource=kind.resource,
+        trainer=trainer,
         manifests=rendered,
         admission=admission,
         nominal_gpus=nominal,
@@ -243,7 +242,7 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
             f"borrows {prepared.gpus - nominal} GPUs from the cohort: preemptible when "
             "their owners reclaim them"
         )
-    if job.nodes.min < job.nodes.max and not _elastic(pool):
+    if job.nodes.min < job.nodes.max and not pool.elastic:
         prepared.notes.append(
             f"pool {job.pool} is fixed at {pool.max_size} nodes: after losing one the job "
             "grows back when it is repaired or replaced"
@@ -251,21 +250,16 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
     return prepared
 
 
-def _elastic(pool: Any) -> bool:
-    """Whether the pool follows the queue (an autoscaled pool); fixed pools say False."""
-    return bool(getattr(pool, "elastic", pool.min_size < pool.max_size))
-
-
 def prepare(path: str, stack: str | None = None) -> Prepared:
     """Read the job file, load its stack (`stack` overrides the file's), and check it."""
-    from llmp.accept import AcceptError, load_stack_config
+    from llmp.synth import StackNotFound, load_stack
 
     job = load_job_file(path)
     if stack is not None and stack != job.stack:
         job = job.model_copy(update={"stack": stack})
     try:
-        cfg = load_stack_config(job.stack)
-    except AcceptError as exc:
+        cfg = load_stack(job.stack)
+    except (StackNotFound, ConfigError) as exc:
         raise _fail(path, "stack", job.stack, str(exc)) from None
     return check(path, job, cfg)
 

@@ -37,6 +37,7 @@ from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 from llmp.errors import BadInput, Failed
 from llmp.plan import SECRET, Plan, Resource
 from spec.keys import NAMESPACE, REGION_KEY
+from spec.platform import PlatformConfig
 from spec.stackfile import load_config
 
 PROJECT = "llm-platform"
@@ -337,6 +338,35 @@ def stack_name_problem(stack: str) -> str | None:
     return f"not a stack name: {stack!r}; stack names take letters, digits, '-', '_' and '.'"
 
 
+def stack_path(stack: str, config_file: Path | None = None, *, hint: bool = False) -> Path:
+    """The stack file of `stack` (or `config_file`), which must exist: StackNotFound for a
+    name that is not a stack's or has no file (`hint`: saying that --config names another)."""
+    problem = stack_name_problem(stack)
+    if problem is not None:
+        raise StackNotFound(problem)
+    path = config_file or stack_file(stack)
+    try:
+        exists = path.exists()
+    except (OSError, ValueError):
+        exists = False
+    if not exists:
+        known = sorted(p.name.split(".")[1] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+        shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        more = " (or pass --config FILE)" if hint else ""
+        raise StackNotFound(
+            f"no stack file {shown}; known stacks: {', '.join(known)}{more}", missing_file=True
+        )
+    return path
+
+
+def load_stack(stack: str) -> PlatformConfig:
+    """The stack file's validated config, without running the program: StackNotFound, or
+    ConfigError for a file that cannot be read or holds bad config."""
+    from spec.stackfile import load_stack_file
+
+    return load_config(load_stack_file(str(stack_path(stack))))
+
+
 def synthesize_stack(
     stack: str, config_file: Path | None = None, *, hint: bool = False, quiet: bool = False
 ) -> Plan:
@@ -353,22 +383,7 @@ def synthesize_stack(
 
     from spec.stackfile import load_stack_file
 
-    problem = stack_name_problem(stack)
-    if problem is not None:
-        raise StackNotFound(problem)
-    path = config_file or stack_file(stack)
-    try:
-        exists = path.exists()
-    except (OSError, ValueError):
-        exists = False
-    if not exists:
-        known = sorted(p.name.split(".")[1] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
-        shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
-        more = " (or pass --config FILE)" if hint else ""
-        raise StackNotFound(
-            f"no stack file {shown}; known stacks: {', '.join(known)}{more}", missing_file=True
-        )
-    raw = load_stack_file(str(path))
+    raw = load_stack_file(str(stack_path(stack, config_file, hint=hint)))
     with contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext():
         try:
             return synthesize(stack, raw)

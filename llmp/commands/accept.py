@@ -18,15 +18,7 @@ def accept_command(
         list[str] | None,
         typer.Option("--pool", metavar="POOL", help="Accept this GPU pool only (repeatable)."),
     ] = None,
-    kubeconfig: Annotated[
-        str | None,
-        typer.Option(
-            "--kubeconfig",
-            metavar="FILE",
-            help="Default: $KUBECONFIG, else ~/.kube/config. The stack's: `pulumi stack output "
-            "kubeconfig --show-secrets > kubeconfig` (or `aws eks update-kubeconfig`).",
-        ),
-    ] = None,
+    kubeconfig: options.Kubeconfig = None,
     context: options.Context = None,
     namespace: Annotated[
         str | None,

@@ -20,15 +20,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Kubeconfig = Annotated[
-    str | None,
-    typer.Option(
-        "--kubeconfig",
-        metavar="FILE",
-        help="Default: $KUBECONFIG, else ~/.kube/config (the stack's: `pulumi stack output "
-        "kubeconfig --show-secrets > kubeconfig`).",
-    ),
-]
 Namespace = Annotated[
     str | None,
     typer.Option(
@@ -74,7 +65,7 @@ def submit(
         float | None,
         typer.Option("--timeout", metavar="MIN", help="Stop following after MIN minutes."),
     ] = None,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: options.Kubeconfig = None,
     context: options.Context = None,
 ) -> None:
     """Check a job file against its stack, apply it, and follow it to its end.
@@ -112,7 +103,7 @@ def submit(
             job.name,
             emit=console.line,
             timeout_s=None if timeout is None else timeout * 60,
-            max_steps=prepared.max_steps,
+            max_steps=prepared.trainer.max_steps,
         )
     except KeyboardInterrupt:
         console.line(
@@ -127,7 +118,7 @@ def status(
     name: Name,
     namespace: Namespace = None,
     as_json: AsJson = False,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: options.Kubeconfig = None,
     context: options.Context = None,
 ) -> None:
     """Where a job is, and why it waits (quota, capacity, preemption).
@@ -157,7 +148,7 @@ def status(
 def list_(
     namespace: Namespace = None,
     as_json: AsJson = False,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: options.Kubeconfig = None,
     context: options.Context = None,
 ) -> None:
     """The training jobs and their states (every namespace unless --namespace)."""
@@ -200,7 +191,7 @@ def logs(
         int | None, typer.Option("--tail", metavar="N", help="Only the last N lines.")
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream new lines.")] = False,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: options.Kubeconfig = None,
     context: options.Context = None,
 ) -> None:
     """A worker's log (rank 0's JSON events by default)."""
@@ -224,7 +215,7 @@ def logs(
 def cancel(
     name: Name,
     namespace: Namespace = None,
-    kubeconfig: Kubeconfig = None,
+    kubeconfig: options.Kubeconfig = None,
     context: options.Context = None,
 ) -> None:
     """Delete the job: its pods stop (SIGTERM: rank 0 checkpoints), its quota is freed."""

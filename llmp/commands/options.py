@@ -7,6 +7,15 @@ from typing import Annotated
 import typer
 
 Stack = Annotated[str, typer.Argument(help="Stack name: pretrain, finetune, inference...")]
+Kubeconfig = Annotated[
+    str | None,
+    typer.Option(
+        "--kubeconfig",
+        metavar="FILE",
+        help="Default: $KUBECONFIG, else ~/.kube/config. The stack's: `pulumi stack output "
+        "kubeconfig --show-secrets > kubeconfig` (or `aws eks update-kubeconfig`).",
+    ),
+]
 Context = Annotated[str | None, typer.Option("--context", help="The kubeconfig context to use.")]
 EndpointUrl = Annotated[
     str | None,

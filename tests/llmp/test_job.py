@@ -158,6 +158,8 @@ def test_dry_run_prints_the_manifests_and_touches_no_cluster(
         ({"trainer": {"model": {"d_model": 30, "n_head": 4}}}, "not divisible by n_head"),
         ({"trainer": {"data": {"path": "/fsx/x"}}}, "sets data.path, which the job file sets"),
         ({"trainer": {"zero_stage": 1}}, "sets zero_stage"),
+        ({"trainer": {"data": 5}}, "trainer.data = 5: Input should be a valid dictionary"),
+        ({"trainer": {"checkpoint": [1]}}, "trainer.checkpoint = [1]: Input should be"),
     ],
 )
 def test_a_bad_job_file_is_one_line_naming_the_key(

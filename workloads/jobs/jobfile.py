@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from spec.labels import PART_OF
 from workloads.jobs.pod import FSX_MOUNT, check_dns_label, check_image
-from workloads.jobs.pytorchjob import CONFIG_MOUNT, JobSpec, pytorch_job
+from workloads.jobs.pytorchjob import CONFIG_MOUNT, JobSpec
 from workloads.kueue import LOCAL_QUEUE
 from workloads.scheduling import PRIORITIES
 from workloads.training.ds_config import JobConfig
@@ -150,10 +150,16 @@ class JobFile(BaseModel):
 
         Raises pydantic's ValidationError for a bad `trainer` block (locations relative to it).
         """
+
+        def section(name: str, key: str, value: str) -> Any:
+            # Not a mapping: left as it is, for the trainer's schema to refuse with its key.
+            given = self.trainer.get(name, {})
+            return {**given, key: value} if isinstance(given, dict) else given
+
         merged = {
             **self.trainer,
-            "data": {**self.trainer.get("data", {}), "path": self.data},
-            "checkpoint": {**self.trainer.get("checkpoint", {}), "dir": self.checkpoint},
+            "data": section("data", "path", self.data),
+            "checkpoint": section("checkpoint", "dir", self.checkpoint),
             "zero_stage": self.zero_stage,
             "instance_type": instance_type,
         }
@@ -194,9 +200,3 @@ def config_map(job: JobFile, trainer: JobConfig) -> dict[str, Any]:
         },
         "data": {CONFIG_KEY: json.dumps(trainer.model_dump(mode="json"), indent=2) + "\n"},
     }
-
-
-def manifests(job: JobFile, instance_type: str, efa: bool = True) -> list[dict[str, Any]]:
-    """What `llmp job submit` applies, in order: the ConfigMap, then the PyTorchJob."""
-    trainer = job.trainer_config(instance_type)
-    return [config_map(job, trainer), pytorch_job(job.job_spec(instance_type, efa))]
