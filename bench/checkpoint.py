@@ -94,9 +94,10 @@ def main() -> None:
         model = {
             "vocab_size": args.vocab,
             "seq_len": 64,
-            "n_layer": args.layers,
-            "n_head": 8,
-            "d_model": args.d_model,
+            "num_hidden_layers": args.layers,
+            "num_attention_heads": 8,
+            "hidden_size": args.d_model,
+            "intermediate_size": 4 * args.d_model,
         }
         stalls: dict[str, list[float]] = {}
         size = 0

@@ -155,7 +155,16 @@ def test_dry_run_prints_the_manifests_and_touches_no_cluster(
         ({"name": None}, "name = <missing>: required"),
         ({"gpus": 8}, "gpus = 8: unknown key"),
         ({"trainer": {"model": {"d_modle": 64}}}, "trainer.model.d_modle = 64: unknown key"),
-        ({"trainer": {"model": {"d_model": 30, "n_head": 4}}}, "not divisible by n_head"),
+        (
+            {"trainer": {"model": {"hidden_size": 30, "num_attention_heads": 4}}},
+            "not divisible by num_attention_heads",
+        ),
+        (
+            {"kind": "sft", "trainer": {"model": {"pretrained": "/models/base"}}},
+            "model.pretrained '/models/base' must be a path under /fsx/",
+        ),
+        ({"kind": "grpo"}, "task grpo needs a grpo section"),
+        ({"trainer": {"task": "sft"}}, "sets task, which the job file sets"),
         ({"trainer": {"data": {"path": "/fsx/x"}}}, "sets data.path, which the job file sets"),
         ({"trainer": {"zero_stage": 1}}, "sets zero_stage"),
         ({"trainer": {"data": 5}}, "trainer.data = 5: Input should be a valid dictionary"),

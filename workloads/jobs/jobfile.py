@@ -1,17 +1,20 @@
 """The job file a user submits with `llmp job submit FILE`: one training run, typed.
 
 ```yaml
+kind: sft                      # pretrain, sft, dpo or grpo (the trainer's task)
 name: chat-sft                 # the PyTorchJob's name (pods: chat-sft-worker-<i>)
 stack: finetune                # stacks/Pulumi.finetune.yaml: the pools, tenants, queues
 tenant: chat                   # its namespace, ClusterQueue and quota
 pool: h100                     # a node pool of the stack
 nodes: {min: 1, max: 2}        # elastic between min and max; `nodes: 2` is fixed
 image: 123456789012.dkr.ecr.us-west-2.amazonaws.com/llm-platform-trainer:v0.4.0
-data: /fsx/datasets/chat/tokens
+data: /fsx/datasets/chat/sft.jsonl
 checkpoint: /fsx/checkpoints/chat-sft
 zero_stage: 2
 priority: llmp-training
-trainer: {max_steps: 2000, micro_batch_size: 8, model: {...}}   # the trainer's own config
+trainer:                       # the trainer's own config (ds_config.JobConfig)
+  model: {pretrained: /fsx/models/llama-3.1-8b, seq_len: 4096, lora: {r: 16}}
+  max_steps: 2000
 ```
 
 The file says *what* to run; the stack decides *where* it may run. This module checks
@@ -44,7 +47,7 @@ JOB_LABEL: Final = "llm-platform/job"
 """On the PyTorchJob, its pods and its ConfigMap: the job file's name (`llmp job` selects by it)."""
 CONFIG_KEY: Final = "job.json"
 TRAINER_MODULE: Final = "workloads.training.train"
-SET_BY_THE_FILE: Final = ("data.path", "checkpoint.dir", "zero_stage", "instance_type")
+SET_BY_THE_FILE: Final = ("task", "data.path", "checkpoint.dir", "zero_stage", "instance_type")
 """Trainer settings the job file (or the pool) decides; `trainer` may not set them again."""
 
 
@@ -68,8 +71,11 @@ class JobFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["pretrain"] = Field(
-        "pretrain", description="What the trainer does; pretrain: next-token loss on shards."
+    kind: Literal["pretrain", "sft", "dpo", "grpo"] = Field(
+        "pretrain",
+        description="What the trainer does (its `task`): pretrain: next-token loss on token "
+        "shards; sft: chat records, loss on the assistant turns; dpo: preference pairs; "
+        "grpo: prompts scored by a reward.",
     )
     name: str = Field(description="Job name: a DNS label of at most 52 characters.")
     stack: str = Field(description="The stack it runs on (stacks/Pulumi.<stack>.yaml).")
@@ -79,7 +85,10 @@ class JobFile(BaseModel):
     nodes: NodeRange = Field(description="`{min, max}`, or one number for a fixed size.")
     gpus_per_node: int | None = Field(None, ge=1, description="Default: every accelerator.")
     image: str = Field(description="The trainer image, pinned by tag or digest.")
-    data: str = Field(description=f"Token shards under {FSX_MOUNT}/ (the trainer's data.path).")
+    data: str = Field(
+        description=f"Under {FSX_MOUNT}/: token shards (pretrain) or JSONL records (the "
+        "trainer's data.path)."
+    )
     checkpoint: str = Field(description=f"Checkpoint root under {FSX_MOUNT}/, shared by nodes.")
     zero_stage: Literal[1, 2, 3] = Field(3, description="DeepSpeed ZeRO stage.")
     priority: str = Field("llmp-training", description="A platform PriorityClass.")
@@ -134,6 +143,14 @@ class JobFile(BaseModel):
         owned = [key for key in SET_BY_THE_FILE if sets(key)]
         if owned:
             raise ValueError(f"sets {', '.join(owned)}, which the job file sets at its top level")
+        model = v.get("model")
+        for key in ("pretrained", "tokenizer"):
+            path = model.get(key) if isinstance(model, dict) else None
+            if isinstance(path, str) and not path.startswith(FSX_MOUNT + "/"):
+                raise ValueError(
+                    f"model.{key} {path!r} must be a path under {FSX_MOUNT}/: the pods read "
+                    "base weights from the tenant's FSx claim (nothing downloads at run time)"
+                )
         return v
 
     @property
@@ -158,6 +175,7 @@ class JobFile(BaseModel):
 
         merged = {
             **self.trainer,
+            "task": self.kind,
             "data": section("data", "path", self.data),
             "checkpoint": section("checkpoint", "dir", self.checkpoint),
             "zero_stage": self.zero_stage,

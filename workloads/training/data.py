@@ -25,6 +25,18 @@ import torch
 SHARD_SUFFIXES = (".npy", ".bin")
 
 
+def position(g: int, n: int, seed: int) -> int:
+    """Which of `n` items global sample `g` reads: epoch `g // n` visits all `n` once, in
+    the order of the affine bijection `j -> (a*j + b) mod n` drawn for that epoch."""
+    epoch, j = divmod(g, n)
+    rng = np.random.default_rng([seed, epoch])
+    a = int(rng.integers(1, max(2, n)))
+    while math.gcd(a, n) != 1:
+        a += 1
+    b = int(rng.integers(0, n))
+    return (a * j + b) % n
+
+
 class TokenShards:
     def __init__(
         self, path: str | Path, seq_len: int, bin_dtype: str = "uint16", seed: int = 0
@@ -55,18 +67,8 @@ class TokenShards:
                 f"shards in {path} are shorter than one window of {seq_len + 1} tokens"
             )
 
-    def _permute(self, j: int, epoch: int) -> int:
-        n = self.n_windows
-        rng = np.random.default_rng([self.seed, epoch])
-        a = int(rng.integers(1, max(2, n)))
-        while math.gcd(a, n) != 1:
-            a += 1
-        b = int(rng.integers(0, n))
-        return (a * j + b) % n
-
     def sample(self, g: int) -> np.ndarray:
-        epoch, j = divmod(g, self.n_windows)
-        w = self._permute(j, epoch)
+        w = position(g, self.n_windows, self.seed)
         shard = bisect.bisect_right(self.starts, w) - 1
         off = (w - self.starts[shard]) * self.seq_len
         return np.asarray(self.arrays[shard][off : off + self.seq_len + 1], dtype=np.int64)

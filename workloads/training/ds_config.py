@@ -24,25 +24,115 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ModelConfig(_Strict):
-    """The decoder's shape (workloads.training.model builds it); here, so the job config
-    parses without torch (the operator CLI checks job files with it)."""
+ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+"""transformers model_type -> the class a config of it builds (and vLLM serves)."""
 
-    vocab_size: int = Field(256, ge=2)
-    seq_len: int = Field(32, ge=2)
-    n_layer: int = Field(2, ge=1)
-    n_head: int = Field(2, ge=1)
-    d_model: int = Field(32, ge=2)
+DIMENSIONS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "rope_theta",
+    "tie_word_embeddings",
+)
+"""The shape of a model built from a config; a `pretrained` model brings its own."""
+DEFAULT_DIMENSIONS: dict[str, Any] = {
+    "vocab_size": 256,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": None,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+}
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraConfig(_Strict):
+    """LoRA adapters (peft) on the attention and MLP projections; the base stays frozen."""
+
+    r: int = Field(16, ge=1, description="adapter rank")
+    alpha: int = Field(32, ge=1, description="scale numerator: updates are scaled by alpha/r")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS), min_length=1)
+
+
+class ModelConfig(_Strict):
+    """A Hugging Face causal LM: built from these dimensions (pretraining from scratch) or
+    loaded from `pretrained`, a local directory of base weights (on FSx; nothing is
+    downloaded). Here, torch-free, so the operator CLI checks job files with it."""
+
+    architecture: Literal["llama", "qwen2", "qwen3"] = Field(
+        "llama", description="transformers model_type of a model built from a config"
+    )
+    pretrained: str | None = Field(
+        None, description="local directory of HF base weights (config.json, *.safetensors)"
+    )
+    tokenizer: str | None = Field(
+        None, description="local tokenizer directory; default: `pretrained`"
+    )
+    seq_len: int = Field(32, ge=2, description="training window in tokens")
+    # The shape of a model built from a config (defaults: a tiny model for tests); unset
+    # with `pretrained`, whose config.json decides.
+    vocab_size: int | None = Field(None, ge=2, description="default 256")
+    hidden_size: int | None = Field(None, ge=2, description="default 32")
+    intermediate_size: int | None = Field(None, ge=2, description="default 64")
+    num_hidden_layers: int | None = Field(None, ge=1, description="default 2")
+    num_attention_heads: int | None = Field(None, ge=1, description="default 2")
+    num_key_value_heads: int | None = Field(None, ge=1, description="default: attention heads")
+    rope_theta: float | None = Field(None, gt=0, description="default 10000")
+    tie_word_embeddings: bool | None = Field(None, description="default false")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in backward")
+    lora: LoraConfig | None = Field(None, description="train LoRA adapters instead of all weights")
 
     @model_validator(mode="after")
-    def _heads_divide_width(self) -> ModelConfig:
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+    def _shape(self) -> ModelConfig:
+        if self.pretrained is not None:
+            given = [d for d in DIMENSIONS if getattr(self, d) is not None]
+            if given:
+                raise ValueError(
+                    f"sets {', '.join(given)} with pretrained: the base model's config.json "
+                    "decides its shape"
+                )
+            return self
+        dims = self.dimensions()
+        heads, width, kv = (
+            dims["num_attention_heads"],
+            dims["hidden_size"],
+            dims["num_key_value_heads"],
+        )
+        if width % heads:
+            raise ValueError(f"hidden_size {width} is not divisible by num_attention_heads {heads}")
+        if heads % kv:
+            raise ValueError(f"num_attention_heads {heads} is not divisible by {kv} kv heads")
         return self
+
+    def dimensions(self) -> dict[str, Any]:
+        """The shape of a model built from this config, defaults filled in."""
+        dims = {d: getattr(self, d) for d in DIMENSIONS}
+        filled = {k: (DEFAULT_DIMENSIONS[k] if v is None else v) for k, v in dims.items()}
+        if filled["num_key_value_heads"] is None:
+            filled["num_key_value_heads"] = filled["num_attention_heads"]
+        return filled
+
+    @property
+    def tokenizer_path(self) -> str | None:
+        return self.tokenizer or self.pretrained
 
 
 class DataConfig(_Strict):
-    path: str = Field(description="directory of token shards, e.g. /fsx/datasets/<name>/tokens")
+    path: str = Field(
+        description="pretrain: a directory of token shards (/fsx/datasets/<name>/tokens); "
+        "sft, dpo, grpo: a JSONL file or a directory of *.jsonl"
+    )
     bin_dtype: Literal["uint16", "uint32"] = "uint16"
     seed: int = 0
 
@@ -55,10 +145,56 @@ class CheckpointConfig(_Strict):
     save_on_sigterm: bool = True
 
 
+class DpoConfig(_Strict):
+    """Direct preference optimization against the frozen base model (Rafailov et al. 2023)."""
+
+    beta: float = Field(0.1, gt=0, description="strength of the KL anchor to the reference")
+
+
+class RewardConfig(_Strict):
+    """What scores a GRPO completion: a rule the trainer ships, or a reward model."""
+
+    rule: Literal["answer_match", "format"] | None = Field(
+        None,
+        description="answer_match: 1 when the record's `answer` appears in the completion; "
+        "format: 1 when the completion ends its turn within max_new_tokens",
+    )
+    model: str | None = Field(
+        None, description="local directory of a sequence-classification reward model"
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> RewardConfig:
+        if (self.rule is None) == (self.model is None):
+            raise ValueError("set exactly one of rule and model")
+        return self
+
+
+class GrpoConfig(_Strict):
+    """Group relative policy optimization (Shao et al. 2024, DeepSeekMath): G completions per
+    prompt, advantages normalized within the group, a KL penalty to the frozen base."""
+
+    group_size: int = Field(8, ge=2, description="completions sampled per prompt")
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    beta: float = Field(0.04, ge=0, description="KL penalty to the reference; 0: none")
+    reward: RewardConfig
+
+
+TASKS = ("pretrain", "sft", "dpo", "grpo")
+
+
 class JobConfig(_Strict):
+    task: Literal["pretrain", "sft", "dpo", "grpo"] = Field(
+        "pretrain",
+        description="pretrain: next-token loss on token shards; sft: chat records, loss on "
+        "the assistant turns; dpo: preference pairs; grpo: prompts and a reward",
+    )
     model: ModelConfig = ModelConfig()
     data: DataConfig
     checkpoint: CheckpointConfig
+    dpo: DpoConfig = DpoConfig()
+    grpo: GrpoConfig | None = None
 
     max_steps: int = Field(100, ge=0)
     micro_batch_size: int = Field(4, ge=1)
@@ -84,6 +220,18 @@ class JobConfig(_Strict):
     extra_ds: dict[str, Any] = Field(
         default_factory=dict, description="deep-merged into the DeepSpeed config"
     )
+
+    @model_validator(mode="after")
+    def _task_needs(self) -> JobConfig:
+        if self.task != "pretrain" and self.model.tokenizer_path is None:
+            raise ValueError(f"task {self.task} needs model.pretrained or model.tokenizer")
+        if self.task in ("dpo", "grpo") and self.model.pretrained is None:
+            raise ValueError(
+                f"task {self.task} needs model.pretrained: its weights are the frozen reference"
+            )
+        if self.task == "grpo" and self.grpo is None:
+            raise ValueError("task grpo needs a grpo section (group_size, reward, ...)")
+        return self
 
     def peak_tflops(self) -> float | None:
         """Peak dense BF16 TFLOPS of one accelerator: explicit, else from the platform catalog."""

@@ -1,76 +1,140 @@
-"""A small GPT-style decoder: enough architecture to exercise ZeRO and checkpointing for real.
+"""Hugging Face causal LMs for the trainer: built from a config, or loaded from base weights.
 
-The output head is deliberately *not* tied to the token embedding: ZeRO-3
-partitions and the universal-checkpoint converter handle one tensor per
-parameter most simply, and a tiny model gains nothing from tying.
+A job either pretrains from scratch (`ModelConfig`'s dimensions and `architecture`,
+a transformers `model_type`: Llama or Qwen families) or starts from a base
+checkpoint: `pretrained` is a local directory (FSx, or a copy from S3) read with
+`local_files_only=True`, so nothing is fetched from a hub at run time. Either way
+the module is the transformers class vLLM serves (`LlamaForCausalLM`, ...), so
+what the trainer saves exports as the same architecture without a conversion.
+
+LoRA (peft) wraps the model when `lora` is set: the base is frozen, only the
+adapters train, and checkpoints hold the adapters alone (the base is the
+`pretrained` directory, which the job reads again on resume).
+
+The FLOP count for MFU comes from the config on the meta device: no memory, and
+the same count whatever the architecture.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+from typing import Any
+
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from workloads.training.ds_config import ModelConfig
+from workloads.training.ds_config import ARCHITECTURES, ModelConfig
 
-__all__ = ["GPT", "ModelConfig", "flops_per_token", "param_count"]
-
-
-class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_head = cfg.n_head
-        self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
-        self.out = nn.Linear(4 * cfg.d_model, cfg.d_model)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        shape = (b, t, self.n_head, c // self.n_head)
-        q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+__all__ = [
+    "ModelConfig",
+    "base_model",
+    "build",
+    "flops_per_token",
+    "hf_config",
+    "load_tokenizer",
+    "param_count",
+]
 
 
-class GPT(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+@contextlib.contextmanager
+def quiet() -> Any:
+    """transformers draws progress bars (stderr) and may print (stdout): stdout is the
+    trainer's JSON event log and the promotion's result, stderr their one-line errors."""
+    from transformers.utils import logging as hf_logging
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy of a `[batch, seq_len + 1]` window."""
-        idx, targets = tokens[:, :-1], tokens[:, 1:]
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(pos)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.ln_f(x))
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+    hf_logging.disable_progress_bar()
+    chatter = io.StringIO()
+    with contextlib.redirect_stdout(chatter):
+        yield
 
 
-def param_count(cfg: ModelConfig) -> int:
-    """Parameters that cost matmul FLOPs: everything but the position table (a lookup, no matmul).
+def hf_config(cfg: ModelConfig) -> Any:
+    """The transformers config: the base model's own, or one made from the dimensions."""
+    from transformers import AutoConfig
 
-    Computed from the config, not the module, because under ZeRO-3 the local
-    module holds only empty placeholders.
-    """
-    d, L, V = cfg.d_model, cfg.n_layer, cfg.vocab_size
-    per_block = (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d) + 4 * d
-    return V * d + L * per_block + 2 * d + V * d
+    if cfg.pretrained is not None:
+        config = AutoConfig.from_pretrained(cfg.pretrained, local_files_only=True)
+        architectures = getattr(config, "architectures", None) or []
+        if not any(a.endswith("ForCausalLM") for a in architectures):
+            raise ValueError(
+                f"{cfg.pretrained}: config.json declares {architectures or 'no architectures'}, "
+                "not a causal LM"
+            )
+        return config
+    return AutoConfig.for_model(
+        cfg.architecture,
+        **cfg.dimensions(),
+        max_position_embeddings=cfg.seq_len + 1,
+        architectures=[ARCHITECTURES[cfg.architecture]],
+    )
 
 
-def flops_per_token(cfg: ModelConfig) -> float:
+def build(cfg: ModelConfig, *, lora: bool = True) -> Any:
+    """The model to train: base weights or a fresh init (seeded by the caller), LoRA-wrapped
+    when configured (unless `lora=False`: the frozen reference of DPO and GRPO)."""
+    from transformers import AutoModelForCausalLM
+
+    with quiet():
+        if cfg.pretrained is not None:
+            model = AutoModelForCausalLM.from_pretrained(
+                cfg.pretrained, local_files_only=True, dtype=torch.float32
+            )
+        else:
+            model = AutoModelForCausalLM.from_config(hf_config(cfg))
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora and cfg.lora is not None:
+        import peft
+
+        model = peft.get_peft_model(  # type: ignore[assignment]
+            model,
+            peft.LoraConfig(
+                r=cfg.lora.r,
+                lora_alpha=cfg.lora.alpha,
+                lora_dropout=cfg.lora.dropout,
+                target_modules=list(cfg.lora.target_modules),
+                task_type="CAUSAL_LM",
+            ),
+        )
+    return model
+
+
+def base_model(model: Any) -> Any:
+    """The transformers model under a peft wrapper (the model itself without one)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def load_tokenizer(cfg: ModelConfig) -> Any:
+    """The job's tokenizer, from a local directory only."""
+    from transformers import AutoTokenizer
+
+    path = cfg.tokenizer_path
+    if path is None:
+        raise ValueError("no tokenizer: set model.pretrained or model.tokenizer")
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def param_count(config: Any) -> int:
+    """Parameters that cost matmul FLOPs: all but the input embedding (a lookup), with the
+    output head counted once more when it shares the embedding's weights."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight.numel()
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    return int(total - embedding + (embedding if tied else 0))
+
+
+def flops_per_token(config: Any, seq_len: int) -> float:
     """Training FLOPs per token: 6N for the dense matmuls (forward + backward) plus the
     attention score/value term 12 * L * d * T (PaLM appendix B), which is what MFU is
     conventionally quoted against."""
-    return 6.0 * param_count(cfg) + 12.0 * cfg.n_layer * cfg.d_model * cfg.seq_len
+    layers, width = config.num_hidden_layers, config.hidden_size
+    return 6.0 * param_count(config) + 12.0 * layers * width * seq_len

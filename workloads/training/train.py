@@ -66,14 +66,15 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
 from workloads.training import checkpointing as ckpt
-from workloads.training.data import TokenShards, micro_batch_start
+from workloads.training import model as hf
+from workloads.training.data import micro_batch_start
 from workloads.training.ds_config import (
     JobConfig,
     build_ds_config,
     load_job_config,
     validate_ds_config,
 )
-from workloads.training.model import GPT, flops_per_token
+from workloads.training.objectives import Reference, objective
 
 EXIT_REJOIN = 75
 """Exit status (EX_TEMPFAIL) of a rank that stopped with its group but is not done."""
@@ -186,7 +187,12 @@ class Checkpointer:
         dist.barrier()
         t0 = time.perf_counter()
         self.engine.save_checkpoint(
-            str(self.root), tag=ckpt.tmp_tag(step), client_state=client_state, save_latest=False
+            str(self.root),
+            tag=ckpt.tmp_tag(step),
+            client_state=client_state,
+            save_latest=False,
+            # LoRA: the adapters only; the frozen base is the job's `pretrained` directory.
+            exclude_frozen_parameters=self.job.model.lora is not None,
         )
         self.in_flight = (step, t0)
         self.last_saved = step
@@ -320,6 +326,35 @@ def _resume_target(
     return choice[0], choice[1], bool(choice[2]), float(choice[3])
 
 
+def _reference(job: JobConfig, ds_cfg: dict[str, Any]) -> Reference:
+    """The frozen base model DPO and GRPO measure the policy against."""
+    if job.model.lora is not None:
+        return Reference(None)  # the policy with its adapters disabled
+    ref = hf.build(job.model, lora=False).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    if job.zero_stage == 3:
+        # Partitioned like the policy (a 70B reference does not fit on one GPU either);
+        # an engine without an optimizer, as TRL prepares its reference under ZeRO-3.
+        cfg = {
+            "train_micro_batch_size_per_gpu": ds_cfg["train_micro_batch_size_per_gpu"],
+            "gradient_accumulation_steps": ds_cfg["gradient_accumulation_steps"],
+            "zero_optimization": {"stage": 3},
+            "bf16": ds_cfg["bf16"],
+            "steps_per_print": 10**9,
+        }
+        engine, _, _, _ = deepspeed.initialize(model=ref, config=cfg)
+        return Reference(engine.module)
+    dtype = torch.bfloat16 if job.bf16 else torch.float32
+    return Reference(ref.to(device=_device(), dtype=dtype))
+
+
+def _device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def export_fp32(engine: Any, out: Path, scratch: Path) -> None:
     """Consolidated fp32 master weights (one state dict) of the running engine, via a
     scratch checkpoint and DeepSpeed's zero_to_fp32: the same path serving exports use."""
@@ -344,29 +379,38 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     ds_cfg = build_ds_config(job, load_universal=universal)
     validate_ds_config(ds_cfg)
 
-    model = GPT(job.model)
+    model = hf.build(job.model)
+    config = hf.base_model(model).config
+    trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = None
     if job.optimizer == "torch":
         optimizer = torch.optim.AdamW(
-            model.parameters(), lr=job.lr, weight_decay=job.weight_decay, betas=(0.9, 0.95)
+            trainable, lr=job.lr, weight_decay=job.weight_decay, betas=(0.9, 0.95)
         )
     engine, _, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, model_parameters=model.parameters(), config=ds_cfg
+        model=model, optimizer=optimizer, model_parameters=trainable, config=ds_cfg
+    )
+    reference = _reference(job, ds_cfg) if job.task in ("dpo", "grpo") else None
+    step_loss = objective(
+        job, device, reference=reference, synced=job.zero_stage == 3 and world > 1
     )
     checkpointer = Checkpointer(engine, job, world)
     nodes: list[Any] = [None] * world
     dist.all_gather_object(nodes, os.environ.get("NODE_NAME") or socket.gethostname())
     telemetry = Telemetry(args, [str(n) for n in nodes])
     checkpointer.on_published = telemetry.checkpoint_published
-    data = TokenShards(job.data.path, job.model.seq_len, job.data.bin_dtype, job.data.seed)
 
     step, consumed = 0, 0
+    fpt = hf.flops_per_token(config, job.model.seq_len)
     emit(
         "start",
+        task=job.task,
+        architecture=type(hf.base_model(model)).__name__,
+        lora=job.model.lora is not None,
         world_size=world,
         zero_stage=job.zero_stage,
         device=str(device),
-        flops_per_token=flops_per_token(job.model),
+        flops_per_token=fpt,
     )
     if resume is not None:
         t0 = time.perf_counter()
@@ -375,6 +419,7 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
             tag=load_tag,
             load_optimizer_states=True,
             load_lr_scheduler_states=True,
+            load_module_strict=job.model.lora is None,
         )
         if client is None:
             raise RuntimeError(
@@ -400,8 +445,8 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     if args.export_fp32:
         export_fp32(engine, Path(args.export_fp32), Path(args.export_fp32).with_suffix(".scratch"))
 
-    peak = job.peak_tflops()
-    fpt = flops_per_token(job.model)
+    # MFU counts full windows: what pretraining runs; chat records are shorter.
+    peak = job.peak_tflops() if job.task == "pretrain" else None
     micro, accum = job.micro_batch_size, job.gradient_accumulation_steps
     tokens_per_step = micro * accum * world * job.model.seq_len
     stop_reason = "max_steps"
@@ -409,24 +454,40 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     while step < job.max_steps:
         t0 = time.perf_counter()
         losses = []
+        extras = torch.zeros(len(step_loss.metrics))
         for k in range(accum):
-            batch = data.batch(micro_batch_start(consumed, k, rank, world, micro), micro).to(device)
-            loss = engine(batch)
+            loss, values = step_loss(
+                engine, micro_batch_start(consumed, k, rank, world, micro), micro
+            )
             engine.backward(loss)
             engine.step()
             losses.append(float(loss.detach()))
+            extras += torch.tensor(values) / accum
         consumed += micro * accum * world
         step += 1
         if job.step_sleep_s:
             time.sleep(job.step_sleep_s)
         dt = time.perf_counter() - t0
         # One small collective per step carries everything the ranks must agree on.
-        local = torch.tensor(
-            [dt, sum(losses) / accum, float(Stop.requested), float(checkpointer.local_done())]
+        local = torch.cat(
+            [
+                torch.tensor(
+                    [
+                        dt,
+                        sum(losses) / accum,
+                        float(Stop.requested),
+                        float(checkpointer.local_done()),
+                    ]
+                ),
+                extras,
+            ]
         )
-        gathered = [torch.zeros(4) for _ in range(world)]
+        gathered = [torch.zeros_like(local) for _ in range(world)]
         dist.all_gather(gathered, local)
         g = torch.stack(gathered)
+        metrics = {
+            name: round(float(g[:, 4 + i].mean()), 5) for i, name in enumerate(step_loss.metrics)
+        }
         times = g[:, 0]
         slowest = float(times.max())
         tflops = fpt * tokens_per_step / slowest / world / 1e12
@@ -441,6 +502,7 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
             step_time_min_s=round(float(times.min()), 4),
             slowest_rank=int(times.argmax()),
             ckpt_stall_s=round(stall, 4),
+            **metrics,
         )
         telemetry.step(step, [float(t) for t in times], tokens_per_step / slowest)
         stall = 0.0

@@ -24,7 +24,14 @@ REPO = Path(__file__).resolve().parents[3]
 
 def job_config(tmp: Path, data: Path, **over: Any) -> dict[str, Any]:
     cfg: dict[str, Any] = {
-        "model": {"vocab_size": 256, "seq_len": 32, "n_layer": 2, "n_head": 2, "d_model": 32},
+        "model": {
+            "vocab_size": 256,
+            "seq_len": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+        },
         "data": {"path": str(data)},
         "checkpoint": {"dir": str(tmp / "ckpt"), "interval_steps": 4, "keep_last": 2},
         "max_steps": 16,

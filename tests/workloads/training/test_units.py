@@ -17,7 +17,7 @@ from workloads.training.ds_config import (
     build_ds_config,
     validate_ds_config,
 )
-from workloads.training.model import GPT, ModelConfig, param_count
+from workloads.training.model import ModelConfig, hf_config, param_count
 
 
 def job(**over: object) -> JobConfig:
@@ -67,8 +67,24 @@ def test_bad_value_fails_fast() -> None:
 def test_job_config_rejects_unknown_fields_and_bad_shapes() -> None:
     with pytest.raises(ValueError):
         job(zero_stagee=2)
-    with pytest.raises(ValueError):
-        ModelConfig(d_model=30, n_head=4)
+    with pytest.raises(ValueError, match="not divisible by num_attention_heads"):
+        ModelConfig(hidden_size=30, num_attention_heads=4)
+    with pytest.raises(ValueError, match="kv heads"):
+        ModelConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=3)
+    with pytest.raises(ValueError, match=r"config\.json decides its shape"):
+        ModelConfig(pretrained="/fsx/models/base", hidden_size=64)
+
+
+def test_tasks_need_what_they_train_against() -> None:
+    with pytest.raises(ValueError, match=r"needs model\.pretrained or model\.tokenizer"):
+        job(task="sft")
+    with pytest.raises(ValueError, match="frozen reference"):
+        job(task="dpo", model={"tokenizer": "/fsx/tok"})
+    with pytest.raises(ValueError, match="needs a grpo section"):
+        job(task="grpo", model={"pretrained": "/fsx/base"})
+    with pytest.raises(ValueError, match="exactly one of rule and model"):
+        job(task="grpo", model={"pretrained": "/fsx/base"}, grpo={"reward": {}})
+    assert job(task="sft", model={"tokenizer": "/fsx/tok"}).model.tokenizer_path == "/fsx/tok"
 
 
 def test_peak_tflops_from_catalog() -> None:
@@ -76,13 +92,17 @@ def test_peak_tflops_from_catalog() -> None:
     assert job(instance_type="p5.48xlarge", peak_tflops_per_device=100).peak_tflops() == 100
 
 
-def test_param_count_matches_module() -> None:
-    cfg = ModelConfig()
-    model = GPT(cfg)
-    assert (
-        param_count(cfg)
-        == sum(p.numel() for p in model.parameters()) - model.pos_emb.weight.numel()
-    )
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("architecture", ["llama", "qwen2", "qwen3"])
+def test_param_count_matches_the_built_module(architecture: str, tied: bool) -> None:
+    from transformers import AutoModelForCausalLM
+
+    cfg = ModelConfig(architecture=architecture, tie_word_embeddings=tied)  # type: ignore[arg-type]
+    model = AutoModelForCausalLM.from_config(hf_config(cfg))
+    embedding = model.get_input_embeddings().weight.numel()
+    total = sum(p.numel() for p in model.parameters())  # a tied head is one parameter
+    assert param_count(hf_config(cfg)) == total - embedding + (embedding if tied else 0)
+    assert type(model).__name__ == hf_config(cfg).architectures[0]
 
 
 def _fake(root: Path, step: int, world: int = 2) -> ckpt.Checkpoint:
