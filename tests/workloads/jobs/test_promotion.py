@@ -1,6 +1,8 @@
-"""Model promotion end to end on the CPU: train 2 ranks (ZeRO-3) briefly with the training
-harness, promote the newest complete checkpoint into a moto S3 server on 127.0.0.1,
-download the revision and check the weights reproduce the DeepSpeed checkpoint."""
+"""Model promotion end to end on the CPU: pretrain a Llama-architecture model from its config
+on 2 ranks (ZeRO-3) with the training harness, promote the newest complete checkpoint into
+a moto S3 server on 127.0.0.1, download the revision and check that transformers loads it
+with the DeepSpeed checkpoint's logits. SFT, DPO, GRPO and LoRA exports are
+tests/workloads/test_lifecycle.py's."""
 
 from __future__ import annotations
 
@@ -18,13 +20,15 @@ import pytest
 import torch
 
 from tests.conftest import reset_moto
+from tests.workloads.hf import tiny_tokenizer
 from tests.workloads.training.harness import Run, job_config, kill_all
+from workloads.evaluation import heldout_perplexity
 from workloads.jobs import promotion
 from workloads.training import checkpointing as ckpt
 from workloads.training.data import TokenShards, write_synthetic_shards
-from workloads.training.model import GPT, ModelConfig
 
 BUCKET = "models"
+VOCAB = 85  # tests/workloads/hf.py's tokenizer
 # Dummy credentials in every test (tests/conftest.py): no profile or instance metadata.
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -34,9 +38,16 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     """2 ranks, ZeRO-3, 4 steps, a checkpoint every 2: step-2 and step-4 complete."""
     tmp = tmp_path_factory.mktemp("trained")
     data = tmp / "tokens"
-    write_synthetic_shards(data, n_shards=1, tokens_per_shard=20_000, vocab=256)
+    write_synthetic_shards(data, n_shards=1, tokens_per_shard=20_000, vocab=VOCAB)
+    tiny_tokenizer(tmp / "tokenizer")  # served with the model; its vocabulary is VOCAB ids
     procs: list[subprocess.Popen[bytes]] = []
-    cfg = job_config(tmp, data, max_steps=4, checkpoint={"interval_steps": 2, "keep_last": 2})
+    cfg = job_config(
+        tmp,
+        data,
+        max_steps=4,
+        checkpoint={"interval_steps": 2, "keep_last": 2},
+        model={"vocab_size": VOCAB, "tokenizer": str(tmp / "tokenizer")},
+    )
     try:
         run = Run(tmp, cfg, 2, [], procs.append)
         assert run.wait(180) == [0, 0], run.stderr_tail()
@@ -48,7 +59,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 @pytest.fixture(scope="module")
 def heldout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("heldout")
-    write_synthetic_shards(path, n_shards=1, tokens_per_shard=4_000, vocab=256, seed=99)
+    write_synthetic_shards(path, n_shards=1, tokens_per_shard=4_000, vocab=VOCAB, seed=99)
     return path
 
 
@@ -109,6 +120,8 @@ def argv(trained: Run, root: Path, heldout: Path, endpoint: str, *extra: str) ->
         str(heldout),
         "--bucket",
         BUCKET,
+        "--name",
+        "base",
         "--prefix",
         "revisions/",
         "--endpoint-url",
@@ -119,33 +132,37 @@ def argv(trained: Run, root: Path, heldout: Path, endpoint: str, *extra: str) ->
     ]
 
 
-def logits(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
-    captured: list[torch.Tensor] = []
-    handle = model.head.register_forward_hook(lambda m, i, o: captured.append(o.detach()))
-    try:
-        with torch.no_grad():
-            model(tokens)
-    finally:
-        handle.remove()
-    return captured[0]
-
-
-def test_promotes_newest_complete_checkpoint_and_reproduces_its_logits(
+def test_promotes_newest_complete_checkpoint_as_a_directory_transformers_loads(
     trained: Run, heldout: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from deepspeed.utils.zero_to_fp32 import load_state_dict_from_zero_checkpoint
+    from transformers import AutoModelForCausalLM
+
+    from workloads.training.ds_config import ModelConfig
+    from workloads.training.model import hf_config
 
     root = checkpoints(trained, tmp_path)
     s3 = Recording(boto3.client("s3", endpoint_url=endpoint))
-    code = promotion.main(argv(trained, root, heldout, endpoint, "--max-perplexity", "1e6"), s3)
+    extra = ("--max-perplexity", "1e6", "--dtype", "float32")
+    code = promotion.main(argv(trained, root, heldout, endpoint, *extra), s3)
     captured = capsys.readouterr()
     assert code == 0, captured.err
     result = json.loads(captured.out.strip().splitlines()[-1])
     assert result["step"] == 4  # not the unsealed step-6, not tmp-step-8, not `latest`
     assert re.fullmatch(r"\d{8}T\d{6}Z-step-4", result["revision"])
-    prefix = f"revisions/{result['revision']}/"
+    assert result["serving_revision"] == f"base/{result['revision']}"
+    prefix = f"revisions/base/{result['revision']}/"
     assert result["uri"] == f"s3://{BUCKET}/{prefix}"
-    names = ["COMPLETE", "config.json", "manifest.json", "model.safetensors"]
+    names = [
+        "COMPLETE",
+        "chat_template.jinja",
+        "config.json",
+        "generation_config.json",
+        "manifest.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert keys(endpoint) == [prefix + n for n in names]
     # Weights and config first, the manifest after them, COMPLETE last.
     assert [k.removeprefix(prefix) for k in s3.writes][-2:] == ["manifest.json", "COMPLETE"]
@@ -156,27 +173,80 @@ def test_promotes_newest_complete_checkpoint_and_reproduces_its_logits(
     for name in names:
         client.download_file(BUCKET, prefix + name, str(down / name))
     manifest = json.loads((down / "manifest.json").read_text())
-    for name in ("config.json", "model.safetensors"):
+    for name in set(names) - {"COMPLETE", "manifest.json"}:
         assert manifest["files"][name]["sha256"] == promotion.sha256_of(down / name)
         assert manifest["files"][name]["bytes"] == (down / name).stat().st_size
     assert manifest["step"] == 4 and manifest["source_checkpoint"] == "step-4"
+    assert manifest["architecture"] == "LlamaForCausalLM" and manifest["dtype"] == "float32"
     config = json.loads((down / "config.json").read_text())
-    job = json.loads((trained.workdir / "job.json").read_text())
-    assert config["model"] == job["model"] and config["dtype"] == "float32"
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["vocab_size"] == VOCAB
 
-    promoted = promotion.load_promoted(down)
-    reference = GPT(ModelConfig.model_validate(job["model"]))
+    served = AutoModelForCausalLM.from_pretrained(str(down), local_files_only=True).eval()
+    job = json.loads((trained.workdir / "job.json").read_text())
+    reference = AutoModelForCausalLM.from_config(
+        hf_config(ModelConfig.model_validate(job["model"]))
+    )
     reference = load_state_dict_from_zero_checkpoint(reference, str(root), tag="step-4").eval()
     shards = TokenShards(heldout, 32)
     batch = shards.batch(0, 8)
-    got, want = logits(promoted, batch), logits(reference, batch)
-    assert got.shape == (8, 32, 256)
+    with torch.no_grad():
+        got, want = served(input_ids=batch).logits, reference(input_ids=batch).logits
+    assert got.shape == (8, 33, VOCAB)
     assert torch.allclose(got, want, rtol=0, atol=1e-6), float((got - want).abs().max())
+    assert manifest["export_check"]["max_abs_logit_diff"] <= 1e-6
     # The promoted weights are trained, not the initialisation, and the reported
     # perplexity is what the downloaded model gives.
-    ppl = promotion.perplexity(promoted, shards, 1024)
-    assert math.isclose(ppl, manifest["heldout_perplexity"], rel_tol=1e-6)
-    assert ppl < 256  # better than uniform over the vocabulary
+    ppl = heldout_perplexity(served, shards, 1024)
+    assert math.isclose(ppl, manifest["evaluation"]["heldout_perplexity"], rel_tol=1e-6)
+    assert ppl < VOCAB  # better than uniform over the vocabulary
+
+
+def test_bfloat16_export_is_within_its_tolerance(
+    trained: Run, heldout: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = checkpoints(trained, tmp_path)
+    assert promotion.main(argv(trained, root, heldout, endpoint, "--out", str(tmp_path / "o"))) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    check = result["export_check"]
+    assert result["dtype"] == "bfloat16" and 0 < check["max_abs_logit_diff"] <= check["tolerance"]
+    config = json.loads((tmp_path / "o" / "config.json").read_text())
+    assert config["dtype"] == config["torch_dtype"] == "bfloat16"
+
+
+def test_the_directory_is_readable_by_transformers_4_too(tmp_path: Path) -> None:
+    """What vLLM's image reads with transformers 4.x: rope_theta, torch_dtype, a tokenizer
+    class it has and its list of extra special tokens (checked by hand against 4.57.1)."""
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "dtype": "bfloat16",
+                "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0},
+            }
+        )
+    )
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "TokenizersBackend",
+                "backend": "tokenizers",
+                "extra_special_tokens": ["<|im_start|>"],
+                "is_local": True,
+                "local_files_only": True,
+                "eos_token": "<|im_end|>",
+            }
+        )
+    )
+    promotion.for_older_readers(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["rope_theta"] == 500000.0 and config["torch_dtype"] == "bfloat16"
+    assert config["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0}
+    assert config["rope_parameters"]["rope_theta"] == 500000.0  # what version 5 reads
+    tok = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert tok == {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "additional_special_tokens": ["<|im_start|>"],
+        "eos_token": "<|im_end|>",
+    }
 
 
 def test_failing_gate_publishes_nothing(
@@ -189,6 +259,7 @@ def test_failing_gate_publishes_nothing(
     assert captured.out == ""
     assert len(captured.err.strip().splitlines()) == 1
     assert captured.err.startswith("promotion: not promoted: held-out perplexity")
+    assert "exceeds" in captured.err or "above" in captured.err
     assert keys(endpoint) == []
 
 
@@ -216,6 +287,24 @@ def test_bad_input_exits_2_with_one_line(
     args[args.index(BUCKET)] = "no-such-bucket"
     assert promotion.main(args) == 2
     assert capsys.readouterr().err == "promotion: no bucket no-such-bucket\n"
+    assert keys(endpoint) == []
+
+
+def test_an_architecture_vllm_does_not_serve_is_refused(
+    trained: Run,
+    heldout: Path,
+    endpoint: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from workloads.serving import vllm_architectures
+
+    monkeypatch.setattr(vllm_architectures, "TEXT_GENERATION", frozenset({"Qwen3ForCausalLM"}))
+    root = checkpoints(trained, tmp_path)
+    assert promotion.main(argv(trained, root, heldout, endpoint)) == 2
+    err = capsys.readouterr().err
+    assert "'LlamaForCausalLM' is not a text-generation model of vLLM v0.11.0" in err
     assert keys(endpoint) == []
 
 
