@@ -17,13 +17,27 @@ from llmp.commands import (
     job,
     loadtest,
     policy,
+    promote,
     reference,
     stragglers,
     synth,
     verify,
 )
 
-MODULES = (synth, policy, reference, cost, verify, stragglers, loadtest, diff, accept, dr, job)
+MODULES = (
+    synth,
+    policy,
+    reference,
+    cost,
+    verify,
+    stragglers,
+    loadtest,
+    diff,
+    accept,
+    dr,
+    job,
+    promote,
+)
 """In the order `llmp --help` lists them."""
 
 

@@ -173,13 +173,18 @@ def test_sft_learns_the_assistant_turns(sft: Run) -> None:
 
 
 @pytest.fixture(scope="module")
-def promoted(sft: Run, endpoint: str, root: Path) -> dict[str, Any]:
-    (root / "eval.yaml").write_text(
-        "tasks: [llmp]\nlimit: 8\nthresholds:\n  tasks:\n    llmp_arith: {acc: 0.0}\n"
-    )
-    eval_config = str(root / "eval.yaml")
+def eval_config(root: Path) -> Path:
+    """The revision's evaluation: every shipped task on 8 items, a floor on arithmetic."""
+    path = root / "eval.yaml"
+    path.write_text("tasks: [llmp]\nlimit: 8\nthresholds:\n  tasks:\n    llmp_arith: {acc: 0.0}\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def promoted(sft: Run, endpoint: str, root: Path, eval_config: Path) -> dict[str, Any]:
     out = root / "sft-export"
-    return _promote(sft, "chat", endpoint, out, "--eval-config", eval_config, "--dtype", "float32")
+    extra = ("--eval-config", str(eval_config), "--dtype", "float32")
+    return _promote(sft, "chat", endpoint, out, *extra)
 
 
 def test_promotion_writes_a_directory_transformers_loads_with_the_checkpoints_logits(
@@ -333,3 +338,65 @@ def test_lora_adapters_are_merged_for_serving_and_kept_for_peft(
     with torch.no_grad():
         moved = (merged(input_ids=tokens).logits - base_model(input_ids=tokens).logits).abs().max()
     assert float(moved) > 1e-3  # the adapters trained
+
+
+def test_llmp_promote_publishes_and_points_the_server_at_the_revision(
+    sft: Run, endpoint: str, eval_config: Path
+) -> None:
+    """`llmp promote` from the SFT checkpoints into the inference stack's models bucket;
+    the stack file's change is what vLLM then loads: /models/<revision> over the mount
+    of the bucket's prefix."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from llmp.cli import app
+    from llmp.synth import REPO_ROOT
+    from spec.serving import ServingModelConfig
+    from workloads.serving.vllm import WEIGHTS_PATH, vllm_args
+    from workloads.volumes import mount_prefix
+
+    bucket = "acme-llm-inference-models"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    stack_file = REPO_ROOT / "stacks" / "Pulumi.inference.yaml"
+    before = stack_file.read_text()
+    args = [
+        "promote",
+        "inference",
+        "llama-8b",
+        "--checkpoints",
+        str(sft.workdir / "ckpt"),
+        "--job-config",
+        str(sft.workdir / "job.json"),
+        "--eval-config",
+        str(eval_config),
+        "--no-write",
+        "--endpoint-url",
+        endpoint,
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    print("\n$ llmp " + " ".join(args[:4]) + " ...\n" + result.stdout)
+    assert stack_file.read_text() == before  # --no-write
+    assert all(len(line) <= 80 for line in result.stdout.splitlines())
+    new = next(line[4:] for line in result.stdout.splitlines() if line.startswith("  + "))
+    assert new.startswith("llama-8b/") and new.endswith("-step-30")
+    # What the promotion job in the cluster leaves for `llmp promote --revision`: the same.
+    again = [*args[:3], "--revision", new, "--no-write", "--json", "--endpoint-url", endpoint]
+    listed = CliRunner().invoke(app, again)
+    assert listed.exit_code == 0, listed.output
+    out = json.loads(listed.stdout)
+    assert out["new_revision"] == new and out["diff"] and not out["written"]
+    assert out["promoted"]["evaluation"]["tasks"]["llmp_arith"]["acc"] >= 0.0
+
+    cfg = yaml.safe_load(before)["config"]
+    weights = cfg["llm-platform:storage"]["model_weights"]
+    served = ServingModelConfig.model_validate(
+        {**cfg["llm-platform:serving"]["models"][0], "revision": new}
+    )
+    model_path = vllm_args(served)[1]
+    assert model_path == f"{WEIGHTS_PATH}/{new}"
+    key = mount_prefix(weights["prefix"]) + model_path.removeprefix(WEIGHTS_PATH + "/")
+    head = boto3.client("s3", endpoint_url=endpoint).head_object(
+        Bucket=bucket, Key=f"{key}/config.json"
+    )
+    assert head["ContentLength"] > 0
