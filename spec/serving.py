@@ -33,7 +33,9 @@ class ServingModelConfig(Section):
     max_replicas: int = Field(2, ge=1, description="Most replicas under load.")
     max_model_len: int = Field(8192, ge=128, le=1048576, description="vLLM --max-model-len.")
     quantization: Literal["none", "awq", "gptq", "fp8"] = Field(
-        "none", description="vLLM --quantization; none serves the weights as stored."
+        "none",
+        description="vLLM --quantization. none: the weights as stored; vLLM still detects "
+        "a quantized checkpoint (compressed-tensors, workloads.jobs.quantize) by its config.",
     )
     target_waiting_requests: int = Field(
         4, ge=1, description="Queued requests per replica at which KEDA adds a replica."

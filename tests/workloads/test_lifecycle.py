@@ -162,7 +162,8 @@ def test_sft_learns_the_assistant_turns(sft: Run) -> None:
     assert start["task"] == "sft" and start["architecture"] == "Qwen2ForCausalLM"
     loss = _curve(sft, "loss")
     print(
-        f"\nSFT (2 ranks, ZeRO-3, full): loss {loss[0]:.4f} -> {loss[-1]:.4f} in {len(loss)} steps"
+        f"\nSFT, 2 ranks, ZeRO-3, all weights: loss {loss[0]:.4f} -> {loss[-1]:.4f}, "
+        f"{len(loss)} steps"
     )
     assert len(loss) == 30
     assert _mean(loss[-5:]) < 0.6 * _mean(loss[:5])
@@ -263,9 +264,9 @@ def test_dpo_from_the_published_revision(
     run = _train(procs, root, "dpo", cfg)
     loss, accuracy = _curve(run, "loss"), _curve(run, "reward_accuracy")
     print(
-        f"\nDPO (2 ranks, ZeRO-3, reference partitioned): loss {loss[0]:.4f} -> "
-        f"{loss[-1]:.4f} in {len(loss)} steps; reward accuracy {accuracy[0]:.2f} -> "
-        f"{_mean(accuracy[-5:]):.2f} (last 5)"
+        f"\nDPO, 2 ranks, ZeRO-3, reference partitioned: loss {loss[0]:.4f} -> "
+        f"{loss[-1]:.4f}, {len(loss)} steps\n  reward accuracy {accuracy[0]:.2f} -> "
+        f"{_mean(accuracy[-5:]):.2f} (mean of the last 5 steps)"
     )
     # Step 1: the policy is the reference, so every implicit reward is 0 and the loss ln 2.
     assert abs(loss[0] - 0.693147) < 1e-3
@@ -296,8 +297,8 @@ def test_grpo_raises_the_reward(
     reward, kl = _curve(run, "reward"), _curve(run, "kl")
     before, after = _mean(reward[:6]), _mean(reward[-6:])
     print(
-        f"\nGRPO (2 ranks, ZeRO-3, answer_match): mean reward {before:.3f} (first 6 "
-        f"steps) -> {after:.3f} (last 6), KL to the base {kl[-1]:.4f}"
+        f"\nGRPO, 2 ranks, ZeRO-3, answer_match: mean reward {before:.3f} (first 6 "
+        f"steps)\n  -> {after:.3f} (last 6 steps); KL to the base at the end {kl[-1]:.4f}"
     )
     assert abs(kl[0]) < 1e-6  # step 1 samples from the reference itself
     assert after > before + 0.15
