@@ -379,8 +379,17 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     ds_cfg = build_ds_config(job, load_universal=universal)
     validate_ds_config(ds_cfg)
 
+    config = hf.hf_config(job.model)
+    fpt = hf.flops_per_token(config, job.model.seq_len)  # on the meta device, before zero.Init
+    zero3_init = None
+    if job.zero_stage == 3:
+        from transformers.integrations import HfDeepSpeedConfig
+
+        # While this object lives, from_pretrained and from_config build under
+        # deepspeed.zero.Init: each rank holds only its partition from the start, where it
+        # would otherwise load the whole model (70B in fp32: 280 GB per rank, 8 per node).
+        zero3_init = HfDeepSpeedConfig(ds_cfg)
     model = hf.build(job.model)
-    config = hf.base_model(model).config
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = None
     if job.optimizer == "torch":
@@ -401,7 +410,6 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     checkpointer.on_published = telemetry.checkpoint_published
 
     step, consumed = 0, 0
-    fpt = hf.flops_per_token(config, job.model.seq_len)
     emit(
         "start",
         task=job.task,
@@ -521,6 +529,7 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
         checkpointer.save(step, {"step": step, "samples_consumed": consumed})
     checkpointer.finish()
     emit("exit", reason=stop_reason, step=step)
+    del zero3_init
     telemetry.close()
     if checkpointer.async_engine is not None:
         checkpointer.async_engine.cleanup()
