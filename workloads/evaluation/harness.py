@@ -30,23 +30,18 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from workloads import hub
+
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_EVALUATE_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-}
+OFFLINE_ENV = hub.OFFLINE_ENV
+stdout_to_stderr = hub.stdout_to_stderr
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -124,50 +119,9 @@ def _check_tasks(tasks: Sequence[str], known: Sequence[str]) -> None:
         )
 
 
-@contextlib.contextmanager
-def offline(cache_dir: Path) -> Iterator[None]:
+def offline(cache_dir: Path) -> contextlib.AbstractContextManager[None]:
     """Hub, datasets and evaluate offline; the datasets cache under `cache_dir`."""
-    import datasets.config
-    import huggingface_hub.constants
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            mock.patch.dict(
-                os.environ, {**OFFLINE_ENV, "HF_DATASETS_CACHE": str(cache_dir / "datasets")}
-            )
-        )
-        consts: list[tuple[Any, str, Any]] = [
-            (huggingface_hub.constants, "HF_HUB_OFFLINE", True),
-            (datasets.config, "HF_HUB_OFFLINE", True),
-            (datasets.config, "HF_DATASETS_OFFLINE", True),
-            (datasets.config, "HF_DATASETS_CACHE", cache_dir / "datasets"),
-        ]
-        if "evaluate.config" in sys.modules:
-            consts.append((sys.modules["evaluate.config"], "HF_EVALUATE_OFFLINE", True))
-        for module, name, value in consts:
-            stack.enter_context(mock.patch.object(module, name, value))
-        yield
-
-
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Everything written to stdout (Python objects and fd 1) goes to stderr meanwhile."""
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # no fd 1 (a closed or redirected-away stdout): Python-level only
-        saved = -1
-    try:
-        if saved >= 0:
-            os.dup2(2, 1)
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if saved >= 0:
-            os.dup2(saved, 1)
-            os.close(saved)
+    return hub.offline(cache_dir / "datasets")
 
 
 @contextlib.contextmanager

@@ -91,11 +91,11 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from workloads import hub
 from workloads.serving import vllm_architectures
 
 FORMAT: Final = "llmp-quantization/1"
@@ -105,12 +105,7 @@ DEFAULT_MAX_SEQ_LEN: Final = 2048
 IGNORE: Final = ("lm_head", "re:.*mlp.gate$")
 """Left in full precision: the output head, and MoE routers (`mlp.gate`; dense models
 have none, and `gate_proj` does not match), which vLLM expects unquantized."""
-OFFLINE_ENV: Final = {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-}
+OFFLINE_ENV: Final = hub.OFFLINE_ENV
 WEIGHT_PATTERNS: Final = ("*.safetensors", "pytorch_model*.bin")
 TOKENIZER_FILES: Final = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 NOT_COPIED_SUFFIXES: Final = (
@@ -298,45 +293,8 @@ def read_calibration(path: Path, samples: int, max_seq_len: int) -> Calibration:
 # -- the run -------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def offline() -> Iterator[None]:
-    """Hub, datasets and transformers offline, by environment and by the module constants
-    that `huggingface_hub` and `datasets` read once at import (restored afterwards)."""
-    from unittest import mock
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.dict(os.environ, OFFLINE_ENV))
-        import datasets.config
-        import huggingface_hub.constants
-
-        for module, name in (
-            (huggingface_hub.constants, "HF_HUB_OFFLINE"),
-            (datasets.config, "HF_HUB_OFFLINE"),
-            (datasets.config, "HF_DATASETS_OFFLINE"),
-        ):
-            stack.enter_context(mock.patch.object(module, name, True))
-        yield
-
-
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """stdout, Python objects and fd 1, goes to stderr meanwhile: llm-compressor's loguru
-    sink and DeepSpeed's logger write to stdout, which carries only the summary line."""
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # no fd 1: Python-level only
-        saved = -1
-    try:
-        if saved >= 0:
-            os.dup2(2, 1)
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stdout.flush()
-        if saved >= 0:
-            os.dup2(saved, 1)
-            os.close(saved)
+offline = hub.offline
+stdout_to_stderr = hub.stdout_to_stderr
 
 
 def recipe(scheme: Scheme) -> list[Any]:
