@@ -57,6 +57,7 @@ if not torch.cuda.is_available():
 
 from workloads.evaluation import Thresholds, heldout_perplexity, run_harness
 from workloads.evaluation import gate as evaluation_gate
+from workloads.evaluation.gating import one_line
 from workloads.serving import vllm_architectures
 from workloads.training import checkpointing as ckpt
 from workloads.training import model as hf
@@ -397,9 +398,7 @@ def _load_job(path: str) -> JobConfig:
     try:
         return load_job_config(path)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise BadInput(f"{path}: {where}: {first['msg']}") from None
+        raise BadInput(f"{path}: {one_line(exc)}") from None
     except (OSError, ValueError) as exc:
         raise BadInput(f"{path}: {str(exc).splitlines()[0]}") from None
 
@@ -414,9 +413,7 @@ def load_eval_config(path: str | None, max_perplexity: float | None) -> EvalConf
     try:
         config = EvalConfig.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise BadInput(f"{path}: {where}: {first['msg']}") from None
+        raise BadInput(f"{path or '--eval-config'}: {one_line(exc)}") from None
     if max_perplexity is not None:
         thresholds = config.thresholds.model_copy(update={"max_perplexity": max_perplexity})
         config = config.model_copy(update={"thresholds": thresholds})
