@@ -341,6 +341,43 @@ def test_lora_adapters_are_merged_for_serving_and_kept_for_peft(
     assert float(moved) > 1e-3  # the adapters trained
 
 
+def test_lora_checkpoints_reshard_to_another_world_size(
+    procs: list[subprocess.Popen[bytes]], root: Path, base: Path, data: dict[str, Path]
+) -> None:
+    """Adapters-only checkpoints (the frozen base excluded) of 2 ranks, ZeRO-3, resumed at 1
+    rank through the universal format: the same adapters, the base read from `pretrained`."""
+    import shutil
+
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    from safetensors.torch import load_file
+
+    model = {"pretrained": str(base), "lora": {"r": 4, "alpha": 8}}
+    cfg = _config(root, "lora3", "sft", data["sft"], model, max_steps=10, zero_stage=3, lr=1e-2)
+    two = _train(procs, root, "lora3", cfg)
+    copy = root / "lora3-world1"
+    shutil.copytree(two.workdir / "ckpt", copy / "ckpt")
+    one_cfg = {**cfg, "checkpoint": {**cfg["checkpoint"], "dir": str(copy / "ckpt")}}
+    exported = copy / "fp32.pt"
+    one = Run(copy, one_cfg, 1, ["--export-fp32", str(exported)], procs.append)
+    assert one.wait(300) == [0], one.stderr_tail()
+    resume = one.of("resume")[0]
+    assert resume == {**resume, "step": 10, "universal": True, "from_world_size": 2}
+
+    adapters = get_fp32_state_dict_from_zero_checkpoint(
+        str(two.workdir / "ckpt"), tag="step-10", exclude_frozen_parameters=True
+    )
+    after = torch.load(exported)
+    assert adapters and all("lora_" in k for k in adapters)
+    for name, tensor in adapters.items():
+        assert torch.equal(tensor.float(), after[name]), name
+    weights = load_file(str(base / "model.safetensors"))
+    frozen = [k for k in after if "lora_" not in k]
+    assert len(frozen) == len(weights)
+    for name in frozen:  # base_model.model.<name>, with .base_layer. inside adapted layers
+        key = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        assert torch.equal(after[name], weights[key].float()), name
+
+
 def test_llmp_promote_publishes_and_points_the_server_at_the_revision(
     sft: Run, endpoint: str, eval_config: Path
 ) -> None:

@@ -591,9 +591,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+EXIT_BAD_INPUT = 2
+
+
+def input_problem(job: JobConfig) -> str | None:
+    """What the job reads but is not there, checked before any process group forms."""
+    m = job.model
+    if m.pretrained is not None and not (Path(m.pretrained) / "config.json").is_file():
+        return f"model.pretrained {m.pretrained}: no config.json (a local Hugging Face directory)"
+    if m.tokenizer is not None and not Path(m.tokenizer).is_dir():
+        return f"model.tokenizer {m.tokenizer}: not a directory"
+    if not Path(job.data.path).exists():
+        return f"data.path {job.data.path}: does not exist"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    from pydantic import ValidationError
+
     args = parse_args(argv)
-    job = load_job_config(args.config)
+    try:
+        job = load_job_config(args.config)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        problem: str | None = f"{args.config}: {where}: {first['msg']}"
+    except (OSError, ValueError) as exc:
+        problem = f"{args.config}: {str(exc).splitlines()[0]}"
+    else:
+        problem = input_problem(job)
+    if problem is not None:
+        print(f"train: {problem}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
     if args.max_steps is not None:
         job = job.model_copy(update={"max_steps": args.max_steps})
     return run(job, args)

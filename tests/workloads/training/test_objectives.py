@@ -204,3 +204,24 @@ def test_a_reward_model_scores_from_a_local_directory(tmp_path: Path) -> None:
     scores = score(records, ["4", "hello there"], [True, True])
     assert len(scores) == 2 and all(math.isfinite(s) for s in scores)
     assert scores == score(records, ["4", "hello there"], [True, True])  # deterministic
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"task": "sft", "model": {"pretrained": "/nonexistent/base"}}, "no config.json"),
+        ({"model": {"tokenizer": "/nonexistent/tok"}}, "model.tokenizer /nonexistent/tok"),
+        ({}, "data.path"),
+        ({"zero_stagee": 3}, "zero_stagee: Extra inputs are not permitted"),
+    ],
+)
+def test_the_trainer_refuses_what_it_cannot_read_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], over: dict[str, object], message: str
+) -> None:
+    from workloads.training import train
+
+    cfg = {"data": {"path": str(tmp_path / "none")}, "checkpoint": {"dir": str(tmp_path)}, **over}
+    (tmp_path / "job.json").write_text(json.dumps(cfg))
+    assert train.main(["--config", str(tmp_path / "job.json")]) == train.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith("train: ") and message in err and err.count("\n") == 1
