@@ -95,6 +95,8 @@ class Tenant:
     """IAM role mapped to the tenant's Kubernetes group (an EKS access entry)."""
     s3_prefixes: Sequence[str] = ()
     """Prefixes its `training` service account reads and writes in the tenant buckets."""
+    models_prefixes: Sequence[str] = ()
+    """Prefixes it reads and writes in the models bucket (where promotion publishes)."""
 
 
 def quota_args(
@@ -256,31 +258,47 @@ def role_binding_args(namespace: pulumi.Input[str], tenant: str) -> RoleBindingI
     )
 
 
-def s3_policy(
-    buckets: list[str], prefixes: list[str], kms_key_arn: str | None, region: str
-) -> dict[str, Any]:
-    """List, read and write under the tenant's prefixes of the named buckets, nothing more."""
-    statements: list[dict[str, Any]] = [
+_READ_WRITE = [
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+]
+
+
+def _prefix_statements(name: str, buckets: list[str], prefixes: list[str]) -> list[dict[str, Any]]:
+    return [
         {
-            "Sid": "ListOwnPrefixes",
+            "Sid": f"List{name}",
             "Effect": "Allow",
             "Action": "s3:ListBucket",
             "Resource": buckets,
             "Condition": {"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
         },
         {
-            "Sid": "ReadWriteOwnPrefixes",
+            "Sid": f"ReadWrite{name}",
             "Effect": "Allow",
-            "Action": [
-                "s3:GetObject",
-                "s3:PutObject",
-                "s3:DeleteObject",
-                "s3:AbortMultipartUpload",
-                "s3:ListMultipartUploadParts",
-            ],
+            "Action": list(_READ_WRITE),
             "Resource": [f"{b}/{p}*" for b in buckets for p in prefixes],
         },
     ]
+
+
+def s3_policy(
+    buckets: list[str],
+    prefixes: list[str],
+    kms_key_arn: str | None,
+    region: str,
+    models: tuple[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """List, read and write under the tenant's prefixes of the named buckets, and under its
+    `models` prefixes of the models bucket (ARN, prefixes), nothing more."""
+    statements: list[dict[str, Any]] = []
+    if buckets and prefixes:
+        statements += _prefix_statements("OwnPrefixes", buckets, prefixes)
+    if models is not None:
+        statements += _prefix_statements("OwnModelPrefixes", [models[0]], models[1])
     if kms_key_arn:
         statements.append(
             {
@@ -294,16 +312,23 @@ def s3_policy(
     return {"Version": "2012-10-17", "Statement": statements}
 
 
-def _s3_policy_json(prefixes: list[str], region: str, values: list[Any]) -> str:
-    """`values`: the KMS key ARN (or None), then the bucket ARNs."""
-    return json.dumps(s3_policy(list(values[1:]), prefixes, values[0], region))
+def _s3_policy_json(
+    prefixes: list[str], models_prefixes: list[str], region: str, values: list[Any]
+) -> str:
+    """`values`: the KMS key ARN (or None), the models bucket's ARN (or None), then the
+    tenant buckets' ARNs (none when the tenant has no `prefixes` in them)."""
+    kms, models_arn, buckets = values[0], values[1], list(values[2:])
+    models = (models_arn, models_prefixes) if models_arn and models_prefixes else None
+    return json.dumps(s3_policy(buckets if prefixes else [], prefixes, kms, region, models))
 
 
 @dataclass(frozen=True, kw_only=True)
 class TenantBuckets:
     arns: list[pulumi.Input[str]]
-    """The datasets and checkpoints buckets' ARNs."""
+    """The datasets and checkpoints buckets' ARNs (empty: the stack lacks one of them)."""
     kms_key_arn: pulumi.Input[str] | None
+    models_arn: pulumi.Input[str] | None = None
+    """The models bucket's ARN, when the stack has one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,15 +408,26 @@ class Tenancy(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
-            if args.buckets is not None and cfg.s3_prefixes:
+            b = args.buckets
+            own = bool(b is not None and b.arns and cfg.s3_prefixes)
+            models = bool(b is not None and b.models_arn is not None and cfg.models_prefixes)
+            if b is not None and (own or models):
+                s3_access = pulumi.Output.all(
+                    b.kms_key_arn, b.models_arn if models else None, *(b.arns if own else [])
+                ).apply(
+                    # Bound now (a closure would see the loop's last tenant).
+                    functools.partial(
+                        _s3_policy_json,
+                        list(cfg.s3_prefixes) if own else [],
+                        list(cfg.models_prefixes),
+                        args.region,
+                    )
+                )
                 role, _ = pod_identity_role(
                     f"{prefix}-workload",
                     parent=self,
                     description=f"Tenant {tenant}: service account {WORKLOAD_SERVICE_ACCOUNT}",
-                    policy=pulumi.Output.all(args.buckets.kms_key_arn, *args.buckets.arns).apply(
-                        # Bound now (a closure would see the loop's last tenant).
-                        functools.partial(_s3_policy_json, list(cfg.s3_prefixes), args.region)
-                    ),
+                    policy=s3_access,
                     policy_name=f"{prefix}-workload-s3",
                     cluster_name=args.cluster_name,
                     namespace=tenant,

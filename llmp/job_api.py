@@ -26,7 +26,8 @@ from typing import Any, Final
 
 from llmp.errors import BadInput, Failed
 from llmp.kube import REQUEST_TIMEOUT, KubeApis, fatal, reason, status_of
-from workloads.jobs.jobfile import JOB_LABEL
+from spec.labels import JOB_KIND_LABEL
+from workloads.jobs.jobfile import CONFIG_KEY, JOB_LABEL
 from workloads.volumes import LUSTRE_CLAIM
 
 FIELD_MANAGER: Final = "llmp"
@@ -252,11 +253,21 @@ def _step_detail(step: dict[str, Any], max_steps: int | None = None) -> str:
     return ", ".join(parts)
 
 
+def _is_training(job: dict[str, Any]) -> bool:
+    """A training run (it resumes from its checkpoints), not a lifecycle step (which starts
+    over): its pods' `llm-platform/job-kind`."""
+    spec = job.get("spec") or {}
+    template = ((spec.get("pytorchReplicaSpecs") or {}).get("Worker") or {}).get("template") or {}
+    kind = ((template.get("metadata") or {}).get("labels") or {}).get(JOB_KIND_LABEL, "training")
+    return bool(kind == "training")
+
+
 def state_of(snap: Snapshot) -> State:
     """The job's one state, from its PyTorchJob, its Kueue Workload and its pods."""
     job, wl = snap.job, snap.workload
     if job is None:
         return State("gone", f"no PyTorchJob {snap.namespace}/{snap.name}", done=True)
+    resumes = _is_training(job)
     jconds = _conditions(job)
     replica = ((job.get("status") or {}).get("replicaStatuses") or {}).get("Worker") or {}
     if _true(jconds, "Succeeded"):
@@ -279,8 +290,12 @@ def state_of(snap: Snapshot) -> State:
             msg = " ".join(str(cond.get("message") or cond.get("reason") or "").split())
             return State(
                 "preempted",
-                f"evicted ({cond.get('reason', '')}): {msg}; requeued, it resumes from its "
-                "last checkpoint when admitted again",
+                f"evicted ({cond.get('reason', '')}): {msg}; requeued, it "
+                + (
+                    "resumes from its last checkpoint when admitted again"
+                    if resumes
+                    else "starts over when admitted again"
+                ),
                 waiting_for="preemption",
             )
         message = (wconds.get("QuotaReserved") or {}).get("message") or ""
@@ -307,8 +322,12 @@ def state_of(snap: Snapshot) -> State:
         msg = jconds["Restarting"].get("message") or "a worker failed"
         return State(
             "restarting",
-            f"{' '.join(str(msg).split())}; the workers re-rendezvous and resume from the last "
-            "checkpoint",
+            f"{' '.join(str(msg).split())}; "
+            + (
+                "the workers re-rendezvous and resume from the last checkpoint"
+                if resumes
+                else "its pod starts over"
+            ),
             cluster_queue=queue,
             flavors=flavors,
         )
@@ -409,8 +428,46 @@ def _must_exist(apis: KubeApis, read: Callable[[], Any], missing: str, doing: st
         raise _api_failure(exc, apis, doing) from None
 
 
-def preflight(apis: KubeApis, namespace: str, name: str, queue: str) -> None:
-    """The namespace, its FSx claim and its LocalQueue exist, and the name is free."""
+def training_config(apis: KubeApis, namespace: str, job: str, checkpoint: str) -> None:
+    """The ConfigMap of training job `job` that a promote job mounts (promote.from_job) is
+    there, holds a trainer config, and that config trained into `checkpoint`."""
+    name = f"{job}-config"
+    try:
+        found = apis.core.read_namespaced_config_map(
+            name, namespace, _request_timeout=REQUEST_TIMEOUT
+        )
+    except Exception as exc:
+        if status_of(exc) == 404:
+            raise JobError(
+                f"namespace {namespace} has no ConfigMap {name}, the config training job {job} "
+                f"ran with (promote.from_job; `llmp job cancel {job}` deletes it): give "
+                "promote.job_config, a copy of it under /fsx/, instead"
+            ) from None
+        raise _api_failure(exc, apis, f"read ConfigMap {namespace}/{name}") from None
+    data = _plain(apis, found).get("data") or {}
+    try:
+        trained = json.loads(data[CONFIG_KEY])["checkpoint"]["dir"]
+    except (KeyError, TypeError, ValueError):
+        raise JobError(
+            f"ConfigMap {namespace}/{name} holds no trainer config ({CONFIG_KEY} with "
+            "checkpoint.dir): is it a training job's?"
+        ) from None
+    if str(trained).rstrip("/") != checkpoint:
+        raise JobError(
+            f"training job {job} checkpointed to {trained} (ConfigMap {namespace}/{name}), "
+            f"not to {checkpoint}, the job file's checkpoint"
+        )
+
+
+def preflight(
+    apis: KubeApis,
+    namespace: str,
+    name: str,
+    queue: str,
+    from_job: tuple[str, str] | None = None,
+) -> None:
+    """The namespace, its FSx claim and its LocalQueue exist, and the name is free; with
+    `from_job` (training job, checkpoint dir), that job's config is there (`training_config`)."""
     group, version = KUEUE
     t = REQUEST_TIMEOUT
     _must_exist(
@@ -437,6 +494,8 @@ def preflight(apis: KubeApis, namespace: str, name: str, queue: str) -> None:
         f"namespace {namespace} has no Kueue LocalQueue {queue}: the job would never be admitted",
         f"read LocalQueue {namespace}/{queue}",
     )
+    if from_job is not None:
+        training_config(apis, namespace, *from_job)
     existing = get_job(apis, namespace, name)
     if existing is not None:
         state = state_of(Snapshot(namespace, name, existing))
@@ -446,10 +505,15 @@ def preflight(apis: KubeApis, namespace: str, name: str, queue: str) -> None:
         )
 
 
-def submit(apis: KubeApis, manifests: list[dict[str, Any]], queue: str) -> list[str]:
+def submit(
+    apis: KubeApis,
+    manifests: list[dict[str, Any]],
+    queue: str,
+    from_job: tuple[str, str] | None = None,
+) -> list[str]:
     """Preflight, then apply every manifest in order; returns what was applied."""
     job = manifests[-1]["metadata"]
-    preflight(apis, job["namespace"], job["name"], queue)
+    preflight(apis, job["namespace"], job["name"], queue, from_job)
     applied = []
     for manifest in manifests:
         apply(apis, manifest)

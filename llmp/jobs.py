@@ -13,7 +13,10 @@ later or never admit:
 - the queue is the namespace's LocalQueue;
 - Kueue admits the rendered PyTorchJob against the ClusterQueues and flavors the stack
   declares (`workloads.kueue.admit`, the same rule the stack's admission tests use):
-  the tenant's nominal quota plus what the cohort can lend holds `nodes.max` x GPUs.
+  the tenant's nominal quota plus what the cohort can lend holds `nodes.max` x GPUs;
+- a promote job's `promote.bucket` is a bucket of the stack. Whether the tenant's
+  workload role may write its revisions there is said in a note (`write_denied`):
+  the job would do its work and then fail to publish.
 
 The result, a `Prepared`, carries the manifests (`--dry-run` prints them) and what Kueue
 would do. The cluster side (`submit`, `status`, `list`, `logs`, `cancel`) is `llmp.job_api`.
@@ -33,8 +36,9 @@ from llmp.job_api import wrapped
 from spec.catalog import catalog
 from spec.errors import MISSING, ConfigError, clip, closest, one_line, show, sorted_names
 from spec.platform import PlatformConfig
+from spec.tenancy import MODELS_BUCKET, s3_grants
 from workloads import kueue
-from workloads.jobs.jobfile import JobFile, config_map
+from workloads.jobs.jobfile import REQUIRED_HERE, JobFile, config_map
 from workloads.jobs.pytorchjob import pytorch_job
 from workloads.training.ds_config import JobConfig
 from workloads.volumes import LUSTRE_CLAIM
@@ -54,13 +58,30 @@ class Prepared:
     instance_type: str
     gpus_per_node: int
     gpu_resource: str
-    trainer: JobConfig
-    """The trainer's config, as the ConfigMap carries it."""
+    trainer: JobConfig | None
+    """The trainer's config, as the ConfigMap carries it; None for a step (promote, quantize)."""
     manifests: list[dict[str, Any]]
     admission: kueue.Admission
     nominal_gpus: int
     """The tenant's guaranteed GPUs on the pool; above it the job borrows."""
     notes: list[str] = field(default_factory=list)
+    bucket: str | None = None
+    """promote: the physical name of the bucket it publishes to."""
+    host: str = ""
+    """CPU and memory each pod requests, e.g. `20 vCPUs, 217Gi`."""
+
+    @property
+    def from_job(self) -> tuple[str, str] | None:
+        """promote.from_job: (the training job, the checkpoint dir it must have trained into),
+        which `llmp job submit` checks on the cluster before applying."""
+        promote, checkpoint = self.job.promote, self.job.checkpoint
+        if promote is None or promote.from_job is None or checkpoint is None:
+            return None
+        return promote.from_job, checkpoint
+
+    @property
+    def max_steps(self) -> int | None:
+        return None if self.trainer is None else self.trainer.max_steps
 
     @property
     def gpus(self) -> int:
@@ -71,15 +92,51 @@ class Prepared:
     def flavor(self) -> str:
         return self.admission.flavors.get("worker", {}).get(self.gpu_resource, "")
 
+    def _step_lines(self) -> list[str]:
+        job = self.job
+        of = catalog().instance(self.instance_type).accelerator
+        lines = [
+            f"  pool {job.pool}: {self.instance_type}, {self.gpus_per_node} of its "
+            f"{of.count if of else '?'} GPUs with {self.host}",
+            "  one process on one node: its errors fail it, a lost pod starts over",
+        ]
+        if job.promote is not None:
+            config = (
+                f"what job {job.promote.from_job} trained with (ConfigMap {job.mounted_config_map})"
+                if job.promote.from_job is not None
+                else f"{job.promote.job_config}"
+            )
+            lines += [
+                f"  promote {job.checkpoint}",
+                wrapped("    config: ", config, 6),
+                f"    publish to s3://{self.bucket}/{job.promote.key_prefix()}",
+            ]
+        if job.quantize is not None:
+            q = job.quantize
+            lines += [f"  quantize {q.model}", f"    to {q.out}", f"    scheme {q.scheme}"]
+            if q.calibration is not None:
+                lines.append(f"    calibrated on {q.calibration}")
+        return lines
+
     def summary(self) -> list[str]:
         """What was checked, in a few lines of at most 80 columns."""
         job, pool = self.job, self.job.pool
-        borrowed = max(0, self.gpus - self.nominal_gpus)
-        quota = f"{self.nominal_gpus} nominal" + (f" + {borrowed} borrowed" if borrowed else "")
+        own = min(self.gpus, self.nominal_gpus)
+        borrowed = self.gpus - own
+        quota = f"{own} nominal" + (f" + {borrowed} borrowed" if borrowed else "")
+        nodes = "its node" if job.nodes.max == 1 else f"all {job.nodes.max} at once, or none"
+        where = (
+            self._step_lines()
+            if job.is_step
+            else [
+                f"  pool {pool}: {self.instance_type}, {self.gpus_per_node} GPUs per node, "
+                f"nodes {job.nodes.min}..{job.nodes.max}"
+            ]
+        )
         return [
-            f"job {job.namespace}/{job.name} on stack {job.stack}: checked",
-            f"  pool {pool}: {self.instance_type}, {self.gpus_per_node} GPUs per node, "
-            f"nodes {job.nodes.min}..{job.nodes.max}",
+            f"job {job.namespace}/{job.name} on stack {job.stack}: checked"
+            + (f" ({job.kind})" if job.is_step else ""),
+            *where,
             f"  queue {job.namespace}/{job.queue} -> ClusterQueue {self.admission.queue}, "
             f"flavor {self.flavor}",
             f"  Kueue admits {self.gpus} {self.gpu_resource} ({quota})",
@@ -88,7 +145,7 @@ class Prepared:
                     wrapped(
                         "  then ",
                         f"waits for its nodes: the {', '.join(self.admission.waiting_for)} "
-                        f"check asks the autoscaler for all {job.nodes.max} at once, or none",
+                        f"check asks the autoscaler for {nodes}",
                         4,
                     )
                 ]
@@ -110,6 +167,8 @@ def _validation_error(path: str, exc: ValidationError, prefix: str = "") -> JobF
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "missing":
         return _fail(path, key, MISSING, "required")
+    if err["type"] == REQUIRED_HERE:
+        return _fail(path, key, MISSING, msg)
     if err["type"] == "extra_forbidden":
         return _fail(path, key, err.get("input", MISSING), "unknown key")
     return _fail(path, key or "(file)", err.get("input", MISSING), msg)
@@ -147,6 +206,27 @@ def _unknown(path: str, key: str, value: str, what: str, names: list[str]) -> Jo
     hint = closest(value, names)
     did = f" (did you mean {hint}?)" if hint else ""
     return _fail(path, key, value, f"not {what}{did}; known: {_names(names)}")
+
+
+def write_denied(cfg: PlatformConfig, tenant: str, bucket: str, key_prefix: str) -> str | None:
+    """Why the tenant's workload role (service account `training`, Pod Identity) may not
+    write under `key_prefix` of the stack's bucket `bucket` (a key of storage.buckets), or
+    None: by `spec.tenancy.s3_grants`, the rule the program builds the role by."""
+    buckets = cfg.storage.buckets if cfg.storage is not None else {}
+    grants = s3_grants(cfg.tenants[tenant], buckets)
+    if any(key_prefix.startswith(p) for p in grants.get(bucket, [])):
+        return None
+    if not grants:
+        return (
+            f"tenant {tenant} has no workload role with S3 access "
+            f"(tenants.{tenant}.s3_prefixes, models_prefixes)"
+        )
+    where = "; ".join(f"{', '.join(p)} in {b}" for b, p in grants.items())
+    setting = "models_prefixes" if bucket == MODELS_BUCKET else "s3_prefixes"
+    return (
+        f"tenant {tenant}'s workload role (service account training) may write only {where} "
+        f"(tenants.{tenant}.{setting})"
+    )
 
 
 def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
@@ -196,15 +276,28 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
             f"namespace {job.namespace} has no {LUSTRE_CLAIM} claim for /fsx ({where})",
         )
     instance_type = pool.instance_type
+    bucket = None
+    if job.promote is not None:
+        names = list(cfg.storage.buckets) if cfg.storage is not None else []
+        if job.promote.bucket not in names:
+            raise _unknown(
+                path, "promote.bucket", job.promote.bucket, f"a bucket of stack {stack}", names
+            )
+        assert cfg.storage is not None
+        bucket = cfg.storage.bucket_name(job.promote.bucket)
+    trainer = None
+    if not job.is_step:
+        try:
+            trainer = job.trainer_config(instance_type)
+        except ValidationError as exc:
+            raise _validation_error(path, exc, "trainer.") from None
     try:
-        trainer = job.trainer_config(instance_type)
-    except ValidationError as exc:
-        raise _validation_error(path, exc, "trainer.") from None
-    try:
-        spec = job.job_spec(instance_type, pool.efa)
+        spec = job.job_spec(instance_type, pool.efa, bucket)
     except ValidationError as exc:
         raise _validation_error(path, exc) from None
-    rendered = [config_map(job, trainer), pytorch_job(spec)]
+    rendered = (
+        [pytorch_job(spec)] if trainer is None else [config_map(job, trainer), pytorch_job(spec)]
+    )
     kind = catalog().accelerator_kind(instance_type)
     assert kind is not None  # node pools are accelerated (spec.pools)
 
@@ -218,12 +311,13 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
         kueue.pod_sets(job_manifest), queue, flavors, cohort=queues, checks=checks
     )
     if not admission.admitted:
+        key, value = ("gpus_per_node", spec.gpus) if job.is_step else ("nodes.max", job.nodes.max)
         raise _fail(
-            path,
-            "nodes.max",
-            job.nodes.max,
-            f"Kueue would never admit it: {'; '.join(admission.problems)}",
+            path, key, value, f"Kueue would never admit it: {'; '.join(admission.problems)}"
         )
+    requests = job_manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
+        "containers"
+    ][0]["resources"]["requests"]
     nominal = tenant.gpu_quota[job.pool]
     prepared = Prepared(
         path=path,
@@ -236,12 +330,21 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
         manifests=rendered,
         admission=admission,
         nominal_gpus=nominal,
+        bucket=bucket,
+        host=f"{requests['cpu']} vCPUs, {requests['memory']}",
     )
     if prepared.gpus > nominal:
         prepared.notes.append(
             f"borrows {prepared.gpus - nominal} GPUs from the cohort: preemptible when "
             "their owners reclaim them"
         )
+    if job.promote is not None and bucket is not None:
+        why = write_denied(cfg, job.tenant, job.promote.bucket, job.promote.key_prefix())
+        if why is not None:
+            prepared.notes.append(
+                f"it cannot publish to s3://{bucket}/{job.promote.key_prefix()}: {why}; "
+                "the job would export and evaluate, then fail to publish (AccessDenied, exit 1)"
+            )
     if job.nodes.min < job.nodes.max and not pool.elastic:
         prepared.notes.append(
             f"pool {job.pool} is fixed at {pool.max_size} nodes: after losing one the job "

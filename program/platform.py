@@ -36,7 +36,7 @@ from monitoring import rules
 from program import args, cost, ledger
 from spec.catalog import catalog
 from spec.platform import PlatformConfig
-from spec.tenancy import TENANT_BUCKETS
+from spec.tenancy import MODELS_BUCKET, TENANT_BUCKETS
 
 
 def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, str]:
@@ -151,10 +151,15 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             region=cfg.region,
             vpc_cidr=cfg.network.vpc_cidr,
             buckets=TenantBuckets(
-                arns=[buckets.buckets[b].arn for b in TENANT_BUCKETS],
+                arns=[buckets.buckets[b].arn for b in TENANT_BUCKETS]
+                if all(b in buckets.buckets for b in TENANT_BUCKETS)
+                else [],
                 kms_key_arn=buckets.kms_key_arn,
+                models_arn=buckets.buckets[MODELS_BUCKET].arn
+                if MODELS_BUCKET in buckets.buckets
+                else None,
             )
-            if buckets is not None and all(b in buckets.buckets for b in TENANT_BUCKETS)
+            if buckets is not None
             else None,
             kueue_ready=addons.kueue_ready,
         ),

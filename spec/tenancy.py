@@ -4,6 +4,7 @@ the policy pack enforces."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from pydantic import Field, field_validator
 
@@ -12,6 +13,8 @@ from spec.errors import FieldError
 
 TENANT_BUCKETS = ("datasets", "checkpoints")
 """The buckets in which a tenant's `s3_prefixes` are granted."""
+MODELS_BUCKET = "models"
+"""The bucket in which a tenant's `models_prefixes` are granted (promotion publishes there)."""
 
 
 class GuardrailsConfig(Section):
@@ -74,6 +77,15 @@ class TenantConfig(Section):
         ),
     )
 
+    models_prefixes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Key prefixes (ending in /) the tenant's `training` service account reads and "
+            "writes in the models bucket: where its promotion jobs publish revisions, e.g. "
+            "revisions/llama-8b/."
+        ),
+    )
+
     @field_validator("gpu_quota", "serving_gpus")
     @classmethod
     def _quota(cls, v: dict[str, int]) -> dict[str, int]:
@@ -89,7 +101,7 @@ class TenantConfig(Section):
             raise ValueError("not an IAM role ARN; e.g. arn:aws:iam::123456789012:role/team")
         return v
 
-    @field_validator("s3_prefixes")
+    @field_validator("s3_prefixes", "models_prefixes")
     @classmethod
     def _prefixes(cls, v: list[str]) -> list[str]:
         for i, prefix in enumerate(v):
@@ -98,6 +110,19 @@ class TenantConfig(Section):
                     (i,), prefix, "a key prefix like teams/foundation/ (no *, ending in /)"
                 )
         return v
+
+
+def s3_grants(tenant: TenantConfig, bucket_keys: Collection[str]) -> dict[str, list[str]]:
+    """Bucket key -> the key prefixes the tenant's workload role (service account
+    `training`) may list, read and write there: its `s3_prefixes` in the datasets and
+    checkpoints buckets when the stack has both, its `models_prefixes` in the models bucket
+    when it has one. The program builds the role from this; `llmp job` checks against it."""
+    grants: dict[str, list[str]] = {}
+    if tenant.s3_prefixes and all(b in bucket_keys for b in TENANT_BUCKETS):
+        grants |= {b: list(tenant.s3_prefixes) for b in TENANT_BUCKETS}
+    if tenant.models_prefixes and MODELS_BUCKET in bucket_keys:
+        grants[MODELS_BUCKET] = list(tenant.models_prefixes)
+    return grants
 
 
 class AddonsConfig(Section):

@@ -70,13 +70,14 @@ def submit(
 ) -> None:
     """Check a job file against its stack, apply it, and follow it to its end.
 
+    A training run (kind pretrain, sft, dpo, grpo) or a lifecycle step (promote, quantize).
     Checked offline first (the same checks with --dry-run): the pool is one of the
     stack's, the tenant has a quota on it, the nodes fit the pool, the namespace has the
     FSx claim, and Kueue admits the job against the stack's queues. Then the namespace,
-    claim and LocalQueue are checked on the cluster, the ConfigMap and PyTorchJob are
-    applied server-side, and the job is followed: queued, provisioning, admitted (which
-    ClusterQueue and flavor), pods running, training steps, and its end. Ctrl-C stops
-    following; the job keeps running.
+    claim and LocalQueue (and, for promote.from_job, the training job's ConfigMap) are
+    checked on the cluster, the ConfigMap and PyTorchJob are applied server-side, and the
+    job is followed: queued, provisioning, admitted (which ClusterQueue and flavor), pods
+    running, training steps, and its end. Ctrl-C stops following; the job keeps running.
 
     Exit 0: succeeded (or applied, with --detach; checked, with --dry-run); 1: failed or
     timed out; 2: bad input (the file, the stack, a cluster that is not the stack's).
@@ -92,7 +93,7 @@ def submit(
         return
     apis = _apis(kubeconfig, context)
     job = prepared.job
-    for applied in job_api.submit(apis, prepared.manifests, job.queue):
+    for applied in job_api.submit(apis, prepared.manifests, job.queue, prepared.from_job):
         console.line(f"applied {applied} (server-side, field manager {job_api.FIELD_MANAGER})")
     if detach:
         return
@@ -103,7 +104,7 @@ def submit(
             job.name,
             emit=console.line,
             timeout_s=None if timeout is None else timeout * 60,
-            max_steps=prepared.trainer.max_steps,
+            max_steps=prepared.max_steps,
         )
     except KeyboardInterrupt:
         console.line(

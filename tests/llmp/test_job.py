@@ -30,9 +30,13 @@ from tests.llmp.fake_apiserver import APPLY, Cluster, FakeApiServer, Script, Sto
 from tests.llmp.kube_fake import FakeClock
 from tests.workloads.jobs.k8s import as_pod, policy_violations, validate
 from workloads import kueue
-from workloads.jobs.jobfile import JOB_LABEL
+from workloads.jobs.jobfile import JOB_LABEL, TRAINER_KINDS
 
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
+TRAINING_EXAMPLES = [
+    p for p in EXAMPLES if yaml.safe_load(p.read_text()).get("kind", "pretrain") in TRAINER_KINDS
+]
+"""The training runs; the lifecycle steps' examples (promote, quantize): test_job_kinds.py."""
 SFT = REPO_ROOT / "examples" / "finetune-sft.yaml"
 
 
@@ -57,7 +61,7 @@ def test_examples_exist_for_pretrain_and_finetune() -> None:
     assert {"pretrain", "finetune"} <= stacks
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", TRAINING_EXAMPLES, ids=lambda p: p.name)
 def test_every_example_renders_valid_objects_that_the_stacks_queues_admit(path: Path) -> None:
     prepared = prepare(str(path))
     config_map, job = prepared.manifests

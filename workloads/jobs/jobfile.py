@@ -1,4 +1,4 @@
-"""The job file a user submits with `llmp job submit FILE`: one training run, typed.
+"""The job file a user submits with `llmp job submit FILE`: one run on a pool, typed.
 
 ```yaml
 kind: sft                      # pretrain, sft, dpo or grpo (the trainer's task)
@@ -27,18 +27,50 @@ What is rendered: a ConfigMap `<name>-config` holding the trainer's config as JS
 merged in, validated by the trainer's own `JobConfig`), and the PyTorchJob that runs
 `torchrun -m workloads.training.train --config /etc/llmp/job.json` on the pool, in the
 tenant's LocalQueue, suspended until Kueue admits it.
+
+Two more kinds run the lifecycle's single-process steps in the trainer image, through the
+same queue: `promote` (`python -m workloads.jobs.promotion`: the newest complete checkpoint
+under `checkpoint`, exported, checked, evaluated and published to a bucket of the stack)
+and `quantize` (`python -m workloads.jobs.quantize`: a Hugging Face directory on FSx to a
+compressed-tensors one). Each takes its own block (`promote:`, `quantize:`; its keys are
+the module's flags) and neither `trainer`, `data`, `zero_stage` nor `max_restarts`; they run
+one process on one node (`nodes: 1`, the default) with one GPU unless `gpus_per_node` says
+more, and CPU and memory in proportion to their GPUs. The promote job reads the config the
+training job ran with from that job's own ConfigMap (`promote.from_job: chat-sft` mounts
+`chat-sft-config`), or from a file on FSx (`promote.job_config`); it renders no ConfigMap.
+
+```yaml
+kind: promote
+name: chat-sft-promote
+stack: finetune
+tenant: chat
+pool: h100
+image: 123456789012.dkr.ecr.us-west-2.amazonaws.com/llm-platform-trainer:v0.4.0
+checkpoint: /fsx/checkpoints/chat-sft   # the training job's checkpoint root (--checkpoints)
+promote: {from_job: chat-sft, name: chat-8b, heldout: /fsx/datasets/chat/heldout}
+```
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from spec.labels import PART_OF
 from workloads.jobs.pod import FSX_MOUNT, check_dns_label, check_image
-from workloads.jobs.pytorchjob import CONFIG_MOUNT, JobSpec
+from workloads.jobs.pytorchjob import CONFIG_MOUNT, JobKind, JobSpec
+from workloads.jobs.quantize import SCHEMES
 from workloads.kueue import LOCAL_QUEUE
 from workloads.scheduling import PRIORITIES
 from workloads.training.ds_config import JobConfig
@@ -47,8 +79,229 @@ JOB_LABEL: Final = "llm-platform/job"
 """On the PyTorchJob, its pods and its ConfigMap: the job file's name (`llmp job` selects by it)."""
 CONFIG_KEY: Final = "job.json"
 TRAINER_MODULE: Final = "workloads.training.train"
+PROMOTION_MODULE: Final = "workloads.jobs.promotion"
+QUANTIZE_MODULE: Final = "workloads.jobs.quantize"
 SET_BY_THE_FILE: Final = ("task", "data.path", "checkpoint.dir", "zero_stage", "instance_type")
 """Trainer settings the job file (or the pool) decides; `trainer` may not set them again."""
+
+Kind = Literal["pretrain", "sft", "dpo", "grpo", "promote", "quantize"]
+TRAINER_KINDS: Final = ("pretrain", "sft", "dpo", "grpo")
+"""The trainer's tasks: an elastic PyTorchJob of `workloads.training.train`."""
+STEP_KINDS: Final = ("promote", "quantize")
+"""The lifecycle's single-process steps: one pod, one process, their own block."""
+STEP_JOB_KINDS: Final[dict[str, JobKind]] = {"promote": "promotion", "quantize": "quantization"}
+"""A step's pods' `llm-platform/job-kind` (not `training`: no metrics, no GPU-idle alert)."""
+STEP_MODULES: Final = {"promote": PROMOTION_MODULE, "quantize": QUANTIZE_MODULE}
+REQUIRED_HERE: Final = "required_here"
+"""Error type of a key that this kind (or this block) requires: shown as `<missing>`."""
+DEFAULT_ZERO_STAGE: Final = 3
+DEFAULT_MAX_RESTARTS: Final = 3
+
+_TAKES: Final[dict[str, frozenset[str]]] = {
+    **{
+        kind: frozenset({"nodes", "data", "checkpoint", "zero_stage", "max_restarts", "trainer"})
+        for kind in TRAINER_KINDS
+    },
+    "promote": frozenset({"nodes", "checkpoint", "promote"}),
+    "quantize": frozenset({"nodes", "quantize"}),
+}
+"""The keys that depend on `kind`, and which kinds take them."""
+_REQUIRES: Final[dict[str, frozenset[str]]] = {
+    **{kind: frozenset({"nodes", "data", "checkpoint"}) for kind in TRAINER_KINDS},
+    "promote": frozenset({"checkpoint", "promote"}),
+    "quantize": frozenset({"quantize"}),
+}
+_MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+"""`workloads.jobs.promotion`'s rule for --name (it refuses others, exit 2)."""
+_PREFIX = re.compile(r"^[A-Za-z0-9._/-]*$")
+
+
+def on_fsx(v: str) -> str:
+    """A path under /fsx/ (the tenant's FSx claim, where every job's pods see the same files)."""
+    parts = v.split("/")
+    if not v.startswith(FSX_MOUNT + "/") or ".." in parts or len(v) <= len(FSX_MOUNT) + 1:
+        raise ValueError(f"must be a path under {FSX_MOUNT}/ (the tenant's FSx claim)")
+    return v.rstrip("/")
+
+
+def _required(why: str) -> PydanticCustomError:
+    """A key this kind or this block cannot do without (shown as `KEY = <missing>: ...`)."""
+    return PydanticCustomError(REQUIRED_HERE, "required {why}", {"why": why})
+
+
+class PromoteStep(BaseModel):
+    """`kind: promote`: the flags of `python -m workloads.jobs.promotion` (the job file's
+    `checkpoint` is its --checkpoints)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_config: str | None = Field(
+        None,
+        description=f"The training job's config, a JSON or YAML file under {FSX_MOUNT}/ "
+        "(instead of from_job).",
+    )
+    from_job: str | None = Field(
+        None,
+        validate_default=True,
+        description="The training job (its job file's name) whose ConfigMap <from_job>-config "
+        "holds the config it trained with: mounted read-only, read as --job-config.",
+    )
+    bucket: str = Field(
+        "models", description="The stack's bucket (a key of storage.buckets) to publish to."
+    )
+    name: str = Field(description="The model's name: revisions go under <prefix>/<name>/.")
+    prefix: str = Field("revisions/", description="Key prefix of the revisions in the bucket.")
+    heldout: str | None = Field(
+        None, description=f"Held-out token shards under {FSX_MOUNT}/ (perplexity, the probe)."
+    )
+    eval_config: str | None = Field(
+        None, description=f"YAML under {FSX_MOUNT}/: harness tasks, limit and thresholds."
+    )
+    max_perplexity: float | None = Field(
+        None, gt=0, description="Gate: fail above this held-out perplexity."
+    )
+    dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="The served weights.")
+    out: str | None = Field(
+        None,
+        description=f"Keep the exported directory here, under {FSX_MOUNT}/ (default: a temporary "
+        "one). A new directory each time: promotion publishes every file it finds in it.",
+    )
+
+    @field_validator("job_config", "heldout", "eval_config", "out")
+    @classmethod
+    def _on_fsx(cls, v: str | None) -> str | None:
+        return None if v is None else on_fsx(v)
+
+    @field_validator("from_job")
+    @classmethod
+    def _one_config(cls, v: str | None, info: ValidationInfo) -> str | None:
+        given = info.data.get("job_config")
+        if v is None and given is None and "job_config" in info.data:
+            raise _required(
+                "(or job_config): the training job whose ConfigMap holds the config it "
+                f"trained with, or that config as a file under {FSX_MOUNT}/"
+            )
+        if v is not None and given is not None:
+            raise ValueError("give from_job or job_config, not both")
+        return None if v is None else check_dns_label(v, "the training job's name", 52)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _MODEL_NAME.match(v):
+            raise ValueError("lowercase letters, digits, '.', '_' and '-', at most 63")
+        return v
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not _PREFIX.match(v) or ".." in v.split("/") or v.startswith("/"):
+            raise ValueError("an S3 key prefix: letters, digits, '.', '_', '-' and '/'")
+        return v
+
+    @field_validator("max_perplexity")
+    @classmethod
+    def _measured(cls, v: float | None, info: ValidationInfo) -> float | None:
+        if v is not None and info.data.get("heldout") is None and "heldout" in info.data:
+            raise ValueError("needs heldout: the shards the perplexity is measured on")
+        return v
+
+    @property
+    def config_path(self) -> str:
+        """--job-config: the mounted ConfigMap's file, or the file on FSx."""
+        return f"{CONFIG_MOUNT}/{CONFIG_KEY}" if self.job_config is None else self.job_config
+
+    def key_prefix(self) -> str:
+        """Where its revisions go in the bucket: `<prefix>/<name>/` (promotion's rule)."""
+        return "/".join(p for p in (self.prefix.strip("/"), self.name) if p) + "/"
+
+    def args(self, checkpoints: str, bucket: str) -> list[str]:
+        """promotion's command line; `bucket`: the physical name of `self.bucket`."""
+        args = ["--checkpoints", checkpoints, "--job-config", self.config_path]
+        args += ["--bucket", bucket, "--name", self.name, "--prefix", self.prefix]
+        for flag, value in (
+            ("--heldout", self.heldout),
+            ("--eval-config", self.eval_config),
+            (
+                "--max-perplexity",
+                None if self.max_perplexity is None else repr(self.max_perplexity),
+            ),
+        ):
+            if value is not None:
+                args += [flag, value]
+        args += ["--dtype", self.dtype]
+        return args + (["--out", self.out] if self.out is not None else [])
+
+
+class QuantizeStep(BaseModel):
+    """`kind: quantize`: the flags of `python -m workloads.jobs.quantize`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(description=f"The Hugging Face model directory, under {FSX_MOUNT}/.")
+    out: str = Field(description=f"A new directory for the result, under {FSX_MOUNT}/.")
+    scheme: str = Field(description=f"One of {', '.join(SCHEMES)}.")
+    calibration: str | None = Field(
+        None,
+        validate_default=True,
+        description=f"JSONL text under {FSX_MOUNT}/: required by every scheme but fp8-dynamic.",
+    )
+    samples: int | None = Field(None, ge=1, description="Calibration samples (default 512).")
+    max_seq_len: int | None = Field(None, ge=1, description="Tokens per sample (default 2048).")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        return on_fsx(v)
+
+    @field_validator("out")
+    @classmethod
+    def _out(cls, v: str, info: ValidationInfo) -> str:
+        v = on_fsx(v)
+        model = info.data.get("model")
+        if model is not None and (v == model or v.startswith(model + "/")):
+            raise ValueError(f"inside model {model}: write the result elsewhere")
+        return v
+
+    @field_validator("scheme")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if v not in SCHEMES:
+            raise ValueError(f"not a scheme; one of {', '.join(SCHEMES)}")
+        return v
+
+    @field_validator("calibration")
+    @classmethod
+    def _calibration(cls, v: str | None, info: ValidationInfo) -> str | None:
+        scheme = SCHEMES.get(info.data.get("scheme", ""))
+        if scheme is not None and scheme.needs_calibration and v is None:
+            raise _required(
+                f"by scheme {scheme.name}: it calibrates on text (JSONL under {FSX_MOUNT}/)"
+            )
+        if v is not None:
+            if scheme is not None and not scheme.needs_calibration:
+                raise ValueError(f"scheme {scheme.name} is data-free: it takes no calibration")
+            return on_fsx(v)
+        return v
+
+    @field_validator("samples", "max_seq_len")
+    @classmethod
+    def _calibrated(cls, v: int | None, info: ValidationInfo) -> int | None:
+        scheme = SCHEMES.get(info.data.get("scheme", ""))
+        if v is not None and scheme is not None and not scheme.needs_calibration:
+            raise ValueError(f"scheme {scheme.name} is data-free: it takes no {info.field_name}")
+        return v
+
+    def args(self) -> list[str]:
+        args = ["--model", self.model, "--out", self.out, "--scheme", self.scheme]
+        for flag, value in (
+            ("--calibration", self.calibration),
+            ("--samples", self.samples),
+            ("--max-seq-len", self.max_seq_len),
+        ):
+            if value is not None:
+                args += [flag, str(value)]
+        return args
 
 
 class NodeRange(BaseModel):
@@ -67,42 +320,111 @@ class NodeRange(BaseModel):
 
 
 class JobFile(BaseModel):
-    """One training run on a stack's pool, in a tenant's queue."""
+    """One run on a stack's pool, in a tenant's queue: training, or a lifecycle step."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["pretrain", "sft", "dpo", "grpo"] = Field(
+    kind: Kind = Field(
         "pretrain",
         description="What the trainer does (its `task`): pretrain: next-token loss on token "
         "shards; sft: chat records, loss on the assistant turns; dpo: preference pairs; "
-        "grpo: prompts scored by a reward.",
+        "grpo: prompts scored by a reward. Or a step: promote (checkpoint -> a published "
+        "revision), quantize (a model directory -> a compressed-tensors one).",
     )
     name: str = Field(description="Job name: a DNS label of at most 52 characters.")
     stack: str = Field(description="The stack it runs on (stacks/Pulumi.<stack>.yaml).")
     tenant: str = Field(description="The tenant: its namespace, queue and quota.")
     queue: str = Field(LOCAL_QUEUE, description="The LocalQueue in the tenant's namespace.")
     pool: str = Field(description="The node pool (its `llm-platform/pool` label).")
-    nodes: NodeRange = Field(description="`{min, max}`, or one number for a fixed size.")
-    gpus_per_node: int | None = Field(None, ge=1, description="Default: every accelerator.")
-    image: str = Field(description="The trainer image, pinned by tag or digest.")
-    data: str = Field(
-        description=f"Under {FSX_MOUNT}/: token shards (pretrain) or JSONL records (the "
-        "trainer's data.path)."
+    nodes: NodeRange = Field(
+        None,  # set by _for_kind: required for training, 1 for a step
+        validate_default=True,
+        description="`{min, max}`, or one number for a fixed size; a step runs on 1.",
     )
-    checkpoint: str = Field(description=f"Checkpoint root under {FSX_MOUNT}/, shared by nodes.")
-    zero_stage: Literal[1, 2, 3] = Field(3, description="DeepSpeed ZeRO stage.")
+    gpus_per_node: int | None = Field(
+        None, ge=1, description="Default: every accelerator (training), 1 (a step)."
+    )
+    image: str = Field(description="The trainer image, pinned by tag or digest.")
+    data: str | None = Field(
+        None,
+        validate_default=True,
+        description=f"Under {FSX_MOUNT}/: token shards (pretrain) or JSONL records (the "
+        "trainer's data.path). Training only.",
+    )
+    checkpoint: str | None = Field(
+        None,
+        validate_default=True,
+        description=f"Checkpoint root under {FSX_MOUNT}/, shared by nodes: what training "
+        "writes, what promote reads (--checkpoints).",
+    )
+    zero_stage: Literal[1, 2, 3] = Field(
+        None,  # set by _for_kind
+        validate_default=True,
+        description=f"DeepSpeed ZeRO stage (default {DEFAULT_ZERO_STAGE}). Training only.",
+    )
     priority: str = Field("llmp-training", description="A platform PriorityClass.")
-    max_restarts: int = Field(3, ge=0, description="Elastic restarts of the worker group.")
+    max_restarts: int = Field(
+        None,  # set by _for_kind
+        ge=0,
+        validate_default=True,
+        description=f"Elastic restarts of the worker group (default {DEFAULT_MAX_RESTARTS}). "
+        "Training only: a step fails on its own errors (a lost pod is created again).",
+    )
     trainer: dict[str, Any] = Field(
         default_factory=dict,
+        validate_default=True,
         description="The rest of the trainer's config (model, steps, batch, optimizer).",
     )
+    promote: PromoteStep | None = Field(
+        None, validate_default=True, description="kind promote: promotion's flags."
+    )
+    quantize: QuantizeStep | None = Field(
+        None, validate_default=True, description="kind quantize: quantize's flags."
+    )
 
-    @field_validator("nodes", mode="before")
+    @field_validator(
+        "nodes",
+        "data",
+        "checkpoint",
+        "zero_stage",
+        "max_restarts",
+        "trainer",
+        "promote",
+        "quantize",
+        mode="before",
+    )
     @classmethod
-    def _fixed(cls, v: Any) -> Any:
-        if isinstance(v, int) and not isinstance(v, bool):
-            return {"min": v, "max": v}
+    def _for_kind(cls, v: Any, info: ValidationInfo) -> Any:
+        """The keys `kind` decides: required, refused, or their kind's default."""
+        kind = info.data.get("kind")
+        key = str(info.field_name)
+        if kind is None:  # `kind` itself was refused: that is the error
+            return v
+        given = v is not None and v != {}
+        if given and key not in _TAKES[kind]:
+            why = (
+                f"it runs {STEP_MODULES[kind]} with what its {kind} block says"
+                if kind in STEP_KINDS
+                else f"that block is for kind {key}"  # a trainer refuses only the steps' blocks
+            )
+            raise PydanticCustomError(
+                "not_for_kind",
+                "kind {kind} takes no {key}: {why}",
+                {"kind": kind, "key": key, "why": why},
+            )
+        if not given and key in _REQUIRES[kind]:
+            raise _required(f"by kind {kind}")
+        if key == "nodes":
+            if kind in STEP_KINDS:
+                if given and v not in (1, {"min": 1, "max": 1}):
+                    raise ValueError(f"kind {kind} runs one process on one node: nodes is 1")
+                return {"min": 1, "max": 1}
+            if isinstance(v, int) and not isinstance(v, bool):
+                return {"min": v, "max": v}
+        if not given and key == "zero_stage":
+            return DEFAULT_ZERO_STAGE  # unused by a step
+        if not given and key == "max_restarts":
+            return DEFAULT_MAX_RESTARTS if kind in TRAINER_KINDS else 0
         return v
 
     @field_validator("name", "tenant", "queue", "pool")
@@ -118,11 +440,8 @@ class JobFile(BaseModel):
 
     @field_validator("data", "checkpoint")
     @classmethod
-    def _on_fsx(cls, v: str) -> str:
-        parts = v.split("/")
-        if not v.startswith(FSX_MOUNT + "/") or ".." in parts or len(v) <= len(FSX_MOUNT) + 1:
-            raise ValueError(f"must be a path under {FSX_MOUNT}/ (the tenant's FSx claim)")
-        return v.rstrip("/")
+    def _on_fsx(cls, v: str | None) -> str | None:
+        return None if v is None else on_fsx(v)
 
     @field_validator("priority")
     @classmethod
@@ -162,11 +481,38 @@ class JobFile(BaseModel):
     def config_map_name(self) -> str:
         return f"{self.name}-config"
 
+    @property
+    def is_step(self) -> bool:
+        """A lifecycle step (promote, quantize), not a training run."""
+        return self.kind in STEP_KINDS
+
+    @property
+    def mounted_config_map(self) -> str | None:
+        """The ConfigMap the pods mount: the job's own (training), the training job's
+        (promote.from_job), or none."""
+        if self.promote is not None:
+            return None if self.promote.from_job is None else f"{self.promote.from_job}-config"
+        return None if self.is_step else self.config_map_name
+
+    def command(self, bucket: str | None = None) -> list[str]:
+        """What torchrun runs: `-m module` and its flags. `bucket`: for promote, the physical
+        name of the stack's `promote.bucket` (the stack decides it)."""
+        if self.promote is not None:
+            if bucket is None or self.checkpoint is None:
+                raise ValueError("promote: the bucket's name and the checkpoint are needed")
+            return ["-m", PROMOTION_MODULE, *self.promote.args(self.checkpoint, bucket)]
+        if self.quantize is not None:
+            return ["-m", QUANTIZE_MODULE, *self.quantize.args()]
+        return ["-m", TRAINER_MODULE, "--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}"]
+
     def trainer_config(self, instance_type: str) -> JobConfig:
         """The trainer's config: `trainer` with what the file and the pool decide merged in.
 
         Raises pydantic's ValidationError for a bad `trainer` block (locations relative to it).
         """
+
+        if self.is_step or self.data is None or self.checkpoint is None:
+            raise ValueError(f"kind {self.kind} runs no trainer")
 
         def section(name: str, key: str, value: str) -> Any:
             # Not a mapping: left as it is, for the trainer's schema to refuse with its key.
@@ -183,26 +529,44 @@ class JobFile(BaseModel):
         }
         return JobConfig.model_validate(merged)
 
-    def job_spec(self, instance_type: str, efa: bool = True) -> JobSpec:
+    def job_spec(self, instance_type: str, efa: bool = True, bucket: str | None = None) -> JobSpec:
         """The PyTorchJob's spec on a pool of `instance_type`; `efa`: whether the pool's nodes
-        have their EFA interfaces (a pool without them offers no `vpc.amazonaws.com/efa`)."""
+        have their EFA interfaces (a pool without them offers no `vpc.amazonaws.com/efa`);
+        `bucket`: promote's bucket, by its physical name.
+
+        A step is one pod and one process (`procs_per_node` 1) with 1 GPU by default, CPU
+        and memory in proportion to its GPUs (`host_share`), no EFA (no collectives), its own
+        job-kind, no checkpoint dir of its own, and the `ExitCode` restart policy."""
+        common: dict[str, Any] = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "image": self.image,
+            "command": self.command(bucket),
+            "instance_type": instance_type,
+            "node_pool": self.pool,
+            "nodes_min": self.nodes.min,
+            "nodes_max": self.nodes.max,
+            "max_restarts": self.max_restarts,
+            "queue_name": self.queue,
+            "priority_class": self.priority,
+            "config_map": self.mounted_config_map,
+            "labels": {JOB_LABEL: self.name},
+        }
+        if self.is_step:
+            return JobSpec(
+                **common,
+                gpus_per_node=self.gpus_per_node or 1,
+                procs_per_node=1,
+                efa_per_node=0,
+                host_share="gpus",
+                job_kind=STEP_JOB_KINDS[self.kind],
+                restart_policy="ExitCode",
+            )
         return JobSpec(
-            name=self.name,
-            namespace=self.namespace,
-            image=self.image,
-            command=["-m", TRAINER_MODULE, "--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}"],
-            instance_type=instance_type,
-            node_pool=self.pool,
-            nodes_min=self.nodes.min,
-            nodes_max=self.nodes.max,
-            max_restarts=self.max_restarts,
+            **common,
             gpus_per_node=self.gpus_per_node,
             efa_per_node=None if efa else 0,
             checkpoint_dir=self.checkpoint,
-            queue_name=self.queue,
-            priority_class=self.priority,
-            config_map=self.config_map_name,
-            labels={JOB_LABEL: self.name},
         )
 
 

@@ -16,6 +16,15 @@ Metrics: rank 0 of `workloads/training/train.py` serves `llmp_*` gauges on the c
 port named `metrics` (METRICS_PORT); the pod carries `llm-platform/job-kind: training`, which
 the GPU-idle alert and the dashboards use to find training pods.
 
+The lifecycle's single-process steps (`promotion`, `quantization`: `job_kind`) run the same
+way, one pod and one torchrun process (`procs_per_node`), so `llmp job` follows, lists and
+cancels them like training; they carry their own `job-kind`, serve no metrics, and use the
+`ExitCode` restart policy: the pod's own restartPolicy is Never and the operator fails the
+job on exit codes 1-127 (their errors, deterministic: torchrun reports a worker's exit 1 or 2
+as 1, and a SIGTERM it takes as 1 too) rather than running them again, and starts the pod
+again on 130, 137, 143 (torchrun itself killed). A pod that is gone (drained, its node lost)
+is created again, as for any replica.
+
 Everything the instance type decides (accelerator resource and taint, GPU
 count, EFA interfaces, memory) comes from the catalog, and a spec that asks
 for more than the instance has is refused before submission.
@@ -81,6 +90,9 @@ a training pod evicted for bin-packing costs the whole job a restart."""
 STEP_TIMES_FILE = "step-times.jsonl"
 """Per-rank step times (JSON lines for `llmp stragglers`), in the checkpoint dir."""
 
+JobKind = Literal["training", "promotion", "quantization"]
+"""The pod's `llm-platform/job-kind`: what its GPUs are busy with."""
+
 _PRIORITY_NAMES = tuple(p.name for p in PRIORITIES)
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
@@ -97,7 +109,7 @@ class ElasticPolicy(K8s):
 
 class ReplicaSpec(K8s):
     replicas: int
-    restart_policy: Literal["OnFailure"] = "OnFailure"
+    restart_policy: Literal["OnFailure", "ExitCode"] = "OnFailure"
     template: PodTemplate
 
 
@@ -144,8 +156,23 @@ class JobSpec(BaseModel):
     nodes_max: int = Field(ge=1)
     max_restarts: int = Field(3, ge=0, description="Elastic restarts of the whole worker group.")
     gpus_per_node: int | None = Field(None, description="Default: every accelerator.")
+    procs_per_node: int | None = Field(
+        None, ge=1, description="torchrun processes per pod (nprocPerNode); default one per GPU."
+    )
     efa_per_node: int | None = Field(None, description="Default: every EFA interface.")
-    checkpoint_dir: str = Field(description="Under /fsx, shared by every node.")
+    checkpoint_dir: str | None = Field(
+        None,
+        description="Under /fsx, shared by every node; required for training (None: a job "
+        "that keeps no state of its own).",
+    )
+    job_kind: JobKind = Field(
+        "training", description="The pods' job-kind; only training serves the trainer's metrics."
+    )
+    restart_policy: Literal["OnFailure", "ExitCode"] = Field(
+        "OnFailure",
+        description="OnFailure: the kubelet restarts in place (elastic training); ExitCode: "
+        "the job fails on exit codes 1-127, the operator starts the pod again on 130/137/143.",
+    )
     queue_name: str = Field(description="Kueue LocalQueue in the namespace.")
     priority_class: str = "llmp-training"
     memory_fraction: float = Field(
@@ -153,6 +180,12 @@ class JobSpec(BaseModel):
         gt=0,
         le=0.95,
         description="Share of instance memory requested; the rest is the kubelet's and the OS's.",
+    )
+    host_share: Literal["node", "gpus"] = Field(
+        "node",
+        description="node: memory_fraction of the instance's CPU and memory (training takes "
+        "whole nodes); gpus: of the GPUs' share of them (gpus/count, the share Kueue's quota "
+        "gives a GPU), so the node's other GPUs keep theirs.",
     )
     shm_size: str = "64Gi"
     run_as_user: int = Field(1000, ge=1)
@@ -184,7 +217,9 @@ class JobSpec(BaseModel):
 
     @field_validator("checkpoint_dir")
     @classmethod
-    def _checkpoint(cls, v: str) -> str:
+    def _checkpoint(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         parts = v.split("/")
         if not v.startswith(FSX_MOUNT + "/") or ".." in parts or len(v) <= len(FSX_MOUNT) + 1:
             raise ValueError(f"checkpoint dir {v!r} must be a path under {FSX_MOUNT}/ (FSx)")
@@ -200,12 +235,16 @@ class JobSpec(BaseModel):
             raise ValueError(f"instance type {self.instance_type} has no accelerator")
         if self.nodes_min > self.nodes_max:
             raise ValueError(f"nodes_min {self.nodes_min} is above nodes_max {self.nodes_max}")
+        if self.checkpoint_dir is None and self.job_kind == "training":
+            raise ValueError("checkpoint_dir: a training job needs one (under /fsx/)")
         gpus = self.gpus
         if not 1 <= gpus <= itype.accelerator.count:
             raise ValueError(
                 f"gpus_per_node {gpus}: {self.instance_type} has {itype.accelerator.count} "
                 f"{itype.accelerator.model} accelerators"
             )
+        if self.procs_per_node is not None and self.procs_per_node > gpus:
+            raise ValueError(f"procs_per_node {self.procs_per_node}: more than its {gpus} GPUs")
         if not 0 <= self.efa <= itype.efa_interfaces:
             raise ValueError(
                 f"efa_per_node {self.efa}: {self.instance_type} takes at most "
@@ -218,6 +257,11 @@ class JobSpec(BaseModel):
         acc = catalog().instance(self.instance_type).accelerator
         default = acc.count if acc else 0
         return default if self.gpus_per_node is None else self.gpus_per_node
+
+    @property
+    def procs(self) -> int:
+        """torchrun's processes per pod: `procs_per_node`, else one per GPU."""
+        return self.gpus if self.procs_per_node is None else self.procs_per_node
 
     @property
     def efa(self) -> int:
@@ -234,22 +278,31 @@ def training_env(spec: JobSpec) -> list[EnvVar]:
         # buffer next to the checkpoints, where it survives the pod.
         EnvVar(name="TORCH_NCCL_DUMP_ON_TIMEOUT", value="1"),
         EnvVar(name="TORCH_NCCL_TRACE_BUFFER_SIZE", value="2000"),
-        EnvVar(
-            name="TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
-            value=f"{spec.checkpoint_dir}/nccl-traces/rank_",
-        ),
-        EnvVar(name="PYTORCH_CUDA_ALLOC_CONF", value="expandable_segments:True"),
-        EnvVar(name="CHECKPOINT_DIR", value=spec.checkpoint_dir),
+    ]
+    if spec.checkpoint_dir is not None:
+        env.append(
+            EnvVar(
+                name="TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                value=f"{spec.checkpoint_dir}/nccl-traces/rank_",
+            )
+        )
+    env.append(EnvVar(name="PYTORCH_CUDA_ALLOC_CONF", value="expandable_segments:True"))
+    if spec.checkpoint_dir is not None:
+        env.append(EnvVar(name="CHECKPOINT_DIR", value=spec.checkpoint_dir))
+    if spec.job_kind == "training":
         # train.py's metrics and step times (read through its --metrics-port etc. defaults)
-        EnvVar(name="LLMP_METRICS_PORT", value=str(METRICS_PORT)),
-        EnvVar(name="LLMP_METRICS_ADDR", value="0.0.0.0"),
-        EnvVar(name="LLMP_STEP_TIMES", value=f"{spec.checkpoint_dir}/{STEP_TIMES_FILE}"),
-        EnvVar(name="LLMP_JOB_NAME", value=spec.name),
+        env += [
+            EnvVar(name="LLMP_METRICS_PORT", value=str(METRICS_PORT)),
+            EnvVar(name="LLMP_METRICS_ADDR", value="0.0.0.0"),
+            EnvVar(name="LLMP_STEP_TIMES", value=f"{spec.checkpoint_dir}/{STEP_TIMES_FILE}"),
+            EnvVar(name="LLMP_JOB_NAME", value=spec.name),
+        ]
+    env.append(
         EnvVar(
             name="NODE_NAME",
             value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="spec.nodeName")),
-        ),
-    ]
+        )
+    )
     if kind is not None and kind.kind == "nvidia":
         env = nccl_env() + env
     if spec.efa:
@@ -265,7 +318,10 @@ def _resources(spec: JobSpec) -> ResourceRequirements:
     itype = catalog().instance(spec.instance_type)
     kind = catalog().accelerator_kind(spec.instance_type)
     assert kind is not None  # the spec's validator refuses instance types without one
-    memory_gib = math.floor(itype.memory_gib * spec.memory_fraction)
+    fraction = spec.memory_fraction
+    if spec.host_share == "gpus" and itype.accelerator is not None:
+        fraction *= spec.gpus / itype.accelerator.count
+    memory_gib = math.floor(itype.memory_gib * fraction)
     # No hugepages-2Mi: libfabric is told not to use them (FI_EFA_USE_HUGE_PAGE=0, see
     # training_env). Memory request == limit keeps the kernel from OOM-killing a rank
     # while it pins EFA buffers (those errors look like EFA faults).
@@ -277,7 +333,7 @@ def _resources(spec: JobSpec) -> ResourceRequirements:
         both[EFA_RESOURCE] = str(spec.efa)
     # CPU is requested (scheduling, quota) but not limited: CFS throttling of
     # data-loader workers costs more GPU time than it saves.
-    cpu = str(math.floor(itype.vcpus * spec.memory_fraction))
+    cpu = str(max(1, math.floor(itype.vcpus * fraction)))
     return ResourceRequirements(limits=dict(both), requests={**both, "cpu": cpu})
 
 
@@ -294,7 +350,9 @@ def pod_template(spec: JobSpec) -> PodTemplate:
         image=spec.image,
         command=["torchrun", *spec.command],
         env=training_env(spec),
-        ports=[ContainerPort(name="metrics", container_port=METRICS_PORT)],
+        ports=[ContainerPort(name="metrics", container_port=METRICS_PORT)]
+        if spec.job_kind == "training"
+        else None,
         resources=_resources(spec),
         volume_mounts=mounts,
         security_context=restricted_container_context(),
@@ -304,8 +362,8 @@ def pod_template(spec: JobSpec) -> PodTemplate:
             labels={
                 **spec.labels,
                 "app.kubernetes.io/name": spec.name,
-                "app.kubernetes.io/component": "training",
-                JOB_KIND_LABEL: "training",
+                "app.kubernetes.io/component": spec.job_kind,
+                JOB_KIND_LABEL: spec.job_kind,
             },
             annotations={SAFE_TO_EVICT: "false"},
         ),
@@ -337,10 +395,14 @@ def pytorch_job(spec: JobSpec) -> dict[str, Any]:
                 max_replicas=spec.nodes_max,
                 max_restarts=spec.max_restarts,
             ),
-            nproc_per_node=str(spec.gpus),
+            nproc_per_node=str(spec.procs),
             run_policy=RunPolicy(backoff_limit=spec.max_restarts),
             pytorch_replica_specs={
-                "Worker": ReplicaSpec(replicas=spec.nodes_max, template=pod_template(spec))
+                "Worker": ReplicaSpec(
+                    replicas=spec.nodes_max,
+                    restart_policy=spec.restart_policy,
+                    template=pod_template(spec),
+                )
             },
         ),
     )

@@ -28,6 +28,7 @@ from workloads.training import checkpointing as ckpt
 from workloads.training.data import TokenShards, write_synthetic_shards
 
 BUCKET = "models"
+REPO = Path(__file__).resolve().parents[3]
 VOCAB = 85  # tests/workloads/hf.py's tokenizer
 # Dummy credentials in every test (tests/conftest.py): no profile or instance metadata.
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -320,3 +321,12 @@ def test_an_architecture_vllm_does_not_serve_is_refused(
 )
 def test_gate(ppl: float, limit: float | None, fails: bool) -> None:
     assert (promotion.gate(ppl, limit) is not None) is fails
+
+
+def test_the_example_gate_parses_and_names_shipped_tasks() -> None:
+    from workloads.evaluation import expand_tasks
+
+    config = promotion.load_eval_config(str(REPO / "examples" / "gates" / "chat-sft.yaml"), None)
+    assert config.tasks == ["llmp"] and config.thresholds.max_perplexity == 40
+    tasks = expand_tasks(config.tasks)
+    assert set(config.thresholds.tasks) | set(config.thresholds.tasks_max) <= set(tasks)
