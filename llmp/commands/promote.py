@@ -35,7 +35,7 @@ def promote(
             "--revision",
             metavar="REV",
             help="Serve a revision already published (e.g. by the promotion job): "
-            "<model>/<yyyymmddThhmmssZ>-step-<N>, checked in the bucket.",
+            "MODEL/YYYYMMDDTHHMMSSZ-step-N, checked in the bucket.",
         ),
     ] = None,
     heldout: Annotated[
