@@ -27,7 +27,7 @@ from typing import Any, Final
 from llmp.errors import BadInput, Failed
 from llmp.kube import REQUEST_TIMEOUT, KubeApis, fatal, reason, status_of
 from spec.labels import JOB_KIND_LABEL
-from workloads.jobs.jobfile import CONFIG_KEY, JOB_LABEL
+from workloads.jobs.jobfile import CONFIG_KEY, JOB_LABEL, config_map_name
 from workloads.volumes import LUSTRE_CLAIM
 
 FIELD_MANAGER: Final = "llmp"
@@ -431,7 +431,7 @@ def _must_exist(apis: KubeApis, read: Callable[[], Any], missing: str, doing: st
 def training_config(apis: KubeApis, namespace: str, job: str, checkpoint: str) -> None:
     """The ConfigMap of training job `job` that a promote job mounts (promote.from_job) is
     there, holds a trainer config, and that config trained into `checkpoint`."""
-    name = f"{job}-config"
+    name = config_map_name(job)
     try:
         found = apis.core.read_namespaced_config_map(
             name, namespace, _request_timeout=REQUEST_TIMEOUT
@@ -542,9 +542,9 @@ def cancel(apis: KubeApis, namespace: str, name: str) -> list[str]:
     deleted = [f"PyTorchJob {namespace}/{name}"]
     try:
         apis.core.delete_namespaced_config_map(
-            f"{name}-config", namespace, _request_timeout=REQUEST_TIMEOUT
+            config_map_name(name), namespace, _request_timeout=REQUEST_TIMEOUT
         )
-        deleted.append(f"ConfigMap {namespace}/{name}-config")
+        deleted.append(f"ConfigMap {namespace}/{config_map_name(name)}")
     except Exception as exc:
         if status_of(exc) != 404:
             raise _api_failure(exc, apis, f"delete ConfigMap {namespace}/{name}-config") from None

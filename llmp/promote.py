@@ -19,7 +19,6 @@ to prove that the value is the only difference. A model written in flow style
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import re
@@ -197,20 +196,16 @@ def promote_checkpoints(
             f"promoting from checkpoints needs the trainer's packages ({exc.name} is "
             "missing): pip install -r requirements-dev.txt, or run it in the trainer image"
         ) from None
-    args = argparse.Namespace(
-        checkpoints=checkpoints,
-        job_config=job_config,
-        bucket=target.bucket,
-        name=target.model,
-        prefix=target.prefix,
-        heldout=heldout,
-        eval_config=eval_config,
-        max_perplexity=None,
-        dtype=dtype,
-        endpoint_url=endpoint_url,
-        bin_dtype=None,
-        out=None,
-    )
+    argv = ["--checkpoints", checkpoints, "--job-config", job_config, "--dtype", dtype]
+    argv += ["--bucket", target.bucket, "--name", target.model, "--prefix", target.prefix]
+    for flag, value in (
+        ("--heldout", heldout),
+        ("--eval-config", eval_config),
+        ("--endpoint-url", endpoint_url),
+    ):
+        if value is not None:
+            argv += [flag, value]
+    args = promotion.parse_args(argv)  # the promotion job's own flags and defaults
     try:
         return promotion.promote(args)
     except promotion.BadInput as exc:
@@ -221,19 +216,18 @@ def promote_checkpoints(
 
 def published(target: Target, revision: str, endpoint_url: str | None) -> dict[str, Any]:
     """The manifest of a published revision, checked: sealed by COMPLETE, servable."""
-    import hashlib
-
     import boto3
     import botocore.exceptions as boto_errors
 
+    from workloads.jobs import revisions
     from workloads.serving import vllm_architectures
 
-    key = "/".join(p for p in (target.prefix.strip("/"), revision.strip("/")) if p) + "/"
+    key = revisions.key_prefix(target.prefix, revision)
     where = f"s3://{target.bucket}/{key}"
     s3 = boto3.client("s3", endpoint_url=endpoint_url)
     try:
-        body = s3.get_object(Bucket=target.bucket, Key=key + "manifest.json")["Body"].read()
-        seal = s3.get_object(Bucket=target.bucket, Key=key + "COMPLETE")["Body"].read()
+        body = s3.get_object(Bucket=target.bucket, Key=key + revisions.MANIFEST)["Body"].read()
+        seal = s3.get_object(Bucket=target.bucket, Key=key + revisions.COMPLETE)["Body"].read()
     except boto_errors.NoCredentialsError:
         raise BadInput(NO_CREDENTIALS) from None
     except boto_errors.ClientError as exc:
@@ -247,7 +241,7 @@ def published(target: Target, revision: str, endpoint_url: str | None) -> dict[s
         raise Failed(f"reading {where}: {exc}") from None
     except boto_errors.BotoCoreError as exc:
         raise BadInput(f"reading {where}: {exc}") from None
-    if seal.decode(errors="replace").strip() != hashlib.sha256(body).hexdigest():
+    if not revisions.sealed(body, seal):
         raise Failed(f"{where}COMPLETE does not seal its manifest.json: not trusted")
     manifest: dict[str, Any] = json.loads(body)
     reason = vllm_architectures.unsupported_reason(str(manifest.get("architecture")))

@@ -135,6 +135,17 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
+def validation_line(error: Any) -> str:
+    """A pydantic ValidationError as one line, `where: what; where: what`, for the files the
+    workloads read (job configs, gates, thresholds); the stack config has its own report."""
+    parts = []
+    for e in error.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}")
+    return one_line("; ".join(parts))
+
+
 class FieldError(ValueError):
     """Raised inside validators to point at a key below the validated model."""
 

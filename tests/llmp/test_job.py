@@ -26,6 +26,7 @@ from llmp.cli import app
 from llmp.jobs import JobFileError, check, load_job_file, manifests_yaml, prepare
 from llmp.synth import REPO_ROOT
 from spec.stackfile import load_config, load_stack_file
+from tests.llmp import job_files
 from tests.llmp.fake_apiserver import APPLY, Cluster, FakeApiServer, Script, Store
 from tests.llmp.kube_fake import FakeClock
 from tests.workloads.jobs.k8s import as_pod, policy_violations, validate
@@ -41,16 +42,8 @@ SFT = REPO_ROOT / "examples" / "finetune-sft.yaml"
 
 
 def job_file(tmp_path: Path, base: Path = SFT, **changes: Any) -> str:
-    """A copy of `base` with top-level keys changed (None removes one)."""
-    raw = yaml.safe_load(base.read_text())
-    for key, value in changes.items():
-        if value is None:
-            raw.pop(key, None)
-        else:
-            raw[key] = value
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return str(path)
+    """A copy of `base` (the SFT example) with keys changed (None removes one)."""
+    return job_files.job_file(tmp_path, base, **changes)
 
 
 # --- the examples: checked, valid, admitted -----------------------------------------------

@@ -31,10 +31,11 @@ from spec.catalog import catalog
 from spec.stackfile import load_config, load_stack_file
 from spec.tenancy import TENANT_BUCKETS
 from tests.llmp.fake_apiserver import APPLY, Cluster, FakeApiServer, Script, Store
+from tests.llmp.job_files import job_file
 from tests.llmp.kube_fake import FakeClock
 from tests.workloads.jobs.k8s import as_pod, policy_violations, validate
 from workloads import kueue
-from workloads.jobs import jobfile
+from workloads.jobs import jobfile, revisions
 from workloads.jobs.jobfile import JOB_LABEL
 from workloads.jobs.pytorchjob import JobSpec, build
 
@@ -44,23 +45,6 @@ QUANTIZE = EXAMPLES / "quantize.yaml"
 SFT = EXAMPLES / "finetune-sft.yaml"
 STEPS = [PROMOTE, QUANTIZE]
 FINETUNE = REPO_ROOT / "stacks" / "Pulumi.finetune.yaml"
-
-
-def job_file(tmp_path: Path, base: Path, **changes: Any) -> str:
-    """A copy of `base` with keys changed: `a__b` is `a.b` (None removes the key)."""
-    raw = yaml.safe_load(base.read_text())
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split("__")
-        at = raw
-        for key in parents:
-            at = at.setdefault(key, {})
-        if value is None:
-            at.pop(leaf, None)
-        else:
-            at[leaf] = value
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return str(path)
 
 
 def worker(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -174,7 +158,7 @@ def test_the_promote_command_is_what_promotion_parses() -> None:
     assert volumes[mounts["/etc/llmp"]["name"]]["configMap"]["name"] == "chat-sft-config"
     assert prepared.from_job == ("chat-sft", "/fsx/checkpoints/chat-sft")
     # The key prefix the job file says is the one promotion publishes under.
-    assert promotion.revision_prefix(args.prefix, args.name, "r") == block.key_prefix() + "r/"
+    assert revisions.key_prefix(args.prefix, f"{args.name}/r") == block.key_prefix() + "r/"
 
 
 def test_every_promote_flag_reaches_promotion(tmp_path: Path) -> None:
@@ -203,7 +187,7 @@ def test_every_promote_flag_reaches_promotion(tmp_path: Path) -> None:
     # A config on FSx: nothing is mounted, nothing to check on the cluster.
     assert "configMap" not in json.dumps(worker(job)["template"]["spec"]["volumes"])
     assert prepared.from_job is None
-    assert promotion.revision_prefix("", "llama-8b", "r") == "llama-8b/r/"
+    assert revisions.key_prefix("", "llama-8b/r") == "llama-8b/r/"
 
 
 def test_the_job_files_rules_are_promotions_and_quantizes() -> None:

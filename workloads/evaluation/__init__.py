@@ -15,7 +15,7 @@ numbers that mean the same thing every time, and a yes/no on them. So:
   offline for the call (environment and their import-time constants), a throwaway
   datasets cache, and stdout kept clean for the caller's JSON. See `harness`.
 - `heldout_perplexity` scores the model on the trainer's held-out token shards, the
-  same number the promotion gate computes for native checkpoints.
+  same number the promotion gate records in the revision manifest.
 - `Thresholds` / `gate` turn results into reasons to reject (missing metrics and NaN
   are reasons, never exceptions); `results_table` prints them in 80 columns.
 - `python -m workloads.evaluation` (`cli`) does all of it: exit 0 pass, 1 fail,

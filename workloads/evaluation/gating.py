@@ -24,6 +24,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from spec.errors import validation_line
+
 Results = Mapping[str, Mapping[str, float]]
 
 
@@ -67,16 +69,6 @@ class Thresholds(BaseModel):
         return sorted({*self.tasks, *self.tasks_max})
 
 
-def one_line(error: ValidationError) -> str:
-    """A pydantic error as one line: `where: what; where: what`."""
-    parts = []
-    for e in error.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}")
-    return "; ".join(parts)
-
-
 def load_thresholds(path: str | Path) -> Thresholds:
     """Parse a thresholds YAML file; every failure is a one-line ThresholdsError."""
     p = Path(path)
@@ -97,7 +89,7 @@ def load_thresholds(path: str | Path) -> Thresholds:
     try:
         return Thresholds.model_validate(raw)
     except ValidationError as e:
-        raise ThresholdsError(f"{p}: {one_line(e)}") from None
+        raise ThresholdsError(f"{p}: {validation_line(e)}") from None
 
 
 def _fmt(v: float) -> str:

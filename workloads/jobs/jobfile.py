@@ -68,12 +68,13 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from spec.labels import PART_OF
-from workloads.jobs.pod import FSX_MOUNT, check_dns_label, check_image
+from workloads.jobs import revisions
+from workloads.jobs.pod import FSX_MOUNT, check_dns_label, check_image, on_fsx
 from workloads.jobs.pytorchjob import CONFIG_MOUNT, JobKind, JobSpec
 from workloads.jobs.quantize import SCHEMES
 from workloads.kueue import LOCAL_QUEUE
 from workloads.scheduling import PRIORITIES
-from workloads.training.ds_config import JobConfig
+from workloads.training.ds_config import TASKS, JobConfig
 
 JOB_LABEL: Final = "llm-platform/job"
 """On the PyTorchJob, its pods and its ConfigMap: the job file's name (`llmp job` selects by it)."""
@@ -85,7 +86,7 @@ SET_BY_THE_FILE: Final = ("task", "data.path", "checkpoint.dir", "zero_stage", "
 """Trainer settings the job file (or the pool) decides; `trainer` may not set them again."""
 
 Kind = Literal["pretrain", "sft", "dpo", "grpo", "promote", "quantize"]
-TRAINER_KINDS: Final = ("pretrain", "sft", "dpo", "grpo")
+TRAINER_KINDS: Final = TASKS
 """The trainer's tasks: an elastic PyTorchJob of `workloads.training.train`."""
 STEP_KINDS: Final = ("promote", "quantize")
 """The lifecycle's single-process steps: one pod, one process, their own block."""
@@ -114,14 +115,6 @@ _REQUIRES: Final[dict[str, frozenset[str]]] = {
 _MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 """`workloads.jobs.promotion`'s rule for --name (it refuses others, exit 2)."""
 _PREFIX = re.compile(r"^[A-Za-z0-9._/-]*$")
-
-
-def on_fsx(v: str) -> str:
-    """A path under /fsx/ (the tenant's FSx claim, where every job's pods see the same files)."""
-    parts = v.split("/")
-    if not v.startswith(FSX_MOUNT + "/") or ".." in parts or len(v) <= len(FSX_MOUNT) + 1:
-        raise ValueError(f"must be a path under {FSX_MOUNT}/ (the tenant's FSx claim)")
-    return v.rstrip("/")
 
 
 def _required(why: str) -> PydanticCustomError:
@@ -213,7 +206,7 @@ class PromoteStep(BaseModel):
 
     def key_prefix(self) -> str:
         """Where its revisions go in the bucket: `<prefix>/<name>/` (promotion's rule)."""
-        return "/".join(p for p in (self.prefix.strip("/"), self.name) if p) + "/"
+        return revisions.key_prefix(self.prefix, self.name)
 
     def args(self, checkpoints: str, bucket: str) -> list[str]:
         """promotion's command line; `bucket`: the physical name of `self.bucket`."""
@@ -302,6 +295,11 @@ class QuantizeStep(BaseModel):
             if value is not None:
                 args += [flag, str(value)]
         return args
+
+
+def config_map_name(job: str) -> str:
+    """The ConfigMap of a training job's trainer config (`llmp job cancel` deletes it)."""
+    return f"{job}-config"
 
 
 class NodeRange(BaseModel):
@@ -465,11 +463,11 @@ class JobFile(BaseModel):
         model = v.get("model")
         for key in ("pretrained", "tokenizer"):
             path = model.get(key) if isinstance(model, dict) else None
-            if isinstance(path, str) and not path.startswith(FSX_MOUNT + "/"):
-                raise ValueError(
-                    f"model.{key} {path!r} must be a path under {FSX_MOUNT}/: the pods read "
-                    "base weights from the tenant's FSx claim (nothing downloads at run time)"
-                )
+            if isinstance(path, str):
+                try:
+                    on_fsx(path, f"model.{key}")
+                except ValueError as exc:
+                    raise ValueError(f"{exc}: the pods read base weights there") from None
         return v
 
     @property
@@ -479,7 +477,7 @@ class JobFile(BaseModel):
 
     @property
     def config_map_name(self) -> str:
-        return f"{self.name}-config"
+        return config_map_name(self.name)
 
     @property
     def is_step(self) -> bool:
@@ -491,7 +489,8 @@ class JobFile(BaseModel):
         """The ConfigMap the pods mount: the job's own (training), the training job's
         (promote.from_job), or none."""
         if self.promote is not None:
-            return None if self.promote.from_job is None else f"{self.promote.from_job}-config"
+            from_job = self.promote.from_job
+            return None if from_job is None else config_map_name(from_job)
         return None if self.is_step else self.config_map_name
 
     def command(self, bucket: str | None = None) -> list[str]:

@@ -218,6 +218,16 @@ class PodTemplate(K8s):
 # --- checks and shared building blocks -------------------------------------------------
 
 
+def on_fsx(v: str, what: str = "") -> str:
+    """A path under /fsx/ (the tenant's FSx claim, where every job's pods see the same
+    files), without its trailing slash; ValueError (naming `what`, if given) otherwise."""
+    parts = v.split("/")
+    if not v.startswith(FSX_MOUNT + "/") or ".." in parts or len(v) <= len(FSX_MOUNT) + 1:
+        named = f"{what} {v!r} " if what else ""
+        raise ValueError(f"{named}must be a path under {FSX_MOUNT}/ (the tenant's FSx claim)")
+    return v.rstrip("/")
+
+
 def check_dns_label(value: str, what: str, max_len: int = 63) -> str:
     """Names end up in pod and service DNS names: refuse what the API server would."""
     if len(value) > max_len or not _DNS_LABEL.match(value):

@@ -39,7 +39,6 @@ import datetime as dt
 import hashlib
 import io
 import json
-import math
 import os
 import re
 import sys
@@ -55,17 +54,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 if not torch.cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
+from spec.errors import validation_line
 from workloads.evaluation import Thresholds, heldout_perplexity, run_harness
 from workloads.evaluation import gate as evaluation_gate
-from workloads.evaluation.gating import one_line
+from workloads.jobs import revisions
 from workloads.serving import vllm_architectures
 from workloads.training import checkpointing as ckpt
 from workloads.training import model as hf
 from workloads.training.data import TokenShards
 from workloads.training.ds_config import JobConfig
 
-MANIFEST = "manifest.json"
-COMPLETE = "COMPLETE"
+MANIFEST = revisions.MANIFEST
+COMPLETE = revisions.COMPLETE
 ADAPTER_DIR = "adapter"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 LOGIT_TOLERANCE = {"float32": 1e-4, "bfloat16": 0.25}
@@ -107,6 +107,9 @@ class Exported:
     directory: Path
     files: dict[str, Path] = field(default_factory=dict)
     check: dict[str, Any] = field(default_factory=dict)
+    loaded: Any = None
+    """The directory as transformers loads it (fp32, eval): what the export check ran and
+    what the evaluation scores."""
 
 
 # ---------------------------------------------------------------------------
@@ -261,7 +264,7 @@ def export(
             f"(tolerance {LOGIT_TOLERANCE[dtype]} at {dtype}): not promoted"
         )
     files = {p.relative_to(out).as_posix(): p for p in sorted(out.rglob("*")) if p.is_file()}
-    return Exported(checkpoint.step, checkpoint.tag, architecture, dtype, out, files, check)
+    return Exported(checkpoint.step, checkpoint.tag, architecture, dtype, out, files, check, loaded)
 
 
 # ---------------------------------------------------------------------------
@@ -269,26 +272,14 @@ def export(
 # ---------------------------------------------------------------------------
 
 
-def gate(ppl: float, max_perplexity: float | None) -> str | None:
-    """Why a held-out perplexity may not be promoted, or None."""
-    if not math.isfinite(ppl):
-        return f"held-out perplexity is {ppl}"
-    if max_perplexity is not None and ppl > max_perplexity:
-        return f"held-out perplexity {ppl:.4g} exceeds the limit {max_perplexity:.4g}"
-    return None
-
-
 def evaluate(exported: Exported, shards: TokenShards | None, config: EvalConfig) -> dict[str, Any]:
-    """Held-out perplexity and the harness's tasks on the exported directory itself."""
-    from transformers import AutoModelForCausalLM
-
+    """Held-out perplexity and the harness's tasks on the exported directory itself (as
+    transformers loaded it for the export check; the harness loads it its own way)."""
     result: dict[str, Any] = {"heldout_perplexity": None, "tasks": {}}
     if shards is not None:
-        with hf.quiet():
-            model = AutoModelForCausalLM.from_pretrained(
-                str(exported.directory), local_files_only=True, dtype=torch.float32
-            ).eval()
-        result["heldout_perplexity"] = heldout_perplexity(model, shards, config.max_eval_windows)
+        result["heldout_perplexity"] = heldout_perplexity(
+            exported.loaded, shards, config.max_eval_windows
+        )
     if config.tasks:
         result["tasks"] = run_harness(exported.directory, config.tasks, limit=config.limit)
     return result
@@ -305,17 +296,6 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def revision_name(step: int, now: dt.datetime | None = None) -> str:
-    now = now or dt.datetime.now(dt.UTC)
-    return f"{now.astimezone(dt.UTC):%Y%m%dT%H%M%SZ}-step-{step}"
-
-
-def revision_prefix(prefix: str, name: str, revision: str) -> str:
-    """The revision's key prefix: `<prefix>/<name>/<revision>/`."""
-    base = "/".join(p for p in (prefix.strip("/"), name, revision) if p)
-    return f"{base}/"
 
 
 def build_manifest(
@@ -371,9 +351,7 @@ def publish(
             Bucket=bucket, Key=key_prefix + MANIFEST, Body=body, ContentType="application/json"
         )
         written.append(key_prefix + MANIFEST)
-        s3.put_object(
-            Bucket=bucket, Key=key_prefix + COMPLETE, Body=hashlib.sha256(body).hexdigest().encode()
-        )
+        s3.put_object(Bucket=bucket, Key=key_prefix + COMPLETE, Body=revisions.seal(body).encode())
     except BaseException:
         for key in written:
             with contextlib.suppress(Exception):
@@ -398,7 +376,7 @@ def _load_job(path: str) -> JobConfig:
     try:
         return load_job_config(path)
     except ValidationError as exc:
-        raise BadInput(f"{path}: {one_line(exc)}") from None
+        raise BadInput(f"{path}: {validation_line(exc)}") from None
     except (OSError, ValueError) as exc:
         raise BadInput(f"{path}: {str(exc).splitlines()[0]}") from None
 
@@ -413,7 +391,7 @@ def load_eval_config(path: str | None, max_perplexity: float | None) -> EvalConf
     try:
         config = EvalConfig.model_validate(raw)
     except ValidationError as exc:
-        raise BadInput(f"{path or '--eval-config'}: {one_line(exc)}") from None
+        raise BadInput(f"{path or '--eval-config'}: {validation_line(exc)}") from None
     if max_perplexity is not None:
         thresholds = config.thresholds.model_copy(update={"max_perplexity": max_perplexity})
         config = config.model_copy(update={"thresholds": thresholds})
@@ -448,9 +426,9 @@ def promote(args: argparse.Namespace, s3: Any | None = None) -> dict[str, Any]:
         )
         if reasons:
             raise PromotionFailed(f"not promoted: {'; '.join(reasons)} (step {exported.step})")
-        revision = revision_name(exported.step)
-        key_prefix = revision_prefix(args.prefix, args.name, revision)
+        revision = revisions.name(exported.step)
         serving_revision = f"{args.name}/{revision}"
+        key_prefix = revisions.key_prefix(args.prefix, serving_revision)
         manifest = build_manifest(
             exported, evaluation, config, revision, serving_revision, str(args.checkpoints)
         )

@@ -49,7 +49,6 @@ from spec.catalog import catalog
 from spec.labels import JOB_KIND_LABEL, PART_OF
 from workloads.jobs.pod import (
     EFA_RESOURCE,
-    FSX_MOUNT,
     ConfigMapSource,
     Container,
     ContainerPort,
@@ -69,6 +68,7 @@ from workloads.jobs.pod import (
     nccl_env,
     node_placement,
     non_root_pod_context,
+    on_fsx,
     restricted_container_context,
     shm_volume,
 )
@@ -218,12 +218,7 @@ class JobSpec(BaseModel):
     @field_validator("checkpoint_dir")
     @classmethod
     def _checkpoint(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        parts = v.split("/")
-        if not v.startswith(FSX_MOUNT + "/") or ".." in parts or len(v) <= len(FSX_MOUNT) + 1:
-            raise ValueError(f"checkpoint dir {v!r} must be a path under {FSX_MOUNT}/ (FSx)")
-        return v.rstrip("/")
+        return v if v is None else on_fsx(v, "checkpoint dir")
 
     @model_validator(mode="after")
     def _fits_instance(self) -> JobSpec:

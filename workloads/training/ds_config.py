@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -181,11 +181,12 @@ class GrpoConfig(_Strict):
     reward: RewardConfig
 
 
-TASKS = ("pretrain", "sft", "dpo", "grpo")
+Task = Literal["pretrain", "sft", "dpo", "grpo"]
+TASKS: tuple[str, ...] = get_args(Task)
 
 
 class JobConfig(_Strict):
-    task: Literal["pretrain", "sft", "dpo", "grpo"] = Field(
+    task: Task = Field(
         "pretrain",
         description="pretrain: next-token loss on token shards; sft: chat records, loss on "
         "the assistant turns; dpo: preference pairs; grpo: prompts and a reward",

@@ -171,11 +171,8 @@ class Dpo:
         for key in ("chosen", "rejected"):
             for r in pairs:
                 prompt = rec.prompt_ids(self.tok, r["prompt"])
-                rows.append(
-                    rec.pair_example(
-                        self.tok, prompt, rec.reply_ids(self.tok, r[key]), self.seq_len
-                    )
-                )
+                reply = rec.reply_ids(self.tok, r[key])
+                rows.append(rec.pair_example(prompt, reply, self.seq_len))
         b = rec.collate(rows, self.tok.pad_token_id).to(self.device)
         inputs = {"input_ids": b.input_ids, "attention_mask": b.attention_mask}
         ref_lp, _ = token_logps(self.reference.logits(engine, **inputs), b.labels)

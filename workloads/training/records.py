@@ -180,9 +180,7 @@ def reply_ids(tok: Any, text: str) -> list[int]:
     ]
 
 
-def pair_example(
-    tok: Any, prompt: list[int], reply: list[int], max_len: int
-) -> tuple[list[int], list[int]]:
+def pair_example(prompt: list[int], reply: list[int], max_len: int) -> tuple[list[int], list[int]]:
     """Prompt + reply within `max_len`: the prompt loses its oldest tokens first; labels only
     on the reply."""
     reply = reply[:max_len]

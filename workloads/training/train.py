@@ -609,13 +609,13 @@ def input_problem(job: JobConfig) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
+    from spec.errors import validation_line
+
     args = parse_args(argv)
     try:
         job = load_job_config(args.config)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        problem: str | None = f"{args.config}: {where}: {first['msg']}"
+        problem: str | None = f"{args.config}: {validation_line(exc)}"
     except (OSError, ValueError) as exc:
         problem = f"{args.config}: {str(exc).splitlines()[0]}"
     else:

@@ -264,6 +264,22 @@ def test_failing_gate_publishes_nothing(
     assert keys(endpoint) == []
 
 
+def test_a_task_below_its_minimum_publishes_nothing(
+    trained: Run, heldout: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = checkpoints(trained, tmp_path)
+    gate = tmp_path / "gate.yaml"
+    gate.write_text(
+        "tasks: [llmp_arith]\nlimit: 4\nthresholds:\n  tasks:\n    llmp_arith: {acc: 0.99}\n"
+    )
+    code = promotion.main(argv(trained, root, heldout, endpoint, "--eval-config", str(gate)))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1].startswith("promotion: not promoted: llmp_arith")
+    assert "0.99" in err[-1] and "(step 4)" in err[-1]
+    assert keys(endpoint) == []
+
+
 def test_failed_upload_leaves_no_revision(
     trained: Run, heldout: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -320,7 +336,10 @@ def test_an_architecture_vllm_does_not_serve_is_refused(
     ],
 )
 def test_gate(ppl: float, limit: float | None, fails: bool) -> None:
-    assert (promotion.gate(ppl, limit) is not None) is fails
+    """The held-out part of the gate promotion applies (workloads.evaluation's)."""
+    from workloads.evaluation import Thresholds, gate
+
+    assert bool(gate({}, ppl, Thresholds(max_perplexity=limit))) is fails
 
 
 def test_the_example_gate_parses_and_names_shipped_tasks() -> None:

@@ -74,7 +74,7 @@ def test_a_template_that_rewrites_earlier_turns_is_refused() -> None:
 
 
 def test_pairs_keep_the_reply_and_drop_the_oldest_prompt_tokens() -> None:
-    ids, labels = rec.pair_example(None, list(range(10)), [100, 101, 102], 8)
+    ids, labels = rec.pair_example(list(range(10)), [100, 101, 102], 8)
     assert ids == [5, 6, 7, 8, 9, 100, 101, 102]
     assert labels == [rec.IGNORE] * 5 + [100, 101, 102]
 
