@@ -22,7 +22,13 @@ log-group resource policy. Fullness and the auto-export backlog are alerted on f
 metrics (components/monitoring.py).
 
 FSx and its associations take 10-30 minutes or more to create; the custom
-timeouts leave room for that. A final backup is taken on delete.
+timeouts leave room for that.
+
+No FSx backups: AWS does not back up a file system linked to S3 (neither daily
+nor a final backup on delete). What the file system holds that matters lives in
+S3: the datasets it imports, and the checkpoints it exports (versioned, tiered,
+replicated). Before deleting it, wait for the export backlog to drain
+(AWS/FSx AgeOfOldestQueuedMessage at 0, alerted on in components/monitoring.py).
 """
 
 from __future__ import annotations
@@ -108,7 +114,6 @@ class LustreFileSystemArgs:
     """Prefix of the datasets bucket imported at /datasets."""
     checkpoints_prefix: str = ""
     """Prefix of the checkpoints bucket exported from /checkpoints."""
-    automatic_backup_retention_days: int = 7
     log_retention_days: int = 90
     vpc_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
@@ -197,10 +202,12 @@ class LustreFileSystem(pulumi.ComponentResource):
             subnet_ids=args.subnet_id,  # FSx for Lustre lives in exactly one subnet
             security_group_ids=[sg.id],
             kms_key_id=args.kms_key_arn,
-            automatic_backup_retention_days=args.automatic_backup_retention_days,
-            copy_tags_to_backups=True,
-            skip_final_backup=False,
-            final_backup_tags={"llm-platform/backup": "final"},
+            # Linked to S3, so no FSx backups: AWS refuses them on S3-linked file
+            # systems ("Backups cannot be enabled on S3-linked file systems",
+            # DeleteFileSystem API reference). The durable copy is S3's: checkpoints
+            # are exported, datasets are imported from it.
+            automatic_backup_retention_days=0,
+            skip_final_backup=True,
             # Failed imports and exports are otherwise invisible; updatable in place.
             log_configuration=aws.fsx.LustreFileSystemLogConfigurationArgs(
                 level=LOG_LEVEL, destination=log_group.arn

@@ -20,6 +20,7 @@ from policies.props import Report, declared, deps_of_type, get, known, of_type, 
 from spec.labels import POOL_LABEL
 
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+ASSOCIATION = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
 SUBNET = "aws:ec2/subnet:Subnet"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 ACCELERATOR_TAINTS = ("nvidia.com/gpu", "aws.amazon.com/neuron")
@@ -40,15 +41,55 @@ def lustre_kms_key(args: ResourceValidationArgs, report: Report) -> None:
         report("no kmsKeyId: set a customer-managed KMS key")
 
 
-def lustre_backups(args: ResourceValidationArgs, report: Report) -> None:
-    """FSx for Lustre keeps daily backups and a final backup on delete."""
-    if args.resource_type != LUSTRE:
-        return
-    days = get(args.props, "automaticBackupRetentionDays")
-    if not days:
-        report("automaticBackupRetentionDays is 0 or unset: keep at least one daily backup")
-    if get(args.props, "skipFinalBackup") is not False:
-        report("skipFinalBackup is not false: take a final backup when the file system is deleted")
+def _linked(resources: list[PolicyResource]) -> set[str]:
+    """URNs of the file systems a data repository association links to S3."""
+    return {
+        fs.urn
+        for dra in of_type(resources, ASSOCIATION)
+        for fs in deps_of_type(dra, LUSTRE)
+    }
+
+
+def lustre_linked_no_backups(args: StackValidationArgs, report: Report) -> None:
+    """A file system linked to S3 enables no FSx backups: AWS refuses them on S3-linked
+    file systems, daily and final alike; S3 holds the durable copy."""
+    linked = _linked(args.resources)
+    for fs in of_type(args.resources, LUSTRE):
+        if fs.urn not in linked:
+            continue
+        if get(fs.props, "automaticBackupRetentionDays"):
+            report(
+                f"{fs.name} is linked to S3 but sets automaticBackupRetentionDays: "
+                "AWS does not back up S3-linked file systems; set 0",
+                fs.urn,
+            )
+        if get(fs.props, "skipFinalBackup") is False:
+            report(
+                f"{fs.name} is linked to S3 but asks for a final backup on delete "
+                "(skipFinalBackup false), which AWS cannot take; set it true",
+                fs.urn,
+            )
+
+
+def lustre_backups(args: StackValidationArgs, report: Report) -> None:
+    """A file system not linked to S3 keeps daily backups and a final backup on delete:
+    it holds the only copy of its data."""
+    linked = _linked(args.resources)
+    for fs in of_type(args.resources, LUSTRE):
+        if fs.urn in linked:
+            continue
+        if not get(fs.props, "automaticBackupRetentionDays"):
+            report(
+                f"{fs.name}: automaticBackupRetentionDays is 0 or unset and no S3 "
+                "association holds its data: keep at least one daily backup",
+                fs.urn,
+            )
+        if get(fs.props, "skipFinalBackup") is not False:
+            report(
+                f"{fs.name}: skipFinalBackup is not false and no S3 association holds "
+                "its data: take a final backup when it is deleted",
+                fs.urn,
+            )
 
 
 def _zones(subnets: list[PolicyResource]) -> set[str]:

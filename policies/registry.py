@@ -84,7 +84,8 @@ RULES: list[Rule] = [
         fsx.lustre_in_pool_az,
         {"node-pool": {"type": "string", "description": "GPU pool the file system serves."}},
     ),
-    _r("fsx-backups", A, RES, fsx.lustre_backups),
+    _r("fsx-linked-no-backups", M, STACK, fsx.lustre_linked_no_backups),
+    _r("fsx-backups", A, STACK, fsx.lustre_backups),
     # EKS
     _r("eks-audit-logs", M, RES, eks.eks_audit_logs),
     _r("eks-secrets-encryption", M, RES, eks.eks_secrets_encryption),

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from spec.base import Section, cloudwatch_retention, known_region, namespace_names
+from spec.base import K8S_NAME, Section, cloudwatch_retention, known_region, namespace_names
 from spec.catalog import catalog
 from spec.errors import MISSING, FieldError
 
@@ -26,6 +26,15 @@ _WATERFALL: dict[str, int] = {
 }
 _BUCKET_KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,20}$")
 _BUCKET_PREFIX = re.compile(r"^[a-z0-9][a-z0-9-]{2,38}[a-z0-9]$")
+_KEY_PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*/$")
+_IMAGE_DIGEST = re.compile(r"^[a-z0-9][a-z0-9.:/_-]*@sha256:[0-9a-f]{64}$")
+_CRON_FIELD = re.compile(r"^[0-9*/,-]+$")
+
+MIN_KEEP_DAYS = 2
+"""The shortest recent window: a resume after an outage needs the newest checkpoint still
+under the runs prefix once the outage is noticed, the stack rebuilt (its RTO is under an
+hour) and the copier has caught up; a day of S3 lifecycle lag (expiry runs once a day)
+comes on top."""
 
 
 class TransitionStep(Section):
@@ -104,6 +113,103 @@ class LifecycleRuleConfig(Section):
             )
 
 
+def overlaps(a: str, b: str) -> bool:
+    """Whether S3 lifecycle rules on key prefixes `a` and `b` can match the same object."""
+    return a.startswith(b) or b.startswith(a)
+
+
+class RetentionConfig(Section):
+    """Checkpoint retention (`storage.buckets.<name>.retention`): every checkpoint is kept
+    `keep_days` under `runs_prefix`; milestones (steps that are multiples of
+    `milestone_every_steps`) are copied, complete and marker last, to `milestone_prefix` by
+    a CronJob, and kept there by the bucket's lifecycle rule for that prefix."""
+
+    runs_prefix: str = Field(
+        "runs/",
+        description="Where the file system exports checkpoints (`lustre.checkpoints_prefix`): "
+        "expired after `keep_days`.",
+    )
+    keep_days: int = Field(
+        7,
+        ge=MIN_KEEP_DAYS,
+        description="Days every checkpoint stays under `runs_prefix`; after that only "
+        f"milestones exist (at least {MIN_KEEP_DAYS}: a restore must still find the newest).",
+    )
+    noncurrent_days: int = Field(
+        1,
+        ge=1,
+        description="Days an expired or overwritten object under `runs_prefix` is kept as a "
+        "noncurrent version (the bucket's `noncurrent_version_expire_days` elsewhere).",
+    )
+    milestone_prefix: str = Field(
+        "milestones/",
+        description="Where milestones are copied to (`<prefix><job>/step-N/`); tier and keep "
+        "them with a `lifecycle` rule on this prefix.",
+    )
+    milestone_every_steps: int = Field(
+        ge=1,
+        description="A checkpoint whose step is a multiple of this is a milestone; make it a "
+        "multiple of the jobs' `checkpoint.interval_steps`.",
+    )
+    schedule: str = Field(
+        "*/30 * * * *", description="Cron schedule (UTC) of the copier's CronJob."
+    )
+    namespace: str = Field(
+        description="Tenant namespace the copier runs in (service account "
+        "`checkpoint-milestones`, its own Pod Identity role)."
+    )
+    copier_image: str = Field(
+        description="The trainer image, by digest (`<repository>@sha256:<digest>`): it runs "
+        "`python -m workloads.jobs.milestones`."
+    )
+
+    @field_validator("runs_prefix", "milestone_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not _KEY_PREFIX.match(v):
+            raise ValueError(
+                "a key prefix of one or more folders ending in '/', without a leading '/', "
+                "e.g. runs/"
+            )
+        return v
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if not K8S_NAME.match(v):
+            raise ValueError("not a Kubernetes namespace name (RFC 1123 label)")
+        return v
+
+    @field_validator("copier_image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if not _IMAGE_DIGEST.match(v):
+            raise ValueError(
+                "the trainer image by digest, e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/"
+                "llm-platform-pretrain/trainer@sha256:<64 hex digits> (aws ecr describe-images)"
+            )
+        return v
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, v: str) -> str:
+        fields = v.split()
+        if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+            raise ValueError("a cron schedule of five fields, e.g. '*/30 * * * *'")
+        return v
+
+    @model_validator(mode="after")
+    def _apart(self) -> RetentionConfig:
+        if overlaps(self.runs_prefix, self.milestone_prefix):
+            raise FieldError(
+                ("milestone_prefix",),
+                self.milestone_prefix,
+                f"must not overlap runs_prefix {self.runs_prefix!r}: the runs' expiry would "
+                "delete the milestones; use a sibling prefix such as milestones/",
+            )
+        return self
+
+
 class BucketConfig(Section):
     """One S3 bucket (`storage.buckets.<name>`): encrypted, private, TLS-only, logged."""
 
@@ -132,6 +238,17 @@ class BucketConfig(Section):
     average_object_mb: float = Field(
         64, gt=0, description="Typical object size (cost model: requests, monitoring)."
     )
+    checkpoint_interval_steps: int | None = Field(
+        None,
+        ge=1,
+        description="The training jobs' checkpoint interval in steps (cost model, with "
+        "`retention`: milestones are interval / `milestone_every_steps` of the writes).",
+    )
+    retention: RetentionConfig | None = Field(
+        None,
+        description="Checkpoints: keep all for a short window, milestones long; none: the "
+        "`lifecycle` rules alone.",
+    )
 
     @model_validator(mode="after")
     def _versioning(self) -> BucketConfig:
@@ -149,7 +266,43 @@ class BucketConfig(Section):
                 raise FieldError(
                     ("lifecycle", i, "prefix"), prefix, "another rule covers this prefix already"
                 )
+        if self.retention is not None:
+            self._check_retention(self.retention)
         return self
+
+    def _check_retention(self, retention: RetentionConfig) -> None:
+        runs = retention.runs_prefix
+        for i, rule in enumerate(self.lifecycle):
+            if overlaps(rule.prefix, runs):
+                raise FieldError(
+                    ("lifecycle", i, "prefix"),
+                    rule.prefix,
+                    f"overlaps retention.runs_prefix {runs!r}, which retention expires after "
+                    f"{retention.keep_days} days (S3 applies the shortest expiry of overlapping "
+                    f"rules); give the rule a prefix outside it, e.g. {retention.milestone_prefix}",
+                )
+        interval = self.checkpoint_interval_steps
+        if interval is None:
+            raise FieldError(
+                ("checkpoint_interval_steps",),
+                MISSING,
+                "required with retention: the jobs' checkpoint.interval_steps, which gives the "
+                "cost model the milestones' share of the writes",
+            )
+        if retention.milestone_every_steps % interval:
+            raise FieldError(
+                ("retention", "milestone_every_steps"),
+                retention.milestone_every_steps,
+                f"a multiple of checkpoint_interval_steps ({interval}), or most milestones are "
+                "never saved",
+            )
+
+    @property
+    def milestone_share(self) -> float | None:
+        """The share of checkpoint writes that are milestones (1/N), with retention."""
+        if self.retention is None or not self.checkpoint_interval_steps:
+            return None
+        return self.checkpoint_interval_steps / self.retention.milestone_every_steps
 
     @property
     def versioned(self) -> bool:
@@ -272,9 +425,6 @@ class LustreConfig(Section):
         default_factory=lambda: ["training"],
         description="Namespaces that get a PVC bound to the file system.",
     )
-    automatic_backup_retention_days: int = Field(
-        7, ge=0, le=90, description="Daily backups kept; a final backup is taken on delete."
-    )
     log_retention_days: int = Field(
         90,
         description="Retention of the file system's log group (failed S3 imports and exports).",
@@ -345,6 +495,28 @@ class StorageConfig(Section):
             "a disaster-recovery stack's replicas (`llmp dr plan` writes it); none: create all."
         ),
     )
+
+    @model_validator(mode="after")
+    def _retention_follows_export(self) -> StorageConfig:
+        lustre = self.lustre
+        for key, bucket in self.buckets.items():
+            retention = bucket.retention
+            if retention is None:
+                continue
+            exported = lustre.checkpoints_prefix if lustre is not None else None
+            if (
+                lustre is not None
+                and key == lustre.checkpoints_bucket
+                and (retention.runs_prefix != exported)
+            ):
+                raise FieldError(
+                    ("buckets", key, "retention", "runs_prefix"),
+                    retention.runs_prefix,
+                    f"the file system exports checkpoints to {exported!r} "
+                    "(lustre.checkpoints_prefix); retention must expire that prefix, and a "
+                    "whole-bucket export cannot be expired apart from its milestones",
+                )
+        return self
 
     @field_validator("bucket_name_prefix")
     @classmethod

@@ -21,8 +21,9 @@ def test_file_system_settings_follow_config(plans) -> None:
     assert fs["metadataConfiguration"] == {"mode": "USER_PROVISIONED", "iops": 12000}
     assert fs["fileSystemTypeVersion"] == "2.15"
     assert fs["kmsKeyId"].endswith(":key/storage-s3")
-    assert fs["skipFinalBackup"] is False
-    assert fs["automaticBackupRetentionDays"] == 7
+    # Linked to S3: AWS takes no backups of it, daily or final; S3 holds the data.
+    assert fs["skipFinalBackup"] is True
+    assert fs["automaticBackupRetentionDays"] == 0
 
 
 def test_file_system_sits_in_its_gpu_pools_subnet(plans) -> None:

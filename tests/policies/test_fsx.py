@@ -11,7 +11,9 @@ FS_TYPE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 
 
 @pytest.mark.parametrize("stack", ["pretrain", "finetune"])
-@pytest.mark.parametrize("rule", ["fsx-persistent-2", "fsx-kms-key", "fsx-backups"])
+@pytest.mark.parametrize(
+    "rule", ["fsx-persistent-2", "fsx-kms-key", "fsx-backups", "fsx-linked-no-backups"]
+)
 def test_fsx_rule_is_quiet_on_the_stacks(plan, stack: str, rule: str) -> None:
     assert hits(plan(stack), rule) == []
 
@@ -28,11 +30,23 @@ def test_kms_key_fires_without_a_key(plan) -> None:
     assert names(hits(p, "fsx-kms-key")) == {FS}
 
 
-def test_backups_fire_without_retention_or_final_backup(plan) -> None:
+def test_a_linked_file_system_that_asks_for_backups_is_refused(plan) -> None:
     p = plan()
-    inputs(p, FS, FS_TYPE)["automaticBackupRetentionDays"] = 0
-    inputs(p, FS, FS_TYPE)["skipFinalBackup"] = True
-    assert len(hits(p, "fsx-backups")) == 2
+    inputs(p, FS, FS_TYPE)["automaticBackupRetentionDays"] = 7
+    inputs(p, FS, FS_TYPE)["skipFinalBackup"] = False
+    found = hits(p, "fsx-linked-no-backups")
+    assert len(found) == 2 and names(found) == {FS}
+    assert hits(p, "fsx-backups") == []  # linked: backups are not what keeps its data
+
+
+def test_an_unlinked_file_system_must_keep_backups(plan) -> None:
+    p = plan()
+    dra = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+    p.resources = [r for r in p.resources if r.type != dra]
+    p.__dict__.pop("by_urn", None)
+    found = hits(p, "fsx-backups")
+    assert len(found) == 2 and names(found) == {FS}
+    assert hits(p, "fsx-linked-no-backups") == []
 
 
 def _move_fs_to(p: dict, zone: str) -> None:
