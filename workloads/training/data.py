@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+
+from workloads.training import s3io
 
 SHARD_SUFFIXES = (".npy", ".bin")
 
@@ -39,20 +45,19 @@ def position(g: int, n: int, seed: int) -> int:
 
 class TokenShards:
     def __init__(
-        self, path: str | Path, seq_len: int, bin_dtype: str = "uint16", seed: int = 0
+        self,
+        path: str | Path,
+        seq_len: int,
+        bin_dtype: str = "uint16",
+        seed: int = 0,
+        cache: str | Path | None = None,
     ) -> None:
-        files = sorted(p for p in Path(path).iterdir() if p.suffix in SHARD_SUFFIXES)
-        if not files:
-            raise FileNotFoundError(f"no {SHARD_SUFFIXES} token shards in {path}")
+        """`path`: a directory, or `s3://bucket/prefix/` (shards fetched on first use into
+        `cache`, default `$LLMP_SHARD_CACHE` or the temporary directory; `s3io`)."""
         self.seq_len = seq_len
         self.seed = seed
-        self.arrays: list[np.ndarray] = []
-        for f in files:
-            arr = (
-                np.load(f, mmap_mode="r")
-                if f.suffix == ".npy"
-                else np.memmap(f, dtype=bin_dtype, mode="r")
-            )
+        self.arrays: list[Any] = []
+        for f, arr in self._open(path, bin_dtype, cache):
             if arr.ndim != 1 or arr.dtype.kind != "u":
                 raise ValueError(
                     f"{f}: expected a 1-D unsigned token array, got {arr.dtype} {arr.shape}"
@@ -66,6 +71,32 @@ class TokenShards:
             raise ValueError(
                 f"shards in {path} are shorter than one window of {seq_len + 1} tokens"
             )
+
+    @staticmethod
+    def _open(
+        path: str | Path, bin_dtype: str, cache: str | Path | None
+    ) -> Iterator[tuple[str, Any]]:
+        if s3io.is_s3(path):
+            where = (
+                cache
+                or os.environ.get("LLMP_SHARD_CACHE")
+                or Path(tempfile.gettempdir(), "llmp-shards")
+            )
+            shards = s3io.s3_shards(str(path), SHARD_SUFFIXES, where, bin_dtype)
+            if not shards:
+                raise FileNotFoundError(f"no {SHARD_SUFFIXES} token shards in {path}")
+            yield from ((f"s3://{s.bucket}/{s.key}", s) for s in shards)
+            return
+        files = sorted(p for p in Path(path).iterdir() if p.suffix in SHARD_SUFFIXES)
+        if not files:
+            raise FileNotFoundError(f"no {SHARD_SUFFIXES} token shards in {path}")
+        for f in files:
+            arr = (
+                np.load(f, mmap_mode="r")
+                if f.suffix == ".npy"
+                else np.memmap(f, dtype=bin_dtype, mode="r")
+            )
+            yield str(f), arr
 
     def sample(self, g: int) -> np.ndarray:
         w = position(g, self.n_windows, self.seed)
