@@ -65,8 +65,9 @@ def renderables(plan: DrPlan, written: Iterable[Path]) -> list[Any]:
         parts.append(notes)
 
     path = Table(
-        title=f"RTO ~ {fmt(rto.minutes)} min (range {fmt(rto.low)}-{fmt(rto.high)}): "
-        f"critical path of {rto.resources} resources",
+        title=f"RTO ~ {rto.minutes:.1f} min to a training restart (range {fmt(rto.low)}-"
+        f"{fmt(rto.high)}); `pulumi up` ends at ~ {fmt(rto.complete)} min. Critical path "
+        f"of {rto.resources} resources:",
         title_justify="left",
         caption_justify="left",
         caption="start, min: minutes from the start of `pulumi up`, and to create it",
@@ -78,6 +79,18 @@ def renderables(plan: DrPlan, written: Iterable[Path]) -> list[Any]:
         step = Group(Text(s.name), _indented(Text(s.type, style="dim")))
         path.add_row(f"{s.start:.1f}", f"{s.minutes:.1f}", step)
     parts.append(path)
+    if rto.not_awaited:
+        later = Table(
+            title="created after the restart can begin (it does not wait for them):",
+            title_justify="left",
+        )
+        later.add_column("done", justify="right", overflow="fold")
+        later.add_column("resource, and why the restart does not wait", overflow="fold", ratio=1)
+        for n in rto.not_awaited:
+            later.add_row(
+                f"{n.finish:.1f}", Group(Text(n.name), _indented(Text(n.why, style="dim")))
+            )
+        parts.append(later)
     if rto.unknown_types:
         parts.append(Text(f"types without a figure: {', '.join(rto.unknown_types)}"))
 

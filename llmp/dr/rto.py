@@ -3,8 +3,9 @@ and the EC2 quotas the recovery region must grant."""
 
 from __future__ import annotations
 
+import fnmatch
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from graphlib import CycleError, TopologicalSorter
 from typing import Any
 
@@ -33,9 +34,51 @@ class PathStep:
     source: str
 
 
+@dataclass(frozen=True)
+class NotAwaited:
+    """A resource a training restart does not wait for, when it is done, and why."""
+
+    name: str
+    type: str
+    finish: float
+    why: str
+
+
+NOT_AWAITED: tuple[tuple[str, str], ...] = (
+    (
+        "lustre-datasets",
+        "the restart reads its token shards from S3 (`data.path: s3://...`, fetched shard "
+        "by shard on first use), not through the association; they must be in the "
+        "recovery region's bucket (replicated, or restored: see CHECK)",
+    ),
+    (
+        "lustre-checkpoints",
+        "the trainer pulls its restore point from the replica (`--restore-from`) and "
+        "writes new checkpoints on the file system; the association exports them once "
+        "it is ready, long before the first new checkpoint is due",
+    ),
+    ("monitoring-*", "observability: training runs and checkpoints without it"),
+    (
+        "addons-nvsentinel",
+        "node-fault detection: the EKS node monitoring agent and node auto-repair already "
+        "run; NVSentinel's extra checks join when it is up",
+    ),
+    ("serving-*", "serving: not part of a training restart"),
+)
+"""Resource names (fnmatch patterns) that a training restart does not wait for, and why.
+
+A resource matched here only stops being a *target*: whatever the restart does need still
+waits for everything it depends on, matched or not."""
+
+
+def not_awaited_because(name: str) -> str | None:
+    return next((why for pattern, why in NOT_AWAITED if fnmatch.fnmatchcase(name, pattern)), None)
+
+
 @dataclass
 class RtoEstimate:
-    """The recovery plan's critical path under typical creation times, and its range."""
+    """When a training job can restart in the recovery stack (the critical path of what
+    it needs, under typical creation times, and its range), and when `pulumi up` ends."""
 
     minutes: float
     low: float
@@ -43,6 +86,10 @@ class RtoEstimate:
     path: list[PathStep]
     unknown_types: list[str]
     resources: int
+    complete: float = 0.0
+    """When the last resource of the plan is created (typical figures)."""
+    not_awaited: list[NotAwaited] = field(default_factory=list)
+    """What the restart does not wait for, latest first (only those finishing after it)."""
 
     def to_dict(self) -> dict[str, Any]:
         steps = [
@@ -50,8 +97,9 @@ class RtoEstimate:
             for s in self.path
         ]
         return {
-            **{k: round(getattr(self, k), 1) for k in ("minutes", "low", "high")},
+            **{k: round(getattr(self, k), 1) for k in ("minutes", "low", "high", "complete")},
             "critical_path": steps,
+            "not_awaited": [{**asdict(n), "finish": round(n.finish, 2)} for n in self.not_awaited],
             "unknown_types": self.unknown_types,
             "resources": self.resources,
         }
@@ -92,11 +140,13 @@ def waits_for(plan: Plan) -> dict[str, set[str]]:
 
 
 def critical_path(plan: Plan, recovery: Recovery | None = None) -> RtoEstimate:
-    """The longest chain of `plan`'s dependency graph, weighted by creation minutes.
+    """When a training job can restart: the longest chain of `plan`'s dependency graph,
+    weighted by creation minutes, that ends at a resource the restart needs.
 
-    A resource starts when everything it waits for is done (`waits_for`) and
-    takes its type's typical minutes; the RTO is the latest finish. The range
-    repeats the walk with every resource at its type's low and high figures. Ties
+    A resource starts when everything it waits for is done (`waits_for`) and takes its
+    type's typical minutes. The restart needs every resource but those `NOT_AWAITED`
+    names; the RTO is the latest finish among them, `complete` the latest of all. The
+    range repeats the walk with every resource at its type's low and high figures. Ties
     go to the first URN, so the same plan gives the same path.
     """
     recovery = recovery or recovery_catalog()
@@ -107,6 +157,7 @@ def critical_path(plan: Plan, recovery: Recovery | None = None) -> RtoEstimate:
         cycle = " -> ".join(exc.args[1])
         raise DrError(f"the plan's dependency graph has a cycle through {cycle}") from None
     times = {urn: _creation_time(plan.by_urn[urn], recovery) for urn in order}
+    needed = sorted(u for u in order if not_awaited_because(plan.by_urn[u].name) is None)
 
     def walk(weight: str) -> tuple[dict[str, float], dict[str, str | None]]:
         finish: dict[str, float] = {}
@@ -121,8 +172,11 @@ def critical_path(plan: Plan, recovery: Recovery | None = None) -> RtoEstimate:
             via[urn] = before
         return finish, via
 
+    def restart(finish: dict[str, float]) -> float:
+        return max((finish[u] for u in needed), default=0.0)
+
     finish, via = walk("minutes")
-    end = max(sorted(finish), key=finish.__getitem__, default=None)
+    end = max(needed, key=finish.__getitem__, default=None)
     path: list[PathStep] = []
     cursor = end
     while cursor is not None:
@@ -131,14 +185,24 @@ def critical_path(plan: Plan, recovery: Recovery | None = None) -> RtoEstimate:
             start = finish[cursor] - time.minutes
             path.append(PathStep(r.name, r.type, time.minutes, start, finish[cursor], time.source))
         cursor = via[cursor]
+    minutes = finish[end] if end else 0.0
+    later = [
+        NotAwaited(r.name, r.type, finish[u], why)
+        for u in sorted(order)
+        if (why := not_awaited_because((r := plan.by_urn[u]).name)) is not None
+        and times[u] is not None
+        and finish[u] > minutes
+    ]
     default = recovery.default_creation_minutes
     return RtoEstimate(
-        minutes=finish[end] if end else 0.0,
-        low=max(walk("low")[0].values(), default=0.0),
-        high=max(walk("high")[0].values(), default=0.0),
+        minutes=minutes,
+        low=restart(walk("low")[0]),
+        high=restart(walk("high")[0]),
         path=path[::-1],
         unknown_types=sorted({plan.by_urn[u].type for u, t in times.items() if t is default}),
         resources=len(plan.resources),
+        complete=max(finish.values(), default=0.0),
+        not_awaited=sorted(later, key=lambda n: (-n.finish, n.name)),
     )
 
 

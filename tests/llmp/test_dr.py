@@ -731,13 +731,37 @@ def test_depending_on_a_component_waits_for_all_its_resources_and_providers_coun
     assert rto.unknown_types == ["aws:some/new:Thing"]
 
 
-def test_the_pretrain_recovery_is_bound_by_the_file_system(recovery: dr.DrPlan) -> None:
+def test_the_pretrain_restart_waits_for_the_cluster_not_the_associations(
+    recovery: dr.DrPlan,
+) -> None:
     rto = recovery.rto
     types = [s.type for s in rto.path]
-    assert "aws:fsx/lustreFileSystem:LustreFileSystem" in types
-    assert types[-1] == "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+    assert "aws:eks/cluster:Cluster" in types and "aws:eks/nodeGroup:NodeGroup" in types
+    assert not any(t.startswith("aws:fsx/") for t in types)
     assert rto.minutes == pytest.approx(sum(s.minutes for s in rto.path))
+    assert rto.minutes <= 30 < rto.complete
+    later = {n.name: n for n in rto.not_awaited}
+    # The associations end after the restart begins; it reads S3 instead.
+    assert {"lustre-datasets", "lustre-checkpoints"} <= set(later)
+    assert all(n.finish > rto.minutes for n in rto.not_awaited)
+    assert max(n.finish for n in rto.not_awaited) == pytest.approx(rto.complete)
+    assert "--restore-from" in later["lustre-checkpoints"].why
     assert rto.unknown_types == []
+
+
+def test_a_resource_not_awaited_still_delays_what_needs_it() -> None:
+    """Matching NOT_AWAITED takes a resource off the targets, never off the graph."""
+    dra = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+    plan = {
+        "resources": [
+            _resource("vpc", "aws:ec2/vpc:Vpc"),
+            _resource("lustre-datasets", dra, ["urn:vpc"]),
+            _resource("after", "aws:iam/role:Role", ["urn:lustre-datasets"]),
+        ]
+    }
+    rto = critical_path(parse_plan(plan))
+    assert [s.name for s in rto.path] == ["vpc", "lustre-datasets", "after"]
+    assert rto.not_awaited == []
 
 
 def test_rpo_is_interval_plus_export_plus_replication(recovery: dr.DrPlan) -> None:
@@ -851,7 +875,11 @@ def test_dr_plan_writes_the_stack_file_and_runbook(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["equivalence"]["equivalent"] is True
-    assert doc["rto"]["critical_path"][-1]["name"] == "lustre-checkpoints"  # ties: first URN
+    assert doc["rto"]["critical_path"][-1]["name"] == "addons-clusterqueue-foundation"
+    assert doc["rto"]["minutes"] <= 30 < doc["rto"]["complete"]
+    assert {"lustre-checkpoints", "lustre-datasets"} <= {
+        n["name"] for n in doc["rto"]["not_awaited"]
+    }
     assert doc["rpo"]["minutes"] == 55
     assert (tmp_path / "Pulumi.pretrain-dr.yaml").is_file()
     assert (tmp_path / "pretrain-dr.runbook.md").is_file()
