@@ -148,6 +148,9 @@ DCGM_METRICS: list[tuple[str, str, str]] = [
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    # why the clocks are down (NVML's clocks-event reasons, a bitmask): the thermal and
+    # power evidence `llmp stragglers` shows beside a node slow in compute
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event reasons (bitmask)."),
     # frame buffer
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),

@@ -24,8 +24,8 @@ def stragglers(
         typer.Argument(
             metavar="FILE",
             help="Step times, one row per rank per step: JSON lines (what train.py "
-            "--step-times writes) or CSV with a header; columns step, rank, seconds and, "
-            "optional, node.",
+            "--step-times writes), CSV with a header, or Parquet; columns step, rank, "
+            "seconds and, optional, node and per-phase seconds.",
             show_default=False,
         ),
     ] = None,
@@ -44,6 +44,16 @@ def stragglers(
         float, typer.Option("--persist", help="Flag when slow in at least this share of steps.")
     ] = 0.5,
     top: Annotated[int, typer.Option("--top", help="Rows per table.")] = 10,
+    evidence: Annotated[
+        Path | None,
+        typer.Option(
+            "--evidence",
+            metavar="FILE",
+            help='Per-node metrics to list beside the causes: JSON {"node": {"metric": '
+            "value}} (DCGM throttle reasons, EFA/ENA counters, FSx latency, ...).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     quarantine: Annotated[
         bool,
@@ -85,12 +95,24 @@ def stragglers(
     FILE holds one row per rank per step. JSON lines, one object a line, e.g.
     {"step": 12, "rank": 3, "node": "ip-10-0-1-17", "seconds": 1.042}; or CSV (a .csv
     file, or a first line that is not JSON) whose header names the same columns, in any
-    order. Columns: step (integer, required), rank (integer, required), seconds (the
-    step's time on that rank, a number >= 0, required), node (optional: a rank without
-    it is reported as its own node, rank-N). Other columns are ignored.
+    order; or Parquet (a .parquet file). Columns: step (integer, required), rank
+    (integer, required), seconds (the step's time on that rank, a number >= 0,
+    required), node (optional: a rank without it is reported as its own node, rank-N),
+    and, optional, the step's seconds per phase: data_wait_s, compute_s, collective_s,
+    optimizer_s, checkpoint_s. Other columns are ignored.
+
+    With phases, the nodes that lose time are explained: their lost time split into
+    causes (compute: compute + optimizer; communication: collective; io: data_wait;
+    checkpoint; other: the rest of seconds) by their excess over the other ranks, and
+    for each cause the seconds the job would save if it went away on that node alone.
+    A node late for any reason waits less in the collective than the others; only
+    collective time above theirs counts (slow links). --evidence lists per-node metrics
+    (DCGM throttle reasons, EFA/ENA counters, FSx latency) beside the causes; with
+    --prometheus the exporters' own are queried too.
 
     Sample: examples/stragglers/step-times.jsonl (2 nodes x 8 ranks x 20 steps, one slow
-    node). --prometheus reads the same from llmp_train_step_seconds{job,rank,node}.
+    node). --prometheus reads the same from llmp_train_step_seconds{job,rank,node} and
+    llmp_train_phase_seconds{job,rank,node,phase}.
 
     --quarantine isolates the SLOW nodes, worst first, as NVSentinel isolates a faulty GPU
     node (see llmp/quarantine.py): with --kubeconfig it acts (--dry-run: reads the cluster
@@ -111,7 +133,13 @@ def stragglers(
         if quarantine:
             check_cap(max_quarantined)
         trace = st.load(source, prometheus, job, range_, resolution)
-        report = st.analyse(trace, threshold, persist)
+        found, notes = (
+            st.load_evidence(evidence, prometheus, trace, range_)
+            if evidence is not None or prometheus is not None
+            else ({}, [])
+        )
+        report = st.analyse(trace, threshold, persist, explain=top, evidence=found)
+        report.notes = notes
     except st.BadInput as exc:
         raise BadInput(f"stragglers: {exc}") from None
     except st.SourceUnavailable as exc:
@@ -219,6 +247,7 @@ def render(report: Report, top: int = 10) -> Iterable[Any]:
     yield Text(
         f"{report.source}: {report.steps} steps, {report.ranks} ranks on {report.nodes} nodes"
         + (f" ({report.incomplete_steps} steps missing ranks)" if report.incomplete_steps else "")
+        + (f"; phases: {', '.join(report.phases)}" if report.phases else "")
         + f"\nstep time {report.actual_s:.2f} s actual, {report.at_median_s:.2f} s if every rank"
         f" ran at the step's median: slowdown {report.slowdown_s:.2f} s "
         f"({report.slowdown_fraction:.1%} of the time)"
@@ -252,6 +281,70 @@ def render(report: Report, top: int = 10) -> Iterable[Any]:
             ]
             table.add_row(*row)
         yield table
+    yield from render_causes(report, top)
+
+
+EXPLAIN_SHARE = 0.1
+"""Nodes explained in the causes table: flagged SLOW, or losing this share of the slowdown."""
+
+
+def render_causes(report: Report, top: int = 10) -> Iterable[Any]:
+    """The causes table: for each explained node, one row per cause with a share of its lost
+    time (and one for evidence bearing on no such cause)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    for note in report.notes:
+        yield Text(f"note: {note}")
+    if not report.phases:
+        given = [s for s in report.by_node if s.evidence][:top]
+        if given:
+            table = Table(title="evidence on the nodes", title_justify="left")
+            for column in ("node", "bears on", "evidence"):
+                table.add_column(column, overflow="fold")
+            for s in given:
+                for k, e in enumerate(s.evidence):
+                    table.add_row(s.name if k == 0 else "", e.cause, e.meaning)
+            yield table
+        return
+    nodes = [s for s in report.explained if s.flagged or s.share >= EXPLAIN_SHARE][:top]
+    if not nodes:
+        yield Text(
+            f"causes: no node is SLOW or loses {EXPLAIN_SHARE:.0%} of the slowdown; "
+            "nothing to explain"
+        )
+        return
+    table = Table(
+        title=f"causes of the nodes' lost time ({len(nodes)} node"
+        + ("s)" if len(nodes) > 1 else ")"),
+        title_justify="left",
+        caption="excess s: the node's time in the cause over the other ranks' median, "
+        "summed over steps; lost s: the node's lost seconds split by the positive excesses; "
+        "if gone: job seconds saved if only that cause went away on that node; compute = "
+        "compute + optimizer, communication = collective (a late node waits less there: "
+        "only time above the others' counts), io = data wait, other = seconds no phase "
+        "accounts for",
+        caption_justify="left",
+    )
+    table.add_column("node", overflow="fold")
+    table.add_column("cause", overflow="fold")
+    for column in ("excess s", "lost s", "if gone s"):
+        table.add_column(column, justify="right", overflow="fold")
+    with_evidence = any(s.evidence for s in nodes)
+    if with_evidence:
+        table.add_column("evidence", overflow="fold")
+    for s in nodes:
+        shown = [c for c in s.causes if c.share > 0] or s.causes[:1]
+        names = {c.name for c in shown}
+        for k, c in enumerate(shown):
+            notes = [e.meaning for e in s.evidence if e.cause == c.name]
+            row = [s.name if k == 0 else "", c.name]
+            row += [f"{c.excess_s:.2f}", f"{c.lost_s:.2f}", f"{c.saved_s:.2f}"]
+            table.add_row(*row, *(["\n".join(notes)] if with_evidence else []))
+        rest = [e.meaning for e in s.evidence if e.cause not in names]
+        if rest:
+            table.add_row("", "(other evidence)", "", "", "", "\n".join(rest))
+    yield table
 
 
 def register(app: typer.Typer) -> None:

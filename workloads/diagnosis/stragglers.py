@@ -1,4 +1,4 @@
-"""Which ranks and nodes slow a synchronous data-parallel job down, and by how much.
+"""Which ranks and nodes slow a synchronous data-parallel job down, by how much, and why.
 
 The analysis behind `llmp stragglers`, a library of the platform's own (it runs
 wherever step times can be read: the operator's machine now, inside the cluster
@@ -27,117 +27,116 @@ A rank is flagged as persistently slow when t(s, r) > median(s) * (1 + threshold
 in at least `persist` of the steps it ran; a node likewise, by the median of its
 ranks against the median of the other ranks.
 
+Computation. The trace is a steps x ranks matrix (NaN for a missing rank). Each step
+is sorted once; the median and the max of the ranks outside a group are order
+statistics of that sorted row with the group's members taken out: the j-th smallest
+of the others is at position p of the sorted row where p - (members at or before p)
+= j, found by walking p up past the members' own sorted positions (at most the
+group's size, 8 for a node). That is done for every node and every step at once, so
+the work is a sort per step plus O(steps x ranks), whatever the number of nodes.
+
+Causes. When the trace carries per-phase seconds (`<phase>_s` for PHASES beside
+`seconds`, the step's total), the explained nodes' lost time is split into causes:
+
+    compute        compute (forward + backward) + optimizer: slow GPUs (clocks,
+                   thermals, power), or more work on that node
+    communication  collective: slow links (EFA, NVLink) or a slow NIC
+    io             data_wait: the input pipeline, the file system (FSx)
+    checkpoint     checkpoint: the checkpoint stall
+    other          seconds - the sum of the phases: time no phase accounts for
+
+A cause's excess is the node's time in it (median of its ranks) over the reference,
+the median of the other ranks in the same step, summed over steps. The node's
+lost(G) is split in proportion to the positive excesses; a node whose own step time is
+not above the others' (summed over steps) gets no split: its excess is time spent
+waiting for the slow ones. The split is of lost(G), so a slow node that loses nothing
+(another, slower one sets the steps' max) still has its causes named, with 0 s each.
+The what-if per cause replaces only that cause's time on the node's ranks by the
+reference, rank by rank and step by step where it is above it, keeps every other rank
+as it is and recomputes each step's max: the job seconds saved if that cause went away
+on that node. Causes are what-ifs one at a time, like groups: their savings need not
+add up to lost(G), and a cause with no excess overall can still save a little (the
+node's own jitter in it, as lost(G) itself counts the node's jitter).
+
+Collective time needs care. In synchronous training every rank leaves a collective
+together, so a fast rank *waits* in it for the slowest one: a node late for any other
+reason spends *less* time in the collective than the others (a negative excess).
+That is a symptom of being the one waited for, never a cause; it is not counted
+(negative excesses are left out of the split and a what-if never lengthens a phase).
+A node whose own collective time is *higher* than the others', although they are the
+ones waiting, spends it moving the data: its links or NIC are slow. So a slow-GPU node
+shows compute up and collective down; a slow-link node shows collective up with
+compute as usual. What the step-max model assumes for `seconds` it assumes for the
+phases too: that they are the rank's own; where the others' `seconds` include
+waiting for this node, removing the node's excess would shorten their waits as well,
+and the analysis does not model that.
+
+Evidence (evidence.py): DCGM throttle reasons, XIDs and NVLink errors, EFA and ENA
+counters and anything given in `--evidence FILE`, listed per explained node beside
+the cause, never used to compute it.
+
 Inputs: JSON lines `{"step", "rank", "node", "seconds"}` (what training writes
-with `--step-times`), CSV with a header naming the same columns (`node`
-optional), or Prometheus' `query_range` of `llmp_train_step_seconds{job=...}`.
+with `--step-times`) with optional `<phase>_s`, CSV with a header naming the same
+columns, Parquet (trace.py), or Prometheus' `query_range` of
+`llmp_train_step_seconds{job=...}` and `llmp_train_phase_seconds{job=...,phase=...}`.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import re
-import statistics
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from workloads.diagnosis import prometheus
+from workloads.diagnosis.evidence import Evidence, describe, query_evidence, read_evidence
+from workloads.diagnosis.prometheus import SourceUnavailable
+from workloads.diagnosis.trace import PHASES, BadInput, Trace, read_file
+
+__all__ = [
+    "CAUSES",
+    "MAX_POINTS",
+    "METRIC",
+    "PHASES",
+    "PHASE_METRIC",
+    "BadInput",
+    "Cause",
+    "Evidence",
+    "Report",
+    "Score",
+    "SourceUnavailable",
+    "Trace",
+    "analyse",
+    "check_options",
+    "load",
+    "load_evidence",
+    "parse_duration",
+    "query_prometheus",
+    "read_evidence",
+    "read_file",
+]
+
 METRIC = "llmp_train_step_seconds"
+PHASE_METRIC = "llmp_train_phase_seconds"
+"""Gauge {job, rank, node, phase}: each rank's seconds in each of PHASES in its last step."""
 MAX_POINTS = 11_000  # Prometheus refuses query_range with more points per series
 
-
-class BadInput(ValueError):
-    """The input cannot be read as step times (one line)."""
-
-
-class SourceUnavailable(RuntimeError):
-    """Prometheus could not be reached or answered an error (one line)."""
-
-
-@dataclass
-class Trace:
-    """Step times: steps[step][rank] = seconds; node[rank] = node name."""
-
-    steps: dict[int, dict[int, float]] = field(default_factory=dict)
-    node: dict[int, str] = field(default_factory=dict)
-    source: str = ""
-
-    def add(self, step: int, rank: int, seconds: float, node: str | None) -> None:
-        if not math.isfinite(seconds) or seconds < 0:
-            raise BadInput(f"step {step} rank {rank}: seconds must be a finite number >= 0")
-        self.steps.setdefault(step, {})[rank] = seconds
-        if node:
-            self.node[rank] = node
-        else:
-            self.node.setdefault(rank, f"rank-{rank}")
+CAUSES: dict[str, tuple[str, ...]] = {
+    "compute": ("compute", "optimizer"),
+    "communication": ("collective",),
+    "io": ("data_wait",),
+    "checkpoint": ("checkpoint",),
+}
+"""Cause -> the phases whose time it is (`other` is the rest of `seconds`)."""
 
 
-# --------------------------------------------------------------------------- reading
-
-
-def _field(row: dict[str, Any], key: str, where: str, kind: type) -> Any:
-    if key not in row or row[key] in (None, ""):
-        raise BadInput(f"{where}: missing {key!r}")
-    try:
-        value = kind(row[key])
-    except (TypeError, ValueError):
-        raise BadInput(f"{where}: {key!r} is not a {kind.__name__}: {row[key]!r}") from None
-    if kind is int and isinstance(row[key], float) and not float(row[key]).is_integer():
-        raise BadInput(f"{where}: {key!r} is not an int: {row[key]!r}")
-    return value
-
-
-def _add_row(trace: Trace, row: dict[str, Any], where: str) -> None:
-    node = row.get("node")
-    trace.add(
-        _field(row, "step", where, int),
-        _field(row, "rank", where, int),
-        _field(row, "seconds", where, float),
-        str(node) if node not in (None, "") else None,
-    )
-
-
-def read_file(path: Path) -> Trace:
-    """CSV by the suffix `.csv` (or, with no JSON suffix, a first line not `{`); else JSON lines."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: cannot read: {e}") from None
-    trace = Trace(source=str(path))
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    suffix = path.suffix.lower()
-    if suffix == ".csv" or (
-        suffix not in (".jsonl", ".json", ".ndjson") and first and not first.startswith("{")
-    ):
-        reader = csv.DictReader(io.StringIO(text))
-        missing = {"step", "rank", "seconds"} - set(reader.fieldnames or [])
-        if missing:
-            raise BadInput(f"{path}: CSV header lacks {', '.join(sorted(missing))}")
-        for row in reader:
-            _add_row(trace, row, f"{path}:{reader.line_num}")
-    else:
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise BadInput(f"{path}:{n}: not a JSON line") from None
-            if not isinstance(row, dict):
-                raise BadInput(f"{path}:{n}: not a JSON object")
-            _add_row(trace, row, f"{path}:{n}")
-    if not trace.steps:
-        raise BadInput(f"{path}: no step times")
-    return trace
+# --------------------------------------------------------------------------- Prometheus
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
@@ -152,6 +151,24 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
+def _matrix(
+    url: str, metric: str, job: str, start: float, end: float, step: float, timeout: float
+) -> list[dict[str, Any]]:
+    quoted = job.replace("\\", "\\\\").replace('"', '\\"')
+    params = {
+        "query": f'{metric}{{job="{quoted}"}}',
+        "start": f"{start:.3f}",
+        "end": f"{end:.3f}",
+        "step": f"{step:g}",
+    }
+    data = prometheus.query(url, "query_range", params, timeout)
+    if data.get("resultType") != "matrix":
+        raise SourceUnavailable(
+            f"Prometheus {url}: expected a matrix, got {data.get('resultType')}"
+        )
+    return list(data.get("result") or [])
+
+
 def query_prometheus(
     url: str,
     job: str,
@@ -160,7 +177,8 @@ def query_prometheus(
     end: float | None = None,
     timeout: float = 30.0,
 ) -> Trace:
-    """query_range of llmp_train_step_seconds{job=...}: one sample per evaluation time.
+    """query_range of llmp_train_step_seconds{job=...}: one sample per evaluation time,
+    and of llmp_train_phase_seconds{job=...} for the phases at the same times.
 
     The gauge holds each rank's *last* step, so a sample is the step that was current
     when Prometheus scraped; consecutive evaluations that repeat the same vector (a
@@ -169,39 +187,9 @@ def query_prometheus(
     span, step = parse_duration(range_), parse_duration(resolution)
     step = max(step, span / MAX_POINTS)
     end = time.time() if end is None else end
-    quoted = job.replace("\\", "\\\\").replace('"', '\\"')
-    params = {
-        "query": f'{METRIC}{{job="{quoted}"}}',
-        "start": f"{end - span:.3f}",
-        "end": f"{end:.3f}",
-        "step": f"{step:g}",
-    }
-    full = url.rstrip("/") + "/api/v1/query_range?" + urllib.parse.urlencode(params)
-    try:
-        with urllib.request.urlopen(full, timeout=timeout) as resp:
-            body = json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        try:
-            detail = json.loads(e.read()).get("error", "")
-        except (ValueError, AttributeError):
-            detail = ""
-        if e.code == 400:
-            raise BadInput(f"Prometheus refused the query: {detail or e.reason}") from None
-        raise SourceUnavailable(f"Prometheus {url}: HTTP {e.code} {detail or e.reason}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise SourceUnavailable(f"Prometheus {url}: {getattr(e, 'reason', e)}") from None
-    except ValueError:
-        raise SourceUnavailable(f"Prometheus {url}: the answer is not JSON") from None
-    if not isinstance(body, dict) or body.get("status") != "success":
-        raise SourceUnavailable(f"Prometheus {url}: {body.get('error', 'query failed')}")
-    data = body.get("data") or {}
-    if data.get("resultType") != "matrix":
-        raise SourceUnavailable(
-            f"Prometheus {url}: expected a matrix, got {data.get('resultType')}"
-        )
     by_time: dict[float, dict[int, float]] = defaultdict(dict)
     node: dict[int, str] = {}
-    for series in data.get("result") or []:
+    for series in _matrix(url, METRIC, job, end - span, end, step, timeout):
         labels = series.get("metric") or {}
         try:
             rank = int(labels["rank"])
@@ -212,7 +200,24 @@ def query_prometheus(
             by_time[float(ts)][rank] = float(value)
     if not by_time:
         raise BadInput(f'Prometheus has no {METRIC}{{job="{job}"}} in the last {range_}')
-    trace = Trace(source=f"{url} job={job} range={range_}")
+    phase_at: dict[float, dict[tuple[str, int], float]] = defaultdict(dict)
+    for series in _matrix(url, PHASE_METRIC, job, end - span, end, step, timeout):
+        labels = series.get("metric") or {}
+        if (
+            labels.get("__name__", PHASE_METRIC) != PHASE_METRIC
+            or labels.get("phase") not in PHASES
+        ):
+            continue
+        try:
+            rank = int(labels["rank"])
+        except (KeyError, ValueError):
+            continue
+        for ts, value in series.get("values") or []:
+            phase_at[float(ts)][(labels["phase"], rank)] = float(value)
+    steps: list[int] = []
+    ranks: list[int] = []
+    seconds: list[float] = []
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
     previous: dict[int, float] | None = None
     n = 0
     for ts in sorted(by_time):
@@ -221,12 +226,44 @@ def query_prometheus(
             continue
         previous = vector
         n += 1
-        for rank, seconds in vector.items():
-            trace.add(n, rank, seconds, node[rank])
-    return trace
+        at = phase_at.get(ts, {})
+        for rank, value in vector.items():
+            steps.append(n)
+            ranks.append(rank)
+            seconds.append(value)
+            for p in PHASES:
+                phases[p].append(at.get((p, rank), math.nan))
+    return Trace.from_columns(
+        steps,
+        ranks,
+        seconds,
+        [node[r] for r in ranks],
+        {p: np.array(v) for p, v in phases.items()},
+        source=f"{url} job={job} range={range_}",
+    )
 
 
 # --------------------------------------------------------------------------- model
+
+
+@dataclass
+class Cause:
+    name: str  # compute, communication, io, checkpoint, other
+    phases: tuple[str, ...]
+    excess_s: float  # the node's time in it over the others' median, summed over steps
+    lost_s: float  # its part of the node's lost time (split by positive excess)
+    share: float  # of the node's lost time
+    saved_s: float  # job seconds saved if this cause went away on this node alone
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "phases": list(self.phases),
+            "excess_s": round(self.excess_s, 6),
+            "lost_s": round(self.lost_s, 6),
+            "share": round(self.share, 6),
+            "saved_s": round(self.saved_s, 6),
+        }
 
 
 @dataclass
@@ -239,9 +276,16 @@ class Score:
     slow_fraction: float  # steps above median * (1 + threshold)
     median_ratio: float  # median over steps of t / reference
     flagged: bool
+    causes: list[Cause] = field(default_factory=list)  # largest share first; explained nodes
+    evidence: list[Evidence] = field(default_factory=list)
+
+    @property
+    def cause(self) -> Cause | None:
+        """The cause with the largest share of the lost time, if any has one."""
+        return self.causes[0] if self.causes and self.causes[0].share > 0 else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "ranks": self.ranks,
             "node": self.node,
@@ -251,6 +295,12 @@ class Score:
             "median_ratio": round(self.median_ratio, 6),
             "flagged": self.flagged,
         }
+        if self.causes:
+            out["cause"] = self.cause.name if self.cause else None
+            out["causes"] = [c.as_dict() for c in self.causes]
+        if self.evidence:
+            out["evidence"] = [e.as_dict() for e in self.evidence]
+        return out
 
 
 @dataclass
@@ -266,6 +316,8 @@ class Report:
     persist: float
     by_rank: list[Score]
     by_node: list[Score]
+    phases: list[str] = field(default_factory=list)  # the phases the trace carries
+    notes: list[str] = field(default_factory=list)  # evidence that could not be read
 
     @property
     def slowdown_s(self) -> float:
@@ -275,8 +327,13 @@ class Report:
     def slowdown_fraction(self) -> float:
         return self.slowdown_s / self.actual_s if self.actual_s else 0.0
 
+    @property
+    def explained(self) -> list[Score]:
+        """The nodes whose lost time is split into causes, most lost first."""
+        return [s for s in self.by_node if s.causes]
+
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "source": self.source,
             "steps": self.steps,
             "ranks": self.ranks,
@@ -291,113 +348,262 @@ class Report:
             "by_rank": [s.as_dict() for s in self.by_rank],
             "by_node": [s.as_dict() for s in self.by_node],
         }
+        if self.phases:
+            out["phases"] = self.phases
+        if self.notes:
+            out["notes"] = self.notes
+        return out
 
 
-def _score(
-    trace: Trace, group: set[int], threshold: float, persist: float
-) -> tuple[float, float, float, bool]:
-    """(lost seconds, slow fraction, median ratio, flagged) for replacing `group`."""
-    lost = 0.0
-    slow = seen = 0
-    ratios: list[float] = []
-    for times in trace.steps.values():
-        inside = [t for r, t in times.items() if r in group]
-        if not inside:
+@dataclass
+class _Groups:
+    """Per step and group: the others' median and max, and the group's own median."""
+
+    ref: np.ndarray  # (steps, groups): median of the ranks outside (all ranks if none are)
+    outside_max: np.ndarray  # (steps, groups): max outside; -inf where none is outside
+    mine: np.ndarray  # (steps, groups): median of the group's ranks present; NaN if none
+    seen: np.ndarray  # (steps, groups) bool: some rank of the group ran the step
+    present: np.ndarray  # (steps, groups, k) bool: member k ran the step
+    safe: np.ndarray  # (groups, k): members' rank indices (padding: 0, never present)
+
+
+def _middle(sorted_: np.ndarray, count: np.ndarray, axis: int) -> np.ndarray:
+    """The median of the first `count` values along `axis` of an ascending array
+    ((a + a) / 2 == a, so odd and even counts share the formula; NaN where count is 0)."""
+    c = np.maximum(count, 1)
+    lo = np.take_along_axis(sorted_, np.expand_dims((c - 1) // 2, axis), axis=axis)
+    hi = np.take_along_axis(sorted_, np.expand_dims(c // 2, axis), axis=axis)
+    out = np.squeeze((lo + hi) / 2, axis=axis)
+    return np.where(count > 0, out, np.nan)
+
+
+def _groups(x: np.ndarray, members: np.ndarray) -> _Groups:
+    """x: (steps, ranks), NaN where missing; members: (groups, k) rank indices, -1 padding.
+
+    Positions are int32 and every temporary goes as soon as it is used: at 10,240 ranks
+    x 200 steps each (steps, ranks) array is 16 MB in float64."""
+    n_ranks = x.shape[1]
+    order = np.argsort(x, axis=1).astype(np.int32)  # NaN last; ties in any order
+    xs = np.take_along_axis(x, order, axis=1)
+    pos = np.empty_like(order)
+    np.put_along_axis(
+        pos, order, np.broadcast_to(np.arange(n_ranks, dtype=np.int32), x.shape), axis=1
+    )
+    del order
+    n = np.count_nonzero(~np.isnan(x), axis=1).astype(np.int32)
+
+    valid = members >= 0
+    safe = np.where(valid, members, 0)
+    values = x[:, safe]  # (steps, groups, k)
+    present = valid[None] & ~np.isnan(values)
+    inside = present.sum(axis=2, dtype=np.int32)
+    values[~present] = np.nan
+    values.sort(axis=2)
+    mine = _middle(values, inside, axis=2)
+    del values
+    # members' positions in the sorted row, ascending; absent members past every value
+    mpos = pos[:, safe]
+    del pos
+    mpos[~present] = n_ranks
+    if mpos.shape[2] > 1:
+        mpos.sort(axis=2)
+    outside = n[:, None] - inside
+
+    def kth_outside(j: np.ndarray) -> np.ndarray:
+        p = j.astype(np.int32)
+        for k in range(mpos.shape[2]):
+            p += mpos[:, :, k] <= p
+        np.clip(p, 0, n_ranks - 1, out=p)
+        return np.take_along_axis(xs, p, axis=1)
+
+    m = np.maximum(outside, 1)
+    ref = kth_outside((m - 1) // 2)
+    ref += kth_outside(m // 2)
+    ref /= 2
+    alone = outside == 0
+    if alone.any():
+        everyone = np.broadcast_to(_middle(xs, n, axis=1)[:, None], ref.shape)
+        ref[alone] = everyone[alone]
+    outside_max = kth_outside(m - 1)
+    outside_max[alone] = -np.inf
+    return _Groups(ref, outside_max, mine, inside > 0, present, safe)
+
+
+def _scores(
+    x: np.ndarray, actual: np.ndarray, g: _Groups, threshold: float, persist: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lost seconds, slow fraction, median ratio, flagged) per group."""
+    lost = np.where(g.seen, actual[:, None] - np.maximum(g.ref, g.outside_max), 0.0).sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(g.ref > 0, g.mine / g.ref, 1.0)
+    slow = g.seen & (g.mine > g.ref * (1 + threshold))
+    seen = g.seen.sum(axis=0)
+    fraction = np.where(seen > 0, slow.sum(axis=0) / np.maximum(seen, 1), 0.0)
+    ratios = np.sort(np.where(g.seen, ratio, np.nan), axis=0)
+    median_ratio = np.where(seen > 0, _middle(ratios, seen, axis=0), 1.0)
+    return lost, fraction, median_ratio, (seen > 0) & (fraction >= persist)
+
+
+def _cause_matrices(trace: Trace) -> Iterator[tuple[str, tuple[str, ...], np.ndarray]]:
+    """(cause, its phases, (steps, ranks) seconds in it; NaN where none of them is known),
+    one at a time; `other` last, the rest of `seconds`."""
+    known = np.zeros_like(trace.seconds)
+    for cause, phases in CAUSES.items():
+        carried = [trace.phases[p] for p in phases if p in trace.phases]
+        if not carried:
             continue
-        outside = [t for r, t in times.items() if r not in group]
-        ref = statistics.median(outside) if outside else statistics.median(times.values())
-        actual = max(times.values())
-        lost += actual - max([ref, *outside])
-        mine = statistics.median(inside) if len(group) > 1 else inside[0]
-        seen += 1
-        ratios.append(mine / ref if ref > 0 else 1.0)
-        if mine > ref * (1 + threshold):
-            slow += 1
-    fraction = slow / seen if seen else 0.0
-    ratio = statistics.median(ratios) if ratios else 1.0
-    return lost, fraction, ratio, seen > 0 and fraction >= persist
+        total = carried[0].copy()
+        for more in carried[1:]:
+            both = np.isnan(total) & ~np.isnan(more)
+            total[both] = 0.0
+            total += np.nan_to_num(more)
+        known += np.nan_to_num(total)
+        yield cause, phases, total
+    if trace.phases:
+        known *= -1
+        known += trace.seconds
+        yield "other", (), known
 
 
-def _without(v: list[float], p: int, k: int) -> float:
-    """The k-th smallest of sorted `v` once its p-th element is removed."""
-    return v[k] if k < p else v[k + 1]
-
-
-def _score_ranks(
-    trace: Trace, ranks: list[int], threshold: float, persist: float
-) -> dict[int, tuple[float, float, float, bool]]:
-    """_score for every single rank at once: one sort per step instead of one per rank."""
-    lost: dict[int, float] = dict.fromkeys(ranks, 0.0)
-    slow: dict[int, int] = dict.fromkeys(ranks, 0)
-    seen: dict[int, int] = dict.fromkeys(ranks, 0)
-    ratios: dict[int, list[float]] = {r: [] for r in ranks}
-    for times in trace.steps.values():
-        order = sorted(times, key=times.__getitem__)
-        v = [times[r] for r in order]
-        n, m = len(v), len(v) - 1
-        for p, r in enumerate(order):
-            seen[r] += 1
-            if m == 0:  # a step with one rank: nothing to compare against
-                ratios[r].append(1.0)
-                continue
-            half = m // 2  # the median of the others, from the sorted step without p
-            if m % 2:
-                ref = _without(v, p, half)
-            else:
-                ref = (_without(v, p, half - 1) + _without(v, p, half)) / 2
-            others_max = v[n - 1] if p != n - 1 else v[n - 2]
-            lost[r] += v[n - 1] - max(ref, others_max)
-            ratios[r].append(v[p] / ref if ref > 0 else 1.0)
-            if v[p] > ref * (1 + threshold):
-                slow[r] += 1
-    out = {}
-    for r in ranks:
-        frac = slow[r] / seen[r] if seen[r] else 0.0
-        ratio = statistics.median(ratios[r]) if ratios[r] else 1.0
-        out[r] = (lost[r], frac, ratio, seen[r] > 0 and frac >= persist)
+def _explain(
+    trace: Trace,
+    members: np.ndarray,
+    totals: _Groups,
+    actual: np.ndarray,
+    lost: np.ndarray,
+    nodes: list[int],
+) -> dict[int, list[Cause]]:
+    """Cause split and per-cause what-if of `nodes` (index -> causes), computed for all
+    nodes at once: a node's reference needs the whole step anyway."""
+    per_cause: list[tuple[str, tuple[str, ...], np.ndarray, np.ndarray]] = []
+    for cause, phases, matrix in _cause_matrices(trace):
+        g = _groups(matrix, members)
+        diff = g.mine - g.ref
+        excess = np.where(totals.seen & np.isfinite(diff), diff, 0.0).sum(axis=0)
+        # `other` is a difference of sums: rounding leaves ~1e-16 s a step, not a cause
+        excess[np.abs(excess) < 1e-9 * np.maximum(totals.seen.sum(axis=0), 1)] = 0.0
+        over = np.maximum(matrix[:, totals.safe] - g.ref[:, :, None], 0.0)
+        shortened = trace.seconds[:, totals.safe] - np.nan_to_num(over)
+        own_max = np.where(totals.present, shortened, -np.inf).max(axis=2)
+        step = np.maximum(totals.outside_max, own_max)
+        saved = np.where(totals.seen, actual[:, None] - step, 0.0).sum(axis=0)
+        per_cause.append((cause, phases, excess, saved))
+        del g, diff, over, shortened, own_max, step, matrix
+    positive = sum(np.maximum(e, 0.0) for _, _, e, _ in per_cause)
+    late = np.where(totals.seen, totals.mine - totals.ref, 0.0).sum(axis=0)
+    out: dict[int, list[Cause]] = {}
+    for i in nodes:
+        causes = []
+        for cause, phases, excess, saved in per_cause:
+            # Only a node slower than the others has a cause: a fast one's excess is time
+            # spent waiting for the slow ones (collective), not lost by it.
+            explains = positive[i] > 0 and late[i] > 0
+            share = max(float(excess[i]), 0.0) / float(positive[i]) if explains else 0.0
+            causes.append(
+                Cause(
+                    cause, phases, float(excess[i]), float(lost[i]) * share, share, float(saved[i])
+                )
+            )
+        causes.sort(key=lambda c: (-c.share, -c.saved_s))
+        out[i] = causes
     return out
 
 
-def analyse(trace: Trace, threshold: float = 0.05, persist: float = 0.5) -> Report:
-    if not trace.steps:
+def _evidence(metrics: dict[str, float], causes: list[Cause]) -> list[Evidence]:
+    """A node's evidence, the ones bearing on its leading cause and the alarming ones first."""
+    lead = causes[0].name if causes and causes[0].share > 0 else None
+    found = [describe(m, v) for m, v in sorted(metrics.items())]
+    return sorted(found, key=lambda e: (e.cause != lead, not e.alarming))
+
+
+def analyse(
+    trace: Trace,
+    threshold: float = 0.05,
+    persist: float = 0.5,
+    explain: int = 10,
+    evidence: dict[str, dict[str, float]] | None = None,
+) -> Report:
+    """The report; with phases in the trace, the first `explain` nodes by lost time and
+    every flagged node carry their causes, and their `evidence` where given."""
+    x = trace.seconds
+    if x.size == 0 or np.isnan(x).all():
         raise BadInput("no step times")
-    ranks = sorted({r for times in trace.steps.values() for r in times})
-    nodes: dict[str, list[int]] = defaultdict(list)
-    for r in ranks:
-        nodes[trace.node.get(r, f"rank-{r}")].append(r)
-    actual = sum(max(t.values()) for t in trace.steps.values())
-    at_median = sum(statistics.median(t.values()) for t in trace.steps.values())
-    slowdown = actual - at_median
+    n_ranks = trace.n_ranks
+    by_rank_index = np.arange(n_ranks).reshape(-1, 1)
+    counts = np.bincount(trace.node, minlength=len(trace.node_names))
+    members = np.full((len(trace.node_names), int(counts.max())), -1, dtype=np.int64)
+    fill = np.zeros(len(trace.node_names), dtype=np.int64)
+    for j, g in enumerate(trace.node):  # one entry per rank
+        members[g, fill[g]] = j
+        fill[g] += 1
+
+    xs = np.sort(x, axis=1)
+    n = np.count_nonzero(~np.isnan(x), axis=1)
+    actual = np.nanmax(x, axis=1)
+    at_median = _middle(xs, n, axis=1)
+    slowdown = float(actual.sum() - at_median.sum())
 
     def share(lost: float) -> float:
         return lost / slowdown if slowdown > 0 else 0.0
 
-    by_rank = []
-    for r, (lost, frac, ratio, flag) in _score_ranks(trace, ranks, threshold, persist).items():
-        node = trace.node.get(r, f"rank-{r}")
-        by_rank.append(Score(str(r), [r], node, lost, share(lost), frac, ratio, flag))
-    by_node = []
-    for name, members in nodes.items():
-        lost, frac, ratio, flag = _score(trace, set(members), threshold, persist)
-        by_node.append(Score(name, members, name, lost, share(lost), frac, ratio, flag))
+    ranks = _groups(x, by_rank_index)
+    lost_r, frac_r, ratio_r, flag_r = _scores(x, actual, ranks, threshold, persist)
+    by_rank = [
+        Score(
+            str(int(trace.ranks[j])),
+            [int(trace.ranks[j])],
+            trace.node_names[int(trace.node[j])],
+            float(lost_r[j]),
+            share(float(lost_r[j])),
+            float(frac_r[j]),
+            float(ratio_r[j]),
+            bool(flag_r[j]),
+        )
+        for j in range(n_ranks)
+    ]
+    nodes = _groups(x, members)
+    lost_n, frac_n, ratio_n, flag_n = _scores(x, actual, nodes, threshold, persist)
+    by_node = [
+        Score(
+            name,
+            [int(trace.ranks[j]) for j in members[i] if j >= 0],
+            name,
+            float(lost_n[i]),
+            share(float(lost_n[i])),
+            float(frac_n[i]),
+            float(ratio_n[i]),
+            bool(flag_n[i]),
+        )
+        for i, name in enumerate(trace.node_names)
+    ]
 
     def order(s: Score) -> tuple[float, float]:
         return (-s.lost_s, -s.median_ratio)
 
     by_rank.sort(key=order)
+    index = {name: i for i, name in enumerate(trace.node_names)}
     by_node.sort(key=order)
+    chosen = [s for k, s in enumerate(by_node) if k < explain or s.flagged]
+    if trace.phases:
+        causes = _explain(trace, members, nodes, actual, lost_n, [index[s.name] for s in chosen])
+        for s in chosen:
+            s.causes = causes[index[s.name]]
+    for s in chosen:
+        if evidence and s.name in evidence:
+            s.evidence = _evidence(evidence[s.name], s.causes)
     return Report(
         source=trace.source,
-        steps=len(trace.steps),
-        ranks=len(ranks),
-        nodes=len(nodes),
-        incomplete_steps=sum(1 for t in trace.steps.values() if len(t) < len(ranks)),
-        actual_s=actual,
-        at_median_s=at_median,
+        steps=trace.n_steps,
+        ranks=n_ranks,
+        nodes=len(trace.node_names),
+        incomplete_steps=int((n < n_ranks).sum()),
+        actual_s=float(actual.sum()),
+        at_median_s=float(at_median.sum()),
         threshold=threshold,
         persist=persist,
         by_rank=by_rank,
         by_node=by_node,
+        phases=list(trace.phases),
     )
 
 
@@ -417,6 +623,23 @@ def load(
         return query_prometheus(prometheus, job, range_, resolution)
     assert source is not None
     return read_file(source)
+
+
+def load_evidence(
+    path: Path | None, prometheus_url: str | None, trace: Trace, range_: str
+) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """--evidence FILE, and with --prometheus the exporters' per-node metrics (the file's
+    values win where both name the same node and metric); and a line per failed query."""
+    out: dict[str, dict[str, float]] = {}
+    problems: list[str] = []
+    if path is not None:
+        given = read_evidence(path)  # a bad file is bad input before any query is made
+    if prometheus_url is not None:
+        out, problems = query_evidence(prometheus_url, list(trace.node_names), range_)
+    if path is not None:
+        for node, metrics in given.items():
+            out.setdefault(node, {}).update(metrics)
+    return out, problems
 
 
 def check_options(threshold: float, persist: float, top: int) -> None:

@@ -12,6 +12,8 @@ import contextlib
 import csv
 import json
 import random
+import re
+import statistics
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -132,9 +134,8 @@ def test_csv_gives_the_same_report_as_json_lines(tmp_path: Path) -> None:
 
 
 def test_what_if_by_hand() -> None:
-    trace = st.Trace()
-    for r, t in enumerate([1.0, 1.0, 1.0, 2.0]):
-        trace.add(1, r, t, "a" if r < 2 else "b")
+    times = [1.0, 1.0, 1.0, 2.0]
+    trace = st.Trace.from_columns([1] * 4, range(4), times, ["a", "a", "b", "b"])
     report = st.analyse(trace)
     assert report.actual_s == 2.0 and report.at_median_s == 1.0
     top = report.by_rank[0]
@@ -142,22 +143,61 @@ def test_what_if_by_hand() -> None:
     assert report.by_node[0].name == "b" and report.by_node[0].lost_s == 1.0
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_the_per_rank_fast_path_equals_the_what_if_of_one_rank(seed: int) -> None:
-    """_score_ranks (one sort per step) against _score's definition, rank by rank: on
-    ties, a step holding a single rank, and steps where ranks are missing."""
+def by_definition(
+    steps: dict[int, dict[int, float]], group: set[int], threshold: float, persist: float
+) -> tuple[float, float, float, bool]:
+    """The module docstring's what-if for one group, step by step in plain Python (the
+    analysis before it was vectorized): (lost seconds, slow fraction, median ratio, flagged)."""
+    lost = 0.0
+    slow = seen = 0
+    ratios: list[float] = []
+    for times in steps.values():
+        inside = [t for r, t in times.items() if r in group]
+        if not inside:
+            continue
+        outside = [t for r, t in times.items() if r not in group]
+        ref = statistics.median(outside) if outside else statistics.median(times.values())
+        lost += max(times.values()) - max([ref, *outside])
+        mine = statistics.median(inside) if len(group) > 1 else inside[0]
+        seen += 1
+        ratios.append(mine / ref if ref > 0 else 1.0)
+        if mine > ref * (1 + threshold):
+            slow += 1
+    fraction = slow / seen if seen else 0.0
+    ratio = statistics.median(ratios) if ratios else 1.0
+    return lost, fraction, ratio, seen > 0 and fraction >= persist
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_the_vectorized_what_if_equals_the_definition(seed: int) -> None:
+    """Every rank and every node against by_definition: on ties, a step holding a single
+    rank, steps where ranks are missing, nodes of different sizes and a node that is a
+    whole step's only ranks."""
     rng = random.Random(seed)
-    trace = st.Trace()
+    node = {r: f"n{min(r // 3, 3)}" for r in range(11)}  # sizes 3, 3, 3, 2
+    rows: list[tuple[int, int, float]] = []
     for step in range(60):
-        present = [r for r in range(7) if rng.random() > 0.2] or [0]
-        for r in present:
-            trace.add(step, r, round(rng.uniform(0.9, 1.3), 1), node_of(r))
-    trace.add(60, 3, 2.0, node_of(3))  # a step with one rank
-    ranks = sorted({r for times in trace.steps.values() for r in times})
-    fast = st._score_ranks(trace, ranks, 0.05, 0.5)
-    assert sorted(fast) == ranks
-    for r in ranks:
-        assert fast[r] == pytest.approx(st._score(trace, {r}, 0.05, 0.5)), r
+        present = [r for r in range(11) if rng.random() > 0.2] or [0]
+        rows += [(step, r, round(rng.uniform(0.9, 1.3), 1)) for r in present]
+    rows.append((60, 3, 2.0))  # a step with one rank
+    rows += [(61, 9, 1.5), (61, 10, 1.1)]  # a step with one node's ranks only
+    steps: dict[int, dict[int, float]] = {}
+    for step, r, t in rows:
+        steps.setdefault(step, {})[r] = t
+    step_col, rank_col, seconds = zip(*rows, strict=True)
+    trace = st.Trace.from_columns(step_col, rank_col, seconds, [node[r] for r in rank_col])
+    report = st.analyse(trace, 0.05, 0.5)
+    groups = [(s, {int(s.name)}) for s in report.by_rank]
+    groups += [(s, {r for r, n in node.items() if n == s.name}) for s in report.by_node]
+    assert len(groups) == 11 + 4
+    for score, members in groups:
+        got = (score.lost_s, score.slow_fraction, score.median_ratio, score.flagged)
+        assert got == pytest.approx(by_definition(steps, members, 0.05, 0.5)), score.name
+    assert report.actual_s == pytest.approx(sum(max(t.values()) for t in steps.values()))
+    assert report.at_median_s == pytest.approx(
+        sum(statistics.median(t.values()) for t in steps.values())
+    )
+    assert report.incomplete_steps == sum(len(t) < 11 for t in steps.values())
 
 
 def test_human_report_renders(tmp_path: Path) -> None:
@@ -210,36 +250,49 @@ class FakePrometheus(BaseHTTPRequestHandler):
     rows: list[dict[str, Any]] = []
     queries: list[dict[str, list[str]]] = []
     repeat = 1  # each step appears at this many consecutive evaluation times
+    evidence: dict[str, list[tuple[dict[str, str], float]]] = {}
 
     def do_GET(self) -> None:
         url = urlparse(self.path)
         q = parse_qs(url.query)
         type(self).queries.append(q)
+        if url.path == "/api/v1/query":  # the evidence's instant queries
+            self.answer({"resultType": "vector", "result": self.vectors(q["query"][0])})
+            return
         if url.path != "/api/v1/query_range":
             self.send_error(404)
             return
-        series: dict[int, dict[str, Any]] = {}
+        query = q["query"][0]
+        series: dict[tuple[int, str], dict[str, Any]] = {}
         for row in self.rows:
-            s = series.setdefault(
-                row["rank"],
-                {
-                    "metric": {
-                        "__name__": st.METRIC,
-                        "job": "train-a",
-                        "rank": str(row["rank"]),
-                        "node": row["node"],
-                    },
-                    "values": [],
-                },
-            )
-            for k in range(self.repeat):
-                s["values"].append([row["step"] * self.repeat + k, str(row["seconds"])])
-        wanted = 'job="train-a"' in q["query"][0]
-        body = {
-            "status": "success",
-            "data": {"resultType": "matrix", "result": list(series.values()) if wanted else []},
-        }
-        payload = json.dumps(body).encode()
+            if query.startswith(st.PHASE_METRIC):
+                values = [(p, row.get(f"{p}_s")) for p in st.PHASES]
+                metric = st.PHASE_METRIC
+            else:
+                values, metric = [("", row["seconds"])], st.METRIC
+            for phase, value in values:
+                if value is None:
+                    continue
+                labels = {"__name__": metric, "job": "train-a", "rank": str(row["rank"])}
+                labels |= {"node": row["node"]} | ({"phase": phase} if phase else {})
+                s = series.setdefault((row["rank"], phase), {"metric": labels, "values": []})
+                for k in range(self.repeat):
+                    s["values"].append([row["step"] * self.repeat + k, str(value)])
+        wanted = 'job="train-a"' in query
+        self.answer({"resultType": "matrix", "result": list(series.values()) if wanted else []})
+
+    def vectors(self, query: str) -> list[dict[str, Any]]:
+        """evidence: metric -> [(labels, value)]; a query answers the series of the metric
+        it names."""
+        return [
+            {"metric": labels, "value": [0, str(value)]}
+            for metric, found in self.evidence.items()
+            if re.search(rf"\b{metric}\b", query)
+            for labels, value in found
+        ]
+
+    def answer(self, data: dict[str, Any]) -> None:
+        payload = json.dumps({"status": "success", "data": data}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -252,9 +305,17 @@ class FakePrometheus(BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def fake_prometheus(
-    rows: list[dict[str, Any]], repeat: int = 1, queries: list[dict[str, list[str]]] | None = None
+    rows: list[dict[str, Any]],
+    repeat: int = 1,
+    queries: list[dict[str, list[str]]] | None = None,
+    evidence: dict[str, list[tuple[dict[str, str], float]]] | None = None,
 ) -> Iterator[str]:
-    attrs = {"rows": rows, "queries": [] if queries is None else queries, "repeat": repeat}
+    attrs = {
+        "rows": rows,
+        "queries": [] if queries is None else queries,
+        "repeat": repeat,
+        "evidence": evidence or {},
+    }
     handler = type("Handler", (FakePrometheus,), attrs)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -282,9 +343,11 @@ def test_prometheus_query_and_window() -> None:
     queries: list[dict[str, list[str]]] = []
     with fake_prometheus(rows, queries=queries) as url:
         st.query_prometheus(url, "train-a", "2h", "30s", end=10_000.0)
-    (q,) = queries
-    assert q["query"] == ['llmp_train_step_seconds{job="train-a"}']
-    assert q["start"] == ["2800.000"] and q["end"] == ["10000.000"] and q["step"] == ["30"]
+    steps, phases = queries
+    assert steps["query"] == ['llmp_train_step_seconds{job="train-a"}']
+    assert phases["query"] == ['llmp_train_phase_seconds{job="train-a"}']
+    for q in queries:
+        assert q["start"] == ["2800.000"] and q["end"] == ["10000.000"] and q["step"] == ["30"]
 
 
 def test_prometheus_without_the_job_is_bad_input() -> None:
@@ -396,8 +459,8 @@ def test_training_writes_what_stragglers_reads(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in times.read_text().splitlines()]
     assert [(r["step"], r["rank"]) for r in rows] == [(s, r) for s in range(1, 9) for r in (0, 1)]
     steps = {e["step"]: e for e in run.of("step")}
-    for s in range(1, 9):
-        slowest = max(r["seconds"] for r in rows if r["step"] == s)
-        assert slowest == pytest.approx(steps[s]["step_time_max_s"], abs=1e-4)
+    for step in range(1, 9):
+        slowest = max(r["seconds"] for r in rows if r["step"] == step)
+        assert slowest == pytest.approx(steps[step]["step_time_max_s"], abs=1e-4)
     report = run_json(str(times))
     assert (report["steps"], report["ranks"], report["nodes"]) == (8, 2, 1)
