@@ -12,8 +12,11 @@ and query uses:
   `llm-platform/pool` label allow-listed).
 - **llmp-training-job**: templated on `job` (the `job` label of the `llmp_*` metrics, the
   PyTorchJob's name): tokens/s, step time per rank with the job's median, the straggler ratio
-  (slowest rank over median), the age of the last checkpoint, and the GPU utilisation of the
-  job's pods (the operator names them `<job>-worker-<i>`).
+  (slowest rank over median), the age of the last checkpoint, where a step's time goes
+  (`llmp_train_phase_seconds`: data wait, compute, collective, optimizer, checkpoint; the
+  median rank stacked, and the slowest rank in each), the last checkpoint's stall and
+  background write seconds, and the GPU utilisation of the job's pods (the operator names
+  them `<job>-worker-<i>`).
 - **llmp-inference-slo**: templated on vLLM's `model_name`: request rate, p50/p99 end-to-end
   latency and time to first token, queue depth, KV cache use, and the 5xx error ratio with its
   burn rate against the availability SLO (the recording rules of `monitoring.rules`).
@@ -417,6 +420,7 @@ def training_job() -> dict[str, Any]:
     median = f"quantile by (job) (0.5, {step})"
     pods = 'pod=~"$job-worker-.*"'
     checkpoint_age = f"time() - llmp_checkpoint_last_success_timestamp_seconds{{{job}}}"
+    phase = f"llmp_train_phase_seconds{{{job}}}"
     throughput = [
         timeseries(
             "Tokens per second",
@@ -453,6 +457,35 @@ def training_job() -> dict[str, Any]:
             unit="s",
         ),
     ]
+    phases = [
+        timeseries(
+            "Step time by phase, median rank",
+            [_by("phase", "quantile", f"0.5, {phase}")],
+            unit="s",
+            stack=True,
+            description="Each phase's median over the ranks, stacked: about the median step "
+            "time. The step-time exchange, where a rank waits for the slowest, is in no phase.",
+        ),
+        timeseries(
+            "Slowest rank in each phase",
+            [_by("phase", "max", phase)],
+            unit="s",
+            description="A phase far above its median line: one rank's data, compute, "
+            "collective or optimizer is slow (`llmp stragglers` names it and the cause).",
+        ),
+        timeseries(
+            "Checkpoint stall and write",
+            [
+                (f"llmp_checkpoint_stall_seconds{{{job}}}", "stall (training waited)"),
+                (f"llmp_checkpoint_write_seconds{{{job}}}", "write (in the background)"),
+            ],
+            unit="s",
+            description="Of the last published checkpoint. Stall: what the training loop "
+            "waited for it (the save call, the snapshot's copy if still running at the next "
+            "optimizer step, the agreement that every rank's shards are durable). Write: from "
+            "the save to the slowest rank's last shard on disk.",
+        ),
+    ]
     gpus = [
         timeseries(
             "GPU utilisation of the job's pods",
@@ -477,8 +510,14 @@ def training_job() -> dict[str, Any]:
     return _dashboard(
         "llmp-training-job",
         "LLM platform / Training job",
-        "One training job: throughput, step times per rank, stragglers, checkpoints, GPUs.",
-        [("Throughput and checkpoints", throughput), ("Steps", steps), ("GPUs", gpus)],
+        "One training job: throughput, step times per rank, stragglers, step phases, "
+        "checkpoints, GPUs.",
+        [
+            ("Throughput and checkpoints", throughput),
+            ("Steps", steps),
+            ("Step phases and checkpoint stall", phases),
+            ("GPUs", gpus),
+        ],
         [_query_variable("job", "Job", "llmp_train_tokens_per_second", "job")],
     )
 

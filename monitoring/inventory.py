@@ -22,7 +22,13 @@
   failed CloudWatch call.
 - **vllm**: vLLM's `/metrics` (port `metrics`), including the API server's
   prometheus-fastapi-instrumentator `http_requests_total{status="2xx|4xx|5xx"}`.
-- **training**: the `llmp_*` exporter of training jobs (port `metrics`).
+- **training**: the `llmp_*` exporter of training jobs (port `metrics`; rank 0 of
+  `workloads.training.train`): per rank `llmp_train_step_seconds{job,rank,node}` and
+  `llmp_train_phase_seconds{job,rank,node,phase}` (the five phases of
+  `workloads.diagnosis.trace.PHASES`: 5 series a rank), per job the rest.
+- **straggler-watch**: the straggler watcher (workloads/diagnosis/watch.py, port `metrics`,
+  scraped with honorLabels: `job` is the training job's), labels `job`, `node`, `kind`,
+  `action`.
 - **recording**: series our own recording rules produce.
 """
 
@@ -37,6 +43,7 @@ INVENTORY: dict[str, frozenset[str]] = {
             "DCGM_FI_DEV_GPU_TEMP",
             "DCGM_FI_DEV_MEMORY_TEMP",
             "DCGM_FI_DEV_POWER_USAGE",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
             "DCGM_FI_DEV_SM_CLOCK",
             "DCGM_FI_DEV_FB_USED",
             "DCGM_FI_DEV_FB_FREE",
@@ -115,7 +122,24 @@ INVENTORY: dict[str, frozenset[str]] = {
         {
             "llmp_train_step_seconds",
             "llmp_train_tokens_per_second",
+            "llmp_train_phase_seconds",
             "llmp_checkpoint_last_success_timestamp_seconds",
+            "llmp_checkpoint_stall_seconds",
+            "llmp_checkpoint_write_seconds",
+        }
+    ),
+    "straggler-watch": frozenset(
+        {
+            "llmp_straggler_node_ratio",
+            "llmp_straggler_node_flagged",
+            "llmp_straggler_node_share",
+            "llmp_straggler_node_flagged_runs",
+            "llmp_straggler_job_slowdown_ratio",
+            "llmp_straggler_jobs",
+            "llmp_straggler_last_run_timestamp_seconds",
+            "llmp_straggler_quarantine_enabled",
+            "llmp_straggler_errors_total",
+            "llmp_straggler_quarantine_actions_total",
         }
     ),
     "recording": frozenset(error_ratio(w) for w in ERROR_RATIO_WINDOWS),

@@ -139,6 +139,9 @@ def test_the_asked_for_series_are_shown() -> None:
         "llmp_train_tokens_per_second",
         "llmp_train_step_seconds",
         "llmp_checkpoint_last_success_timestamp_seconds",
+        "llmp_train_phase_seconds",
+        "llmp_checkpoint_stall_seconds",
+        "llmp_checkpoint_write_seconds",
         "DCGM_FI_DEV_GPU_UTIL",
     ):
         assert metric in text["llmp-training-job"], metric
@@ -191,3 +194,17 @@ def test_dashboard_round_trips_through_json(uid: str) -> None:
     import json
 
     assert json.loads(dashboards.file_text(GENERATED[uid])) == GENERATED[uid]
+
+
+def test_the_phase_panels_name_every_phase_the_trainer_publishes() -> None:
+    from workloads.diagnosis.stragglers import PHASE_METRIC, PHASES
+
+    panels = {p["title"]: p for p in GENERATED["llmp-training-job"]["panels"]}
+    stacked = panels["Step time by phase, median rank"]
+    assert stacked["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    for title in ("Step time by phase, median rank", "Slowest rank in each phase"):
+        (target,) = panels[title]["targets"]
+        # one series per phase, named by it: every one of PHASES shows, whatever its number
+        assert target["expr"].endswith(f'{PHASE_METRIC}{{job="$job"}})')
+        assert "by (phase)" in target["expr"] and target["legendFormat"] == "{{phase}}"
+    assert len(PHASES) == 5

@@ -19,11 +19,19 @@ That rule is `completeness.judge_checkpoint`, shared with `llmp dr
 restore-point`, which applies it to the checkpoints' replicas in S3.
 
 Asynchronous saves: DeepSpeed writes through a pluggable checkpoint engine.
-`AsyncCheckpointEngine` snapshots each state dict to host memory (a copy of
-the tensors, which is what the training loop waits for) and writes it from a
-background thread, so training resumes while the bytes go to disk. DeepSpeed's
-own decoupled engine needs its FastPersist/AIO ops and an accelerator; this
-one works on CPU and GPU alike.
+`AsyncCheckpointEngine.save` only queues each state dict DeepSpeed hands it: a
+background thread snapshots it to host memory (copies of the tensors; on CUDA into
+pinned memory on a side stream that first waits for the training stream) and a
+second one writes the snapshot, so the training loop neither copies nor writes.
+The snapshot must see the state of the step it was taken at, and nothing in that
+state changes until the next optimizer step (forward and backward read parameters
+and write gradients, which are not saved; the optimizer step updates the master
+weights, their moments, the loss scaler and the schedule in place). So the loop
+calls `wait_snapshot()` right before it: it returns at once when the copy is done,
+and only otherwise blocks, for what is left of it; that wait counts as checkpoint
+stall. A snapshot or write error is re-raised there or at `wait()`, so a failed
+save is never published. DeepSpeed's own decoupled engine needs its FastPersist/AIO
+ops and an accelerator; this one works on CPU and GPU alike.
 """
 
 from __future__ import annotations
@@ -236,15 +244,21 @@ def to_universal(ckpt: Checkpoint) -> str:
     return out.name
 
 
-def snapshot(obj: Any) -> Any:
+def snapshot(obj: Any, *, pinned: bool = False) -> Any:
     """A deep copy whose tensors live in host memory: what must be frozen before training
-    may mutate the originals again. A tensor referenced twice is copied once."""
+    may mutate the originals again. A tensor referenced twice is copied once.
+
+    `pinned`: copy device tensors into pinned host memory without blocking, on the current
+    stream (the caller synchronizes it before reading the copies)."""
     memo: dict[int, Any] = {}
 
     def copy_tensor(t: torch.Tensor) -> torch.Tensor:
         if t.device.type == "cpu":
             return t.detach().clone()
-        return t.detach().to("cpu", non_blocking=False)
+        if not pinned:
+            return t.detach().to("cpu", non_blocking=False)
+        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        return out.copy_(t.detach(), non_blocking=True)
 
     def walk(o: Any) -> Any:
         if isinstance(o, torch.Tensor):
@@ -272,6 +286,16 @@ def snapshot(obj: Any) -> Any:
     return walk(obj)
 
 
+def _has_device_tensors(obj: Any) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return obj.device.type != "cpu"
+    if isinstance(obj, dict):
+        return any(_has_device_tensors(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return any(_has_device_tensors(v) for v in obj)
+    return False
+
+
 def _save_durable(state: Any, path: str) -> None:
     with open(path, "wb") as f:
         torch.save(state, f)
@@ -287,39 +311,121 @@ class SyncCheckpointEngine(TorchCheckpointEngine):
 
 
 class AsyncCheckpointEngine(TorchCheckpointEngine):
-    """Snapshot on the training thread, write on a background thread.
+    """Queue on the training thread; snapshot on one background thread, write on another.
 
-    `pending()` tells the loop whether this rank's writes are still running;
-    `wait()` blocks until they are done and re-raises a write error, so a failed
-    write can never be published.
+    Two threads, so that the snapshot of DeepSpeed's second file (each rank saves its
+    model states and its optimizer partition) never waits behind the write of the first.
+    The copies start at `commit()`, which DeepSpeed calls at the end of `save_checkpoint`
+    (or at `wait_snapshot()` or `wait()`, whichever comes first).
+    `wait_snapshot()` blocks until every queued state is copied (call it before anything
+    mutates the state again: the next optimizer step); `pending()` tells the loop whether
+    this rank's copies or writes are still running; `wait()` blocks until they are done
+    and re-raises a snapshot or write error, so a failed save can never be published.
+    `last_write_s` is then the seconds from the first `save()` of that checkpoint to its
+    last shard being durable.
     """
 
     def __init__(self, config_params: Any = None) -> None:
         super().__init__(config_params)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer")
-        self._futures: list[Future[None]] = []
+        self._copier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-snapshot")
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer")
+        # Start both threads now: a thread's start would otherwise land in the first stall.
+        for pool in (self._copier, self._writer):
+            pool.submit(lambda: None).result()
+        self._queued: list[tuple[Any, str, tuple[Any, int] | None]] = []
+        self._copies: list[Future[None]] = []
+        self._writes: list[Future[None]] = []
         self._lock = threading.Lock()
+        self._started: float | None = None
+        self._durable = 0.0
+        self.last_write_s = 0.0
 
     def save(self, state_dict: Any, path: str) -> None:
-        frozen = snapshot(state_dict)
+        ready = None
+        if torch.cuda.is_available() and _has_device_tensors(state_dict):
+            # The point in the training stream whose results the copy must see, and its
+            # device (a thread's current device is its own: the copier's would be cuda:0).
+            event = torch.cuda.Event()
+            event.record()
+            ready = (event, torch.cuda.current_device())
         with self._lock:
-            self._futures.append(self._pool.submit(_save_durable, frozen, path))
+            if self._started is None:
+                self._started = time.perf_counter()
+            self._queued.append((state_dict, path, ready))
+
+    def commit(self, info: Any) -> bool:
+        """DeepSpeed calls this once `save_checkpoint` has handed over every state dict: the
+        copies start only now, so that they do not compete with the collectives of the rest
+        of the call (ZeRO-3 gathers its persistent parameters again after the last save)."""
+        self._release()
+        return True
+
+    def _release(self) -> None:
+        with self._lock:
+            queued, self._queued = self._queued, []
+            self._copies.extend(self._copier.submit(self._copy, *q) for q in queued)
+
+    def _copy(self, state: Any, path: str, ready: tuple[Any, int] | None) -> None:
+        if ready is None:
+            frozen = snapshot(state)
+        else:
+            event, device = ready
+            with torch.cuda.device(device):
+                stream = torch.cuda.Stream()
+                with torch.cuda.stream(stream):
+                    stream.wait_event(event)
+                    frozen = snapshot(state, pinned=True)
+                stream.synchronize()
+        del state  # the live tensors: not ours to keep alive once copied
+        with self._lock:
+            self._writes.append(self._writer.submit(self._write, frozen, path))
+
+    def _write(self, frozen: Any, path: str) -> None:
+        _save_durable(frozen, path)
+        with self._lock:
+            self._durable = time.perf_counter()
 
     def preserves_storage_sharing(self) -> bool:
         # False tells DeepSpeed to skip its own clone before save(): `snapshot` already makes
         # compact copies, and a second copy would double the stall.
         return False
 
+    def wait_snapshot(self) -> float:
+        """Block until every queued state is copied; the seconds this waited (0 if none)."""
+        self._release()
+        with self._lock:
+            copies = list(self._copies)
+        if all(f.done() for f in copies):
+            for f in copies:
+                f.result()
+            return 0.0
+        t0 = time.perf_counter()
+        for f in copies:
+            f.result()
+        return time.perf_counter() - t0
+
     def pending(self) -> bool:
         with self._lock:
-            return any(not f.done() for f in self._futures)
+            return bool(self._queued) or any(not f.done() for f in (*self._copies, *self._writes))
 
     def wait(self) -> None:
+        error: BaseException | None = None
+        self._release()
         with self._lock:
-            futures, self._futures = self._futures, []
-        for f in futures:
-            f.result()
+            copies, self._copies = self._copies, []
+        for f in copies:  # each copy queues its write before it completes
+            error = error or f.exception()
+        with self._lock:
+            writes, self._writes = self._writes, []
+            started, self._started = self._started, None
+        for f in writes:
+            error = error or f.exception()
+        if error is not None:
+            raise error
+        if started is not None:
+            self.last_write_s = max(0.0, self._durable - started)
 
     def cleanup(self) -> None:
         self.wait()
-        self._pool.shutdown(wait=True)
+        self._copier.shutdown(wait=True)
+        self._writer.shutdown(wait=True)

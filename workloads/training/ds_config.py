@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -130,8 +130,10 @@ class ModelConfig(_Strict):
 
 class DataConfig(_Strict):
     path: str = Field(
-        description="pretrain: a directory of token shards (/fsx/datasets/<name>/tokens); "
-        "sft, dpo, grpo: a JSONL file or a directory of *.jsonl"
+        description="pretrain: a directory of token shards (/fsx/datasets/<name>/tokens), "
+        "or s3://bucket/prefix/ (each shard fetched on first use: a restart that does not "
+        "wait for the file system's association); sft, dpo, grpo: a JSONL file or a "
+        "directory of *.jsonl"
     )
     bin_dtype: Literal["uint16", "uint32"] = "uint16"
     seed: int = 0
@@ -143,6 +145,19 @@ class CheckpointConfig(_Strict):
     keep_last: int = Field(3, ge=1)
     async_save: bool = True
     save_on_sigterm: bool = True
+    restore_from: str | None = Field(
+        None,
+        description="s3://bucket/prefix/<job>/: when `dir` holds no complete checkpoint as "
+        "new as the newest complete one there, rank 0 pulls that one into `dir` first (a "
+        "restart in a recovery region, before the file system's association exists)",
+    )
+
+    @field_validator("restore_from")
+    @classmethod
+    def _s3_uri(cls, v: str | None) -> str | None:
+        if v is not None and not (v.startswith("s3://") and len(v) > len("s3://")):
+            raise ValueError("must be an s3://bucket/prefix URI")
+        return v
 
 
 class DpoConfig(_Strict):

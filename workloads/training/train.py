@@ -12,7 +12,12 @@ MASTER_ADDR, as in production, or with the agent's store, env:// is unchanged.
 stdout carries JSON lines from rank 0 only (`event`: start, resume, step,
 checkpoint_saved, checkpoint_published, exit; each with `time`, Unix seconds), so
 log shipping can parse them and a restarted job's logs from several nodes can be
-put back in order.
+put back in order. A checkpoint's figures: `checkpoint_saved.stall_s` is the save call;
+`checkpoint_published` has `stall_s`, all rank 0's loop waited for that checkpoint
+(the save call, the snapshot copy's wait at the next optimizer step, the agreement that
+every rank's shards are durable; a save at the exit is waited for once training is
+over, which is not counted), `background_write_s`, from the save to the slowest rank's
+last shard durable, and `write_s`, from the save to its publication.
 
 Stopping: SIGTERM (spot reclaim gives two minutes; Kubernetes sends it to one pod
 at a time) only sets a flag. Every step all ranks exchange their flags with the
@@ -33,10 +38,43 @@ extra ranks' shards are never sealed into the new checkpoint. A rank that fails
 its agent restarts the group only when all its workers are gone.
 
 Per-rank step times (rank 0, from that same exchange): `--step-times PATH`
-(or LLMP_STEP_TIMES) appends JSON lines `{"step", "rank", "node", "seconds"}` for
+(or LLMP_STEP_TIMES) appends JSON lines `{"step", "rank", "node", "seconds",
+"data_wait_s", "compute_s", "collective_s", "optimizer_s", "checkpoint_s"}` for
 `llmp stragglers`; `--metrics-port` (or LLMP_METRICS_PORT) serves Prometheus
 gauges when prometheus_client is installed. Both are off unless asked for. The
 node is NODE_NAME (the Downward API's spec.nodeName) or the host name.
+
+What a step's times cover (`StepClock`). `seconds` is the rank's own time in step N:
+from the end of step N-1's exchange (and rank 0's logging of it) to the start of step
+N's exchange. The exchange itself is left out: a rank waits in it for the slowest one,
+and a wait would make every rank look as slow as the slowest (the wait is
+step_time_max_s - seconds). The phases are consecutive laps of one clock, so they add
+up to `seconds` exactly (up to the rounding of the numbers written):
+
+- data_wait: reading the micro-batches' samples from the data source (the token
+  shards, or the records); tokenizing, collating and the copy to the device count
+  as compute.
+- compute: forward and backward, and the loop's own glue. Under ZeRO-3 this includes
+  the parameter all-gathers of forward and backward and the gradient reduce-scatters
+  DeepSpeed issues during backward: they are interleaved with the computation
+  (overlapped on GPU), and separating them would need a synchronization after every
+  collective (DeepSpeed's comms logger does that, at a cost on GPU).
+- collective: DeepSpeed's gradient reduction at the end of backward
+  (`engine.allreduce_gradients`): under ZeRO-2/3 the last bucket and the wait for
+  every reduction still in flight, under ZeRO-0/1 the whole reduction. The
+  collectives inside the optimizer step (gradient norm, overflow check, ZeRO-1/2's
+  all-gather of the updated partitions) count as optimizer.
+- optimizer: `engine.step()` (the update, the schedule, zeroing the gradients).
+- checkpoint: what the loop waited for checkpoints in this step: the save of step
+  N-1's state, taken right after its exchange, the wait for that snapshot's copy
+  before this step's optimizer step (async saves; 0 when the copy finished during
+  forward and backward), and the agreement that an earlier save is durable on every
+  rank (async; rank 0 then publishes it on a thread of its own) or, for sync saves,
+  the whole write and publication. Exactly 0 in a step without any. A step event's
+  `ckpt_stall_s` is rank 0's. The save after the last step is in no step.
+
+On CUDA the clock synchronizes the device at each lap, so a phase counts the GPU work
+it launched, not only the host's time to launch it.
 """
 
 from __future__ import annotations
@@ -50,8 +88,10 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -65,8 +105,10 @@ import deepspeed
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
+from workloads.diagnosis.stragglers import PHASE_METRIC, PHASES
 from workloads.training import checkpointing as ckpt
 from workloads.training import model as hf
+from workloads.training import s3io
 from workloads.training.data import micro_batch_start
 from workloads.training.ds_config import (
     JobConfig,
@@ -79,10 +121,19 @@ from workloads.training.objectives import Reference, objective
 EXIT_REJOIN = 75
 """Exit status (EX_TEMPFAIL) of a rank that stopped with its group but is not done."""
 
+RANK = ["job", "rank", "node"]
+"""The labels of the per-rank gauges."""
+
+
+_EMIT = threading.Lock()  # rank 0's publisher thread emits too: whole lines only
+
 
 def emit(event: str, **fields: Any) -> None:
     if dist.get_rank() == 0:
-        print(json.dumps({"event": event, "time": round(time.time(), 3), **fields}), flush=True)
+        line = json.dumps({"event": event, "time": round(time.time(), 3), **fields})
+        with _EMIT:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
 
 
 class Stop:
@@ -171,16 +222,31 @@ class Checkpointer:
             engine.checkpoint_engine = ckpt.SyncCheckpointEngine()
         self.in_flight: tuple[int, float] | None = None  # (step, save start)
         self.last_saved = -1
-        self.on_published: Callable[[], None] | None = None  # rank 0, after each publish
+        self.stall_s = 0.0  # the in-flight save's stall so far: save(), snapshot wait, publish
+        self._publisher: ThreadPoolExecutor | None = None  # rank 0, async saves
+        self._publishing: Future[None] | None = None
+        # rank 0, after each publish: (that save's stall, its write seconds)
+        self.on_published: Callable[[float, float], None] | None = None
 
     def local_done(self) -> bool:
         return self.async_engine is None or not self.async_engine.pending()
 
+    def before_optimizer_step(self) -> float:
+        """Block, if need be, until the in-flight save's snapshot is copied: the optimizer
+        step is the first thing that changes what it copies. Returns the seconds waited."""
+        if self.async_engine is None or self.in_flight is None:
+            return 0.0
+        waited = self.async_engine.wait_snapshot()
+        self.stall_s += waited
+        return waited
+
     def save(self, step: int, client_state: dict[str, Any]) -> float:
-        """Start a checkpoint of `step`; returns the training stall in seconds."""
+        """Start a checkpoint of `step`; returns the training stall of this call in seconds
+        (an async save's snapshot wait and publication come later, in `stall_s`)."""
         if self.in_flight is not None:
             self.finish()  # one save in flight at a time: bounded host memory, ordered publication
         if dist.get_rank() == 0:
+            self.join_publication()  # it prunes, and `latest` must name the newest
             # Nothing of ours is in tmp-step-N now (finish() renamed any earlier save of it);
             # whatever is there was left by a job that died before publishing it.
             shutil.rmtree(self.root / ckpt.tmp_tag(step), ignore_errors=True)
@@ -196,6 +262,7 @@ class Checkpointer:
         )
         self.in_flight = (step, t0)
         self.last_saved = step
+        self.stall_s = time.perf_counter() - t0
         if self.async_engine is None:
             self.finish()
         stall = time.perf_counter() - t0
@@ -207,42 +274,155 @@ class Checkpointer:
         )
         return stall
 
-    def finish(self) -> None:
-        """Wait for this rank's writes, agree that all ranks are done, publish (rank 0)."""
+    def finish(self, *, stalled: bool = True) -> None:
+        """Wait for this rank's writes, agree that all ranks are done, publish (rank 0).
+
+        Async saves: rank 0 seals and publishes on a thread of its own (the fsyncs of the
+        manifest, the marker, the rename and `latest`: tens of milliseconds on Lustre), so
+        the loop only waits for the agreement; the next save, and the exit, join it first.
+        `stalled=False` at the exit, where training is over: that wait is not a stall."""
         if self.in_flight is None:
             return
+        started = time.perf_counter()
         step, t0 = self.in_flight
         if self.async_engine is not None:
             self.async_engine.wait()
-        dist.barrier()
-        if dist.get_rank() == 0:
-            meta = {
-                "world_size": self.world,
-                "zero_stage": self.job.zero_stage,
-                "tag": ckpt.tag(step),
-            }
-            c = ckpt.publish(self.root, step, meta)
-            ckpt.prune(self.root, self.job.checkpoint.keep_last)
-            emit(
-                "checkpoint_published",
-                step=step,
-                bytes=c.meta["bytes"],
-                write_s=round(time.perf_counter() - t0, 4),
-            )
-            if self.on_published is not None:
-                self.on_published()
-        dist.barrier()
+            write_s = self.async_engine.last_write_s
+        else:
+            write_s = started - t0  # the synchronous save wrote the shards
+        # A max over the ranks, which is also the barrier: every rank's shards are durable.
+        slowest = torch.tensor([write_s], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         self.in_flight = None
+        if stalled:
+            self.stall_s += time.perf_counter() - started
+        if dist.get_rank() == 0:
+            self.join_publication()
+            seal = (step, t0, float(slowest), self.stall_s)
+            if self.async_engine is not None and stalled:
+                if self._publisher is None:
+                    self._publisher = ThreadPoolExecutor(1, thread_name_prefix="ckpt-publish")
+                self._publishing = self._publisher.submit(self._publish, *seal)
+            else:
+                self._publish(*seal)
+        if self.async_engine is None:
+            dist.barrier()  # synchronous: every rank returns once the checkpoint is published
+            self.stall_s += time.perf_counter() - started
+
+    def _publish(self, step: int, t0: float, write_s: float, stall_s: float) -> None:
+        meta = {
+            "world_size": self.world,
+            "zero_stage": self.job.zero_stage,
+            "tag": ckpt.tag(step),
+            # The run's last checkpoint: retention keeps it beside the milestones.
+            "final": step >= self.job.max_steps,
+        }
+        published = ckpt.publish(self.root, step, meta)
+        ckpt.prune(self.root, self.job.checkpoint.keep_last)
+        if self.async_engine is None:  # the loop is still waiting, since the save began
+            stall_s = time.perf_counter() - t0
+        emit(
+            "checkpoint_published",
+            step=step,
+            bytes=published.meta["bytes"],
+            write_s=round(time.perf_counter() - t0, 4),
+            background_write_s=round(write_s, 4),
+            stall_s=round(stall_s, 4),
+        )
+        if self.on_published is not None:
+            self.on_published(stall_s, write_s)
+
+    def join_publication(self) -> None:
+        """Rank 0: wait for the publication in flight, if any; re-raise its error."""
+        if self._publishing is not None:
+            publishing, self._publishing = self._publishing, None
+            publishing.result()
+
+    def close(self) -> None:
+        """At the exit: finish the save in flight and publish it, stop the threads."""
+        self.finish(stalled=False)
+        self.join_publication()
+        if self._publisher is not None:
+            self._publisher.shutdown(wait=True)
+        if self.async_engine is not None:
+            self.async_engine.cleanup()
+
+
+class StepClock:
+    """One rank's time in a step, split into PHASES: each `lap(phase)` gives the time since
+    the previous lap to `phase`, so the phases add up to `total()` (see the module doc)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.start()
+
+    def start(self) -> None:
+        self.begun = self.last = time.perf_counter()
+        self.spent = dict.fromkeys(PHASES, 0.0)
+
+    def lap(self, phase: str) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.spent[phase] += now - self.last
+        self.last = now
+
+    def total(self) -> float:
+        return self.last - self.begun
+
+    def seconds(self) -> list[float]:
+        return [self.spent[p] for p in PHASES]
+
+
+class _TimedSource:
+    """A data source (anything with `batch(first, size)`) whose reads are data_wait laps."""
+
+    def __init__(self, source: Any, clock: StepClock) -> None:
+        self._source, self._clock = source, clock
+
+    def batch(self, first: int, size: int) -> Any:
+        self._clock.lap("compute")
+        try:
+            return self._source.batch(first, size)
+        finally:
+            self._clock.lap("data_wait")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+
+def _time_phases(engine: Any, step_loss: Any, clock: StepClock) -> None:
+    """Lap the clock around what the loop does not call itself: the objective's reads of its
+    samples (pretrain's `shards`, the record tasks' `data`) and DeepSpeed's gradient
+    reduction at the end of backward (an instance attribute shadows the method, which
+    `engine.backward` calls as `self.allreduce_gradients()`)."""
+    for name in ("shards", "data"):
+        source = getattr(step_loss, name, None)
+        if callable(getattr(source, "batch", None)):
+            setattr(step_loss, name, _TimedSource(source, clock))
+    reduce = engine.allreduce_gradients
+
+    def timed_reduce(*args: Any, **kwargs: Any) -> Any:
+        clock.lap("compute")
+        try:
+            return reduce(*args, **kwargs)
+        finally:
+            clock.lap("collective")
+
+    engine.allreduce_gradients = timed_reduce
 
 
 class Telemetry:
-    """Rank 0 records every rank's step time: JSON lines and/or Prometheus gauges."""
+    """Rank 0 records every rank's step time and phases: JSON lines and/or Prometheus gauges.
+
+    Series per job: 6 per rank (the step time, and one per phase: the `phase` label takes
+    exactly the 5 values of PHASES), so 6 x ranks (6,144 for 1,024 GPUs), and 4 per job."""
 
     def __init__(self, args: argparse.Namespace, nodes: list[str]) -> None:
         self.job = args.job_name or Path(args.config).stem
         self.nodes = nodes
         self.file: Any = None
-        self.gauges: tuple[Any, Any, Any] | None = None
+        self.gauges: dict[str, Any] | None = None
         if dist.get_rank() != 0:
             return
         if args.step_times:
@@ -256,26 +436,39 @@ class Telemetry:
                 logging.getLogger(__name__).warning("prometheus_client missing: no metrics")
                 return
             registry = prom.CollectorRegistry()
-            self.gauges = (
-                prom.Gauge(
-                    "llmp_train_step_seconds",
-                    "Each rank's time for the last step",
-                    ["job", "rank", "node"],
-                    registry=registry,
-                ),
-                prom.Gauge(
-                    "llmp_train_tokens_per_second",
-                    "Tokens per second of the last step (its slowest rank)",
-                    ["job"],
-                    registry=registry,
-                ),
-                prom.Gauge(
-                    "llmp_checkpoint_last_success_timestamp_seconds",
-                    "Unix time of the last published checkpoint",
-                    ["job"],
-                    registry=registry,
-                ),
-            )
+            self.gauges = {
+                name: prom.Gauge(name, text, labels, registry=registry)
+                for name, text, labels in (
+                    ("llmp_train_step_seconds", "Each rank's time for the last step", RANK),
+                    (
+                        PHASE_METRIC,
+                        "Each rank's seconds in each phase of the last step",
+                        [*RANK, "phase"],
+                    ),
+                    (
+                        "llmp_train_tokens_per_second",
+                        "Tokens per second of the last step (its slowest rank)",
+                        ["job"],
+                    ),
+                    (
+                        "llmp_checkpoint_last_success_timestamp_seconds",
+                        "Unix time of the last published checkpoint",
+                        ["job"],
+                    ),
+                    (
+                        "llmp_checkpoint_stall_seconds",
+                        "Seconds rank 0's training loop waited for the last published "
+                        "checkpoint (save call, snapshot copy wait, durability agreement)",
+                        ["job"],
+                    ),
+                    (
+                        "llmp_checkpoint_write_seconds",
+                        "Seconds from the last published checkpoint's save to its slowest "
+                        "rank's shards being durable",
+                        ["job"],
+                    ),
+                )
+            }
             try:
                 prom.start_http_server(args.metrics_port, addr=args.metrics_addr, registry=registry)
             except OSError as e:  # a busy port must not stop training (the others would hang)
@@ -284,24 +477,33 @@ class Telemetry:
                 )
                 self.gauges = None
 
-    def step(self, step: int, times: list[float], tokens_per_s: float) -> None:
+    def step(
+        self, step: int, times: list[float], phases: list[list[float]], tokens_per_s: float
+    ) -> None:
+        """`phases[r]`: rank r's seconds in each of PHASES, in that order."""
         if self.file is not None:
-            self.file.write(
-                "".join(
-                    json.dumps({"step": step, "rank": r, "node": self.nodes[r], "seconds": t})
-                    + "\n"
-                    for r, t in enumerate(times)
-                )
-            )
+            lines = []
+            for r, t in enumerate(times):
+                row: dict[str, Any] = {"step": step, "rank": r, "node": self.nodes[r]}
+                row["seconds"] = t
+                row.update({f"{p}_s": round(v, 6) for p, v in zip(PHASES, phases[r], strict=True)})
+                lines.append(json.dumps(row) + "\n")
+            self.file.write("".join(lines))
             self.file.flush()
         if self.gauges is not None:
             for r, t in enumerate(times):
-                self.gauges[0].labels(self.job, str(r), self.nodes[r]).set(t)
-            self.gauges[1].labels(self.job).set(tokens_per_s)
+                labels = (self.job, str(r), self.nodes[r])
+                self.gauges["llmp_train_step_seconds"].labels(*labels).set(t)
+                for p, v in zip(PHASES, phases[r], strict=True):
+                    self.gauges[PHASE_METRIC].labels(*labels, p).set(v)
+            self.gauges["llmp_train_tokens_per_second"].labels(self.job).set(tokens_per_s)
 
-    def checkpoint_published(self) -> None:
+    def checkpoint_published(self, stall_s: float, write_s: float) -> None:
         if self.gauges is not None:
-            self.gauges[2].labels(self.job).set(time.time())
+            g = self.gauges
+            g["llmp_checkpoint_last_success_timestamp_seconds"].labels(self.job).set(time.time())
+            g["llmp_checkpoint_stall_seconds"].labels(self.job).set(stall_s)
+            g["llmp_checkpoint_write_seconds"].labels(self.job).set(write_s)
 
     def close(self) -> None:
         if self.file is not None:
@@ -309,20 +511,51 @@ class Telemetry:
             self.file = None
 
 
+class RestoreFailed(RuntimeError):
+    """`checkpoint.restore_from` could not be pulled (one line, the same on every rank)."""
+
+
+def _pull_restore_point(job: JobConfig) -> None:
+    """Rank 0: the newest complete checkpoint under `checkpoint.restore_from`, published in
+    `checkpoint.dir` unless one as new is there already (`s3io.pull_restore_point`)."""
+    uri = job.checkpoint.restore_from
+    assert uri is not None
+    t0 = time.perf_counter()
+    pulled = s3io.pull_restore_point(s3io.client(), uri, job.checkpoint.dir)
+    emit(
+        "restore_pull",
+        action=pulled.action,
+        step=pulled.step,
+        files=pulled.files,
+        bytes=pulled.bytes,
+        source=pulled.source,
+        seconds=round(time.perf_counter() - t0, 3),
+    )
+
+
 def _resume_target(
     job: JobConfig, world: int
 ) -> tuple[ckpt.Checkpoint | None, str | None, bool, float]:
     """Rank 0 chooses (so all ranks load the same one) and converts if the world size changed;
-    also returns the conversion's seconds."""
-    choice: list[Any] = [None, None, False, 0.0]
+    also returns the conversion's seconds. With `checkpoint.restore_from`, rank 0 first pulls
+    the restore point from S3; a failure is raised on every rank (RestoreFailed)."""
+    choice: list[Any] = [None, None, False, 0.0, None]
     if dist.get_rank() == 0:
-        found = ckpt.select_resume(job.checkpoint.dir)
-        if found is not None:
-            universal = found.world_size != world
-            t0 = time.perf_counter()
-            load_tag = ckpt.to_universal(found) if universal else found.tag
-            choice = [found, load_tag, universal, time.perf_counter() - t0]
+        try:
+            if job.checkpoint.restore_from is not None:
+                _pull_restore_point(job)
+        except s3io.S3Error as e:
+            choice[4] = f"checkpoint.restore_from: {e}"
+        else:
+            found = ckpt.select_resume(job.checkpoint.dir)
+            if found is not None:
+                universal = found.world_size != world
+                t0 = time.perf_counter()
+                load_tag = ckpt.to_universal(found) if universal else found.tag
+                choice = [found, load_tag, universal, time.perf_counter() - t0, None]
     dist.broadcast_object_list(choice, src=0)
+    if choice[4] is not None:
+        raise RestoreFailed(choice[4])
     return choice[0], choice[1], bool(choice[2]), float(choice[3])
 
 
@@ -375,7 +608,11 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     torch.manual_seed(job.data.seed)
 
-    resume, load_tag, universal, convert_s = _resume_target(job, world)
+    try:
+        resume, load_tag, universal, convert_s = _resume_target(job, world)
+    except RestoreFailed as e:  # S3 refused or failed: the job's restart policy retries
+        print(f"train: {e}", file=sys.stderr, flush=True)
+        return 1
     ds_cfg = build_ds_config(job, load_universal=universal)
     validate_ds_config(ds_cfg)
 
@@ -458,9 +695,12 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     micro, accum = job.micro_batch_size, job.gradient_accumulation_steps
     tokens_per_step = micro * accum * world * job.model.seq_len
     stop_reason = "max_steps"
-    stall = 0.0
+    clock = StepClock(device)
+    _time_phases(engine, step_loss, clock)
+    first_metric = 4 + len(PHASES)  # after time, loss, stop, done and the phases
+    checkpoint_phase = 4 + PHASES.index("checkpoint")
+    clock.start()
     while step < job.max_steps:
-        t0 = time.perf_counter()
         losses = []
         extras = torch.zeros(len(step_loss.metrics))
         for k in range(accum):
@@ -468,33 +708,41 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
                 engine, micro_batch_start(consumed, k, rank, world, micro), micro
             )
             engine.backward(loss)
+            clock.lap("compute")
+            boundary = engine.is_gradient_accumulation_boundary()
+            if boundary and checkpointer.before_optimizer_step() > 0:
+                clock.lap("checkpoint")
             engine.step()
+            clock.lap("optimizer")
             losses.append(float(loss.detach()))
             extras += torch.tensor(values) / accum
         consumed += micro * accum * world
         step += 1
         if job.step_sleep_s:
             time.sleep(job.step_sleep_s)
-        dt = time.perf_counter() - t0
+        clock.lap("compute")
         # One small collective per step carries everything the ranks must agree on.
         local = torch.cat(
             [
                 torch.tensor(
                     [
-                        dt,
+                        clock.total(),
                         sum(losses) / accum,
                         float(Stop.requested),
                         float(checkpointer.local_done()),
-                    ]
+                        *clock.seconds(),
+                    ],
+                    dtype=torch.float64,
                 ),
-                extras,
+                extras.double(),
             ]
         )
         gathered = [torch.zeros_like(local) for _ in range(world)]
         dist.all_gather(gathered, local)
         g = torch.stack(gathered)
         metrics = {
-            name: round(float(g[:, 4 + i].mean()), 5) for i, name in enumerate(step_loss.metrics)
+            name: round(float(g[:, first_metric + i].mean()), 5)
+            for i, name in enumerate(step_loss.metrics)
         }
         times = g[:, 0]
         slowest = float(times.max())
@@ -509,13 +757,20 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
             step_time_max_s=round(slowest, 4),
             step_time_min_s=round(float(times.min()), 4),
             slowest_rank=int(times.argmax()),
-            ckpt_stall_s=round(stall, 4),
+            ckpt_stall_s=round(float(g[0, checkpoint_phase]), 4),
             **metrics,
         )
-        telemetry.step(step, [float(t) for t in times], tokens_per_step / slowest)
-        stall = 0.0
+        telemetry.step(
+            step,
+            [float(t) for t in times],
+            g[:, 4:first_metric].tolist(),
+            tokens_per_step / slowest,
+        )
+        clock.start()  # step N+1 begins: its checkpoint phase holds what follows
+        checkpointed = False
         if checkpointer.in_flight is not None and bool(g[:, 3].all()):
             checkpointer.finish()
+            checkpointed = True
         client_state = {"step": step, "samples_consumed": consumed}
         if bool(g[:, 2].any()):
             stop_reason = "sigterm"
@@ -523,16 +778,17 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
                 checkpointer.save(step, client_state)
             break
         if step % job.checkpoint.interval_steps == 0:
-            stall = checkpointer.save(step, client_state)
+            checkpointer.save(step, client_state)
+            checkpointed = True
+        if checkpointed:  # otherwise these microseconds go to the next lap, and checkpoint is 0
+            clock.lap("checkpoint")
 
     if stop_reason == "max_steps" and checkpointer.last_saved != step and step > 0:
         checkpointer.save(step, {"step": step, "samples_consumed": consumed})
-    checkpointer.finish()
+    checkpointer.close()
     emit("exit", reason=stop_reason, step=step)
     del zero3_init
     telemetry.close()
-    if checkpointer.async_engine is not None:
-        checkpointer.async_engine.cleanup()
     dist.barrier()
     dist.destroy_process_group()
     if stop_reason == "sigterm" and "TORCHELASTIC_RUN_ID" in os.environ:
@@ -601,7 +857,7 @@ def input_problem(job: JobConfig) -> str | None:
         return f"model.pretrained {m.pretrained}: no config.json (a local Hugging Face directory)"
     if m.tokenizer is not None and not Path(m.tokenizer).is_dir():
         return f"model.tokenizer {m.tokenizer}: not a directory"
-    if not Path(job.data.path).exists():
+    if not s3io.is_s3(job.data.path) and not Path(job.data.path).exists():
         return f"data.path {job.data.path}: does not exist"
     return None
 
