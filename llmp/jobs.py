@@ -208,10 +208,13 @@ def _unknown(path: str, key: str, value: str, what: str, names: list[str]) -> Jo
     return _fail(path, key, value, f"not {what}{did}; known: {_names(names)}")
 
 
-def write_denied(cfg: PlatformConfig, tenant: str, bucket: str, key_prefix: str) -> str | None:
+def write_denied(
+    cfg: PlatformConfig, tenant: str, bucket: str, key_prefix: str, verb: str = "write"
+) -> str | None:
     """Why the tenant's workload role (service account `training`, Pod Identity) may not
-    write under `key_prefix` of the stack's bucket `bucket` (a key of storage.buckets), or
-    None: by `spec.tenancy.s3_grants`, the rule the program builds the role by."""
+    write (or read: it is granted both on the same prefixes) under `key_prefix` of the
+    stack's bucket `bucket` (a key of storage.buckets), or None: by
+    `spec.tenancy.s3_grants`, the rule the program builds the role by."""
     buckets = cfg.storage.buckets if cfg.storage is not None else {}
     grants = s3_grants(cfg.tenants[tenant], buckets)
     if any(key_prefix.startswith(p) for p in grants.get(bucket, [])):
@@ -224,9 +227,35 @@ def write_denied(cfg: PlatformConfig, tenant: str, bucket: str, key_prefix: str)
     where = "; ".join(f"{', '.join(p)} in {b}" for b, p in grants.items())
     setting = "models_prefixes" if bucket == MODELS_BUCKET else "s3_prefixes"
     return (
-        f"tenant {tenant}'s workload role (service account training) may write only {where} "
+        f"tenant {tenant}'s workload role (service account training) may {verb} only {where} "
         f"(tenants.{tenant}.{setting})"
     )
+
+
+def _s3_locations(job: JobFile) -> list[tuple[str, str]]:
+    """(key, s3:// URI) of what the trainer reads from S3: its data, its restore point."""
+    found = [("data", job.data)] if job.data and job.data.startswith("s3://") else []
+    restore = (job.trainer.get("checkpoint") or {}) if isinstance(job.trainer, dict) else {}
+    if isinstance(restore, dict) and isinstance(restore.get("restore_from"), str):
+        found.append(("trainer.checkpoint.restore_from", restore["restore_from"]))
+    return found
+
+
+def _read_denied(cfg: PlatformConfig, tenant: str, uri: str) -> str | None:
+    """Why the tenant's pods cannot read `uri`: not a bucket of the stack, or a prefix its
+    workload role is not granted."""
+    from workloads.training.s3io import S3Error, split_uri
+
+    try:
+        name, prefix = split_uri(uri)
+    except S3Error as e:
+        return str(e)
+    buckets = cfg.storage.buckets if cfg.storage is not None else {}
+    keys = {cfg.storage.bucket_name(k): k for k in buckets} if cfg.storage is not None else {}
+    if name not in keys:
+        known = ", ".join(sorted(keys)) or "none"
+        return f"bucket {name} is not one of the stack's (storage.buckets: {known})"
+    return write_denied(cfg, tenant, keys[name], prefix, verb="read")
 
 
 def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
@@ -275,6 +304,10 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
             job.tenant,
             f"namespace {job.namespace} has no {LUSTRE_CLAIM} claim for /fsx ({where})",
         )
+    for key, uri in _s3_locations(job):
+        why = _read_denied(cfg, job.tenant, uri)
+        if why is not None:
+            raise _fail(path, key, uri, why)
     instance_type = pool.instance_type
     bucket = None
     if job.promote is not None:

@@ -638,3 +638,132 @@ def test_a_step_that_restarts_or_is_preempted_starts_over() -> None:
     }
     state = job_api.state_of(job_api.Snapshot("chat", "chat-sft-fp8", job, preempted))
     assert state.phase == "preempted" and state.detail.endswith("starts over when admitted again")
+
+
+# --- kind pretrain-3d: tensor x pipeline x data parallel -----------------------------------
+
+PRETRAIN_3D = EXAMPLES / "pretrain-3d.yaml"
+
+
+def test_the_3d_example_renders_valid_objects_that_the_stacks_queues_admit() -> None:
+    from workloads.training.parallel import __main__ as parallel_main
+    from workloads.training.parallel.config import Layout, ParallelJobConfig, layout_for
+
+    prepared = prepare(str(PRETRAIN_3D))
+    config_map, job = prepared.manifests
+    validate(config_map)
+    template = worker(job)["template"]
+    validate(as_pod(template))
+    assert policy_violations(job, "kubernetes:kubeflow.org/v1:PyTorchJob") == []
+    assert prepared.admission.admitted, prepared.admission.problems
+    assert prepared.flavor == kueue.flavor_name(prepared.job.pool)
+    assert prepared.admission.queue == prepared.job.tenant
+    assert prepared.gpus == 128 and job["spec"]["runPolicy"]["suspend"] is True
+    # The 3-D trainer's own entry point and config, read back by its own parser and schema.
+    args = parallel_main.parse_args(module_args(job, "workloads.training.parallel"))
+    assert args.config == "/etc/llmp/job.json"
+    trainer = ParallelJobConfig.model_validate_json(config_map["data"]["job.json"])
+    assert trainer == prepared.trainer
+    assert "zero_stage" not in json.loads(config_map["data"]["job.json"])
+    # The layout torchrun's world gives it: nodes x nprocPerNode ranks.
+    nodes, procs = worker(job)["replicas"], int(job["spec"]["nprocPerNode"])
+    layout = layout_for(trainer.parallel, nodes * procs)
+    assert layout == Layout(tp=8, pp=2, dp=8)
+    assert trainer.microbatches(layout.dp) == 72  # 1152 / (8 x 2): >= pp for 1F1B
+    # tp innermost: torchrun gives node k ranks k*procs .. k*procs + procs - 1, so every
+    # tensor-parallel group (consecutive tp ranks) is one node's GPUs.
+    for rank in range(layout.world):
+        first = rank - rank % layout.tp
+        assert first // procs == rank // procs
+    # The fabric the platform sets for NCCL over EFA, as for every training kind.
+    c = container(job)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["NCCL_SOCKET_IFNAME"] == "^lo" and env["NCCL_DEBUG"] == "INFO"
+    assert env["FI_EFA_USE_HUGE_PAGE"] == "0" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE"} & set(env)
+    efa = catalog().instance(prepared.instance_type).efa_interfaces
+    assert c["resources"]["limits"]["vpc.amazonaws.com/efa"] == str(efa)
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    # It serves no llmp_* metrics yet: no port to scrape, no trainer metrics variables.
+    assert "ports" not in c and "LLMP_METRICS_PORT" not in env
+    assert template["metadata"]["labels"]["llm-platform/job-kind"] == "training"
+
+
+def test_dry_run_prints_the_3d_job() -> None:
+    result = CliRunner().invoke(app, ["job", "submit", str(PRETRAIN_3D), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == manifests_yaml(prepare(str(PRETRAIN_3D)))
+    assert [d["kind"] for d in yaml.safe_load_all(result.stdout)] == ["ConfigMap", "PyTorchJob"]
+    assert "Kueue admits 128 nvidia.com/gpu (128 nominal)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"parallel__tp": 3},
+            "parallel = {'tp': 3, 'pp': 2}: tp 3 must divide the attention heads (32) and the "
+            "key/value heads (8)",
+        ),
+        (
+            {"parallel__tp": 16, "trainer__model__num_key_value_heads": 16},
+            "parallel.tp = 16: tensor parallelism stays within a node: tp must divide its 8 GPUs",
+        ),
+        (
+            {"parallel__dp": 4},
+            "parallel = {'tp': 8, 'pp': 2, 'dp': 4}: tp 8 x pp 2 x dp 4 = 64 GPUs, but nodes 16 "
+            "x 8 GPUs per node = 128",
+        ),
+        (
+            {"nodes": {"min": 12, "max": 16}},
+            "nodes 13 x 8 GPUs per node = 104 is not a multiple of tp 8 x pp 2 = 16 (every size "
+            "of the elastic range must be)",
+        ),
+        (
+            {"nodes": {"min": 12, "max": 16}, "parallel__pp": 1},
+            "trainer.global_batch_size = 1152: global_batch_size 1152 is not a multiple of dp "
+            "13 x micro_batch_size 2 = 26 (at nodes 13)",
+        ),
+        ({"parallel__pp": 40}, "pp 40 is more stages than the model's 32 decoder layers"),
+        ({"parallel__schedule": "zb"}, "parallel.schedule = 'zb': Input should be"),
+        ({"parallel": None}, "parallel = <missing>: required by kind pretrain-3d"),
+        (
+            {"zero_stage": 3},
+            "zero_stage = 3: kind pretrain-3d takes no zero_stage: it shards with tensor, "
+            "pipeline and FSDP data parallelism",
+        ),
+        (
+            {"kind": "pretrain"},
+            "kind pretrain takes no parallel: tensor and pipeline parallelism is kind pretrain-3d",
+        ),
+        ({"trainer__parallel": {"tp": 1}}, "sets parallel, which the job file sets"),
+        ({"trainer__zero_stage": 1}, "sets zero_stage"),
+        ({"trainer__gradient_accumulation_steps": 4}, "sets gradient_accumulation_steps"),
+    ],
+)
+def test_a_bad_3d_job_is_one_line_naming_the_key(
+    tmp_path: Path, changes: dict[str, Any], expected: str
+) -> None:
+    path = job_file(tmp_path, PRETRAIN_3D, **changes)
+    with pytest.raises(JobFileError) as caught:
+        prepare(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"job file {path}: ")
+    assert expected in message
+
+
+def test_an_elastic_3d_job_whose_every_size_is_a_layout_is_admitted(tmp_path: Path) -> None:
+    # tp 4 x pp 2 is one node, so every node count is a whole layout (dp = nodes); the
+    # global batch must split into micro-batches of 2 at dp 15 and at dp 16: 960 does.
+    path = job_file(
+        tmp_path,
+        PRETRAIN_3D,
+        nodes={"min": 15, "max": 16},
+        parallel={"tp": 4, "pp": 2},
+        trainer__global_batch_size=960,
+    )
+    prepared = prepare(path)
+    _, job = prepared.manifests
+    assert job["spec"]["elasticPolicy"]["minReplicas"] == 15
+    assert prepared.admission.admitted

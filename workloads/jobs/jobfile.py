@@ -28,6 +28,16 @@ merged in, validated by the trainer's own `JobConfig`), and the PyTorchJob that 
 `torchrun -m workloads.training.train --config /etc/llmp/job.json` on the pool, in the
 tenant's LocalQueue, suspended until Kueue admits it.
 
+`kind: pretrain-3d` pretrains with tensor, pipeline and data parallelism instead of ZeRO:
+`parallel: {tp, pp}` (optionally `dp`; else world / (tp x pp) at each size) and no
+`zero_stage`; it runs `torchrun -m workloads.training.parallel` (whose config is
+`ParallelJobConfig`: `trainer.global_batch_size` in samples, the same at every layout) and
+writes checkpoints any layout loads. Refused here, with the arithmetic: tp not dividing the
+attention and key/value heads, more stages than layers (both from `trainer.model`); and on
+the pool (`job_spec`): tp not dividing the GPUs per node (a tensor-parallel group stays on
+one node's NVLink), a node count in `nodes` whose GPUs are not tp x pp x dp, and a global
+batch that is not whole micro-batches at some dp.
+
 Two more kinds run the lifecycle's single-process steps in the trainer image, through the
 same queue: `promote` (`python -m workloads.jobs.promotion`: the newest complete checkpoint
 under `checkpoint`, exported, checked, evaluated and published to a bucket of the stack)
@@ -61,12 +71,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from spec.catalog import catalog
 from spec.labels import PART_OF
 from workloads.jobs import revisions
 from workloads.jobs.pod import FSX_MOUNT, check_dns_label, check_image, on_fsx
@@ -74,20 +86,39 @@ from workloads.jobs.pytorchjob import CONFIG_MOUNT, JobKind, JobSpec
 from workloads.jobs.quantize import SCHEMES
 from workloads.kueue import LOCAL_QUEUE
 from workloads.scheduling import PRIORITIES
-from workloads.training.ds_config import TASKS, JobConfig
+from workloads.training.ds_config import TASKS, JobConfig, ModelConfig
+from workloads.training.parallel.config import (
+    ParallelConfig,
+    ParallelJobConfig,
+    batch_problem,
+    model_problem,
+    placement_problem,
+)
+from workloads.training.s3io import S3_SCHEME, S3Error, split_uri
 
 JOB_LABEL: Final = "llm-platform/job"
 """On the PyTorchJob, its pods and its ConfigMap: the job file's name (`llmp job` selects by it)."""
 CONFIG_KEY: Final = "job.json"
 TRAINER_MODULE: Final = "workloads.training.train"
+PARALLEL_MODULE: Final = "workloads.training.parallel"
 PROMOTION_MODULE: Final = "workloads.jobs.promotion"
 QUANTIZE_MODULE: Final = "workloads.jobs.quantize"
-SET_BY_THE_FILE: Final = ("task", "data.path", "checkpoint.dir", "zero_stage", "instance_type")
+SET_BY_THE_FILE: Final = (
+    "task",
+    "data.path",
+    "checkpoint.dir",
+    "zero_stage",
+    "instance_type",
+    "parallel",
+)
 """Trainer settings the job file (or the pool) decides; `trainer` may not set them again."""
 
-Kind = Literal["pretrain", "sft", "dpo", "grpo", "promote", "quantize"]
+Kind = Literal["pretrain", "sft", "dpo", "grpo", "pretrain-3d", "promote", "quantize"]
 TRAINER_KINDS: Final = TASKS
 """The trainer's tasks: an elastic PyTorchJob of `workloads.training.train`."""
+PARALLEL_KINDS: Final = ("pretrain-3d",)
+"""Tensor x pipeline x data parallel pretraining: a PyTorchJob of `workloads.training.parallel`,
+its own checkpoints (DCP, loadable at any layout), no DeepSpeed."""
 STEP_KINDS: Final = ("promote", "quantize")
 """The lifecycle's single-process steps: one pod, one process, their own block."""
 STEP_JOB_KINDS: Final[dict[str, JobKind]] = {"promote": "promotion", "quantize": "quantization"}
@@ -103,12 +134,16 @@ _TAKES: Final[dict[str, frozenset[str]]] = {
         kind: frozenset({"nodes", "data", "checkpoint", "zero_stage", "max_restarts", "trainer"})
         for kind in TRAINER_KINDS
     },
+    "pretrain-3d": frozenset(
+        {"nodes", "data", "checkpoint", "max_restarts", "trainer", "parallel"}
+    ),
     "promote": frozenset({"nodes", "checkpoint", "promote"}),
     "quantize": frozenset({"nodes", "quantize"}),
 }
 """The keys that depend on `kind`, and which kinds take them."""
 _REQUIRES: Final[dict[str, frozenset[str]]] = {
     **{kind: frozenset({"nodes", "data", "checkpoint"}) for kind in TRAINER_KINDS},
+    "pretrain-3d": frozenset({"nodes", "data", "checkpoint", "parallel"}),
     "promote": frozenset({"checkpoint", "promote"}),
     "quantize": frozenset({"quantize"}),
 }
@@ -326,7 +361,8 @@ class JobFile(BaseModel):
         "pretrain",
         description="What the trainer does (its `task`): pretrain: next-token loss on token "
         "shards; sft: chat records, loss on the assistant turns; dpo: preference pairs; "
-        "grpo: prompts scored by a reward. Or a step: promote (checkpoint -> a published "
+        "grpo: prompts scored by a reward; pretrain-3d: pretrain with tensor, pipeline and "
+        "data parallelism (`parallel`). Or a step: promote (checkpoint -> a published "
         "revision), quantize (a model directory -> a compressed-tensors one).",
     )
     name: str = Field(description="Job name: a DNS label of at most 52 characters.")
@@ -347,7 +383,8 @@ class JobFile(BaseModel):
         None,
         validate_default=True,
         description=f"Under {FSX_MOUNT}/: token shards (pretrain) or JSONL records (the "
-        "trainer's data.path). Training only.",
+        "trainer's data.path); for pretrain also s3://bucket/prefix/ of the stack's, in the "
+        "tenant's s3_prefixes (shards fetched on first use). Training only.",
     )
     checkpoint: str | None = Field(
         None,
@@ -379,6 +416,12 @@ class JobFile(BaseModel):
     quantize: QuantizeStep | None = Field(
         None, validate_default=True, description="kind quantize: quantize's flags."
     )
+    parallel: ParallelConfig | None = Field(
+        None,
+        validate_default=True,
+        description="kind pretrain-3d: `{tp, pp}` (and `dp`, else world / (tp x pp)); tp "
+        "within a node, dividing the attention and key/value heads.",
+    )
 
     @field_validator(
         "nodes",
@@ -389,6 +432,7 @@ class JobFile(BaseModel):
         "trainer",
         "promote",
         "quantize",
+        "parallel",
         mode="before",
     )
     @classmethod
@@ -400,11 +444,14 @@ class JobFile(BaseModel):
             return v
         given = v is not None and v != {}
         if given and key not in _TAKES[kind]:
-            why = (
-                f"it runs {STEP_MODULES[kind]} with what its {kind} block says"
-                if kind in STEP_KINDS
-                else f"that block is for kind {key}"  # a trainer refuses only the steps' blocks
-            )
+            if kind in STEP_KINDS:
+                why = f"it runs {STEP_MODULES[kind]} with what its {kind} block says"
+            elif kind in PARALLEL_KINDS:
+                why = "it shards with tensor, pipeline and FSDP data parallelism, not ZeRO"
+            elif key == "parallel":
+                why = f"tensor and pipeline parallelism is kind {PARALLEL_KINDS[0]}"
+            else:  # a trainer refuses only the steps' blocks
+                why = f"that block is for kind {key}"
             raise PydanticCustomError(
                 "not_for_kind",
                 "kind {kind} takes no {key}: {why}",
@@ -422,7 +469,27 @@ class JobFile(BaseModel):
         if not given and key == "zero_stage":
             return DEFAULT_ZERO_STAGE  # unused by a step
         if not given and key == "max_restarts":
-            return DEFAULT_MAX_RESTARTS if kind in TRAINER_KINDS else 0
+            return DEFAULT_MAX_RESTARTS if kind not in STEP_KINDS else 0
+        return v
+
+    @field_validator("parallel")
+    @classmethod
+    def _splits_the_model(
+        cls, v: ParallelConfig | None, info: ValidationInfo
+    ) -> ParallelConfig | None:
+        """tp divides the heads, pp at most the layers: of a model built from `trainer.model`
+        (a pretrained one's shape is its config.json's, which the trainer checks)."""
+        trainer = info.data.get("trainer")
+        if v is None or not isinstance(trainer, dict):
+            return v
+        try:
+            model = ModelConfig.model_validate(trainer.get("model", {}))
+        except ValidationError:
+            return v  # the trainer's schema says what is wrong with it
+        if model.pretrained is None:
+            problem = model_problem(v, model.dimensions())
+            if problem is not None:
+                raise ValueError(f"{problem} (trainer.model)")
         return v
 
     @field_validator("name", "tenant", "queue", "pool")
@@ -436,10 +503,26 @@ class JobFile(BaseModel):
     def _image(cls, v: str) -> str:
         return check_image(v)
 
-    @field_validator("data", "checkpoint")
+    @field_validator("checkpoint")
     @classmethod
     def _on_fsx(cls, v: str | None) -> str | None:
         return None if v is None else on_fsx(v)
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None or not v.startswith(S3_SCHEME):
+            return None if v is None else on_fsx(v)
+        if info.data.get("kind") != "pretrain":
+            raise ValueError(
+                f"{v!r}: s3:// data is read as token shards, which only kind pretrain takes; "
+                f"give a path under {FSX_MOUNT}/"
+            )
+        try:
+            split_uri(v)
+        except S3Error as e:
+            raise ValueError(str(e)) from None
+        return v
 
     @field_validator("priority")
     @classmethod
@@ -493,6 +576,11 @@ class JobFile(BaseModel):
             return None if from_job is None else config_map_name(from_job)
         return None if self.is_step else self.config_map_name
 
+    @property
+    def is_parallel(self) -> bool:
+        """Tensor x pipeline x data parallel (`workloads.training.parallel`)."""
+        return self.kind in PARALLEL_KINDS
+
     def command(self, bucket: str | None = None) -> list[str]:
         """What torchrun runs: `-m module` and its flags. `bucket`: for promote, the physical
         name of the stack's `promote.bucket` (the stack decides it)."""
@@ -502,7 +590,8 @@ class JobFile(BaseModel):
             return ["-m", PROMOTION_MODULE, *self.promote.args(self.checkpoint, bucket)]
         if self.quantize is not None:
             return ["-m", QUANTIZE_MODULE, *self.quantize.args()]
-        return ["-m", TRAINER_MODULE, "--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}"]
+        module = PARALLEL_MODULE if self.is_parallel else TRAINER_MODULE
+        return ["-m", module, "--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}"]
 
     def trainer_config(self, instance_type: str) -> JobConfig:
         """The trainer's config: `trainer` with what the file and the pool decide merged in.
@@ -526,6 +615,11 @@ class JobFile(BaseModel):
             "zero_stage": self.zero_stage,
             "instance_type": instance_type,
         }
+        if self.parallel is not None:
+            del merged["zero_stage"]
+            merged["task"] = "pretrain"
+            merged["parallel"] = self.parallel.model_dump(exclude_none=True)
+            return ParallelJobConfig.model_validate(merged)
         return JobConfig.model_validate(merged)
 
     def job_spec(self, instance_type: str, efa: bool = True, bucket: str | None = None) -> JobSpec:
@@ -561,12 +655,55 @@ class JobFile(BaseModel):
                 job_kind=STEP_JOB_KINDS[self.kind],
                 restart_policy="ExitCode",
             )
+        if self.parallel is not None:
+            self._check_layout(instance_type)
         return JobSpec(
             **common,
             gpus_per_node=self.gpus_per_node,
             efa_per_node=None if efa else 0,
             checkpoint_dir=self.checkpoint,
+            trainer_metrics=not self.is_parallel,
         )
+
+    def _check_layout(self, instance_type: str) -> None:
+        """pretrain-3d on `instance_type`: TP within a node, every node count a whole
+        layout, the global batch whole micro-batches at every dp (ValidationError, keyed)."""
+        parallel = self.parallel
+        acc = catalog().instance(instance_type).accelerator
+        if parallel is None or acc is None:
+            return
+        gpus = self.gpus_per_node or acc.count
+        nodes = range(self.nodes.min, self.nodes.max + 1)
+        placed = placement_problem(parallel, nodes, gpus)
+        if placed is not None:
+            key, why = placed
+            value: Any = parallel.model_dump(exclude_none=True, exclude={"schedule"})
+            if key != "parallel":
+                value = getattr(parallel, key.rpartition(".")[2])
+            raise _keyed_error(key, value, why)
+        try:
+            trainer = self.trainer_config(instance_type)
+        except ValidationError:
+            return  # the trainer's schema says what is wrong (trainer_config's caller)
+        assert isinstance(trainer, ParallelJobConfig)
+        for n in nodes:
+            dp = n * gpus // (parallel.tp * parallel.pp)
+            problem = batch_problem(trainer, dp)
+            if problem is not None:
+                at = f" (at nodes {n})" if len(nodes) > 1 else ""
+                raise _keyed_error(
+                    "trainer.global_batch_size", trainer.global_batch_size, problem + at
+                )
+
+
+def _keyed_error(key: str, value: Any, why: str) -> ValidationError:
+    """A one-error ValidationError at the dotted `key` (the job file's), as pydantic's own."""
+    detail = InitErrorDetails(
+        type=PydanticCustomError("layout", "{why}", {"why": why}),
+        loc=tuple(key.split(".")),
+        input=value,
+    )
+    return ValidationError.from_exception_data("JobFile", [detail])
 
 
 def config_map(job: JobFile, trainer: JobConfig) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from spec.catalog import catalog
 from spec.labels import JOB_KIND_LABEL, PART_OF
 from workloads.jobs.pod import (
     EFA_RESOURCE,
+    FSX_MOUNT,
     ConfigMapSource,
     Container,
     ContainerPort,
@@ -88,6 +89,8 @@ SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 """Cluster Autoscaler never drains a node to scale it down while a pod says "false" here:
 a training pod evicted for bin-packing costs the whole job a restart."""
 STEP_TIMES_FILE = "step-times.jsonl"
+SHARD_CACHE = f"{FSX_MOUNT}/cache/shards"
+"""Where a training job caches token shards it reads from s3:// (`workloads.training.s3io`)."""
 """Per-rank step times (JSON lines for `llmp stragglers`), in the checkpoint dir."""
 
 JobKind = Literal["training", "promotion", "quantization"]
@@ -167,6 +170,11 @@ class JobSpec(BaseModel):
     )
     job_kind: JobKind = Field(
         "training", description="The pods' job-kind; only training serves the trainer's metrics."
+    )
+    trainer_metrics: bool = Field(
+        True,
+        description="training: the trainer serves `llmp_*` metrics and writes step times "
+        "(workloads.training.train does; workloads.training.parallel does not yet).",
     )
     restart_policy: Literal["OnFailure", "ExitCode"] = Field(
         "OnFailure",
@@ -259,6 +267,10 @@ class JobSpec(BaseModel):
         return self.gpus if self.procs_per_node is None else self.procs_per_node
 
     @property
+    def serves_metrics(self) -> bool:
+        return self.job_kind == "training" and self.trainer_metrics
+
+    @property
     def efa(self) -> int:
         default = catalog().instance(self.instance_type).efa_interfaces
         return default if self.efa_per_node is None else self.efa_per_node
@@ -284,7 +296,10 @@ def training_env(spec: JobSpec) -> list[EnvVar]:
     env.append(EnvVar(name="PYTORCH_CUDA_ALLOC_CONF", value="expandable_segments:True"))
     if spec.checkpoint_dir is not None:
         env.append(EnvVar(name="CHECKPOINT_DIR", value=spec.checkpoint_dir))
-    if spec.job_kind == "training":
+        # Token shards read from s3:// are cached here, once for every node (outside both
+        # associations' paths, so nothing exports or re-imports them).
+        env.append(EnvVar(name="LLMP_SHARD_CACHE", value=SHARD_CACHE))
+    if spec.serves_metrics:
         # train.py's metrics and step times (read through its --metrics-port etc. defaults)
         env += [
             EnvVar(name="LLMP_METRICS_PORT", value=str(METRICS_PORT)),
@@ -346,7 +361,7 @@ def pod_template(spec: JobSpec) -> PodTemplate:
         command=["torchrun", *spec.command],
         env=training_env(spec),
         ports=[ContainerPort(name="metrics", container_port=METRICS_PORT)]
-        if spec.job_kind == "training"
+        if spec.serves_metrics
         else None,
         resources=_resources(spec),
         volume_mounts=mounts,

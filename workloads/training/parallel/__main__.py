@@ -1,0 +1,164 @@
+"""`python -m workloads.training.parallel --config job.json`: one rank of a 3-D parallel run.
+
+Rank and world come from torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or from `--rank/--world-size/--init-method`
+(tests: a `file://` store, nothing listening). The layout is the config's `parallel`
+block at this world (dp = world / (tp x pp)); the job resumes from the newest complete
+checkpoint under `checkpoint.dir`, whatever layout wrote it.
+
+stdout: JSON lines from rank 0 (`event`: start, resume, step, checkpoint_published, exit;
+each with `time`). SIGTERM sets a flag that every rank exchanges each step, so the whole
+job checkpoints at the same step and exits 0. Bad input is one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+EXIT_BAD_INPUT = 2
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True, help="job config, JSON or YAML (ParallelJobConfig)")
+    p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument(
+        "--init-method", default=None, help="torch.distributed init method; default env://"
+    )
+    p.add_argument("--max-steps", type=int, default=None, help="override the config's max_steps")
+    return p.parse_args(argv)
+
+
+class _Stop:
+    requested = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: FrameType | None) -> None:
+        cls.requested = True
+
+
+def _emit(rank: int, event: str, **fields: Any) -> None:
+    if rank == 0:
+        print(json.dumps({"event": event, "time": time.time(), **fields}), flush=True)
+
+
+def load_config(path: str) -> Any:
+    import yaml
+
+    from workloads.training.parallel.config import ParallelJobConfig
+
+    text = Path(path).read_text()
+    raw = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    return ParallelJobConfig.model_validate(raw)
+
+
+def run(args: argparse.Namespace, job: Any) -> int:
+    from workloads.training.parallel.config import layout_for
+
+    rank = int(args.rank if args.rank is not None else os.environ.get("RANK", 0))
+    world = int(args.world_size if args.world_size is not None else os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    try:
+        layout = layout_for(job.parallel, world)
+    except ValueError as exc:
+        print(f"parallel: {exc}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 0))
+    if local_world and local_world % layout.tp:
+        print(
+            f"parallel: tp {layout.tp} does not divide the {local_world} processes of a node: "
+            "a tensor-parallel group would span nodes",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_BAD_INPUT
+    import torch
+    import torch.distributed as dist
+
+    from workloads.training.parallel.trainer import Trainer
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(
+        backend, init_method=args.init_method or "env://", rank=rank, world_size=world
+    )
+    signal.signal(signal.SIGTERM, _Stop.handler)
+    try:
+        trainer = Trainer(job, layout, device)
+    except ValueError as exc:  # a model that does not split so (a pretrained config.json)
+        print(f"parallel: {exc}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    _emit(rank, "start", world_size=world, layout=str(layout), microbatches=trainer.micro)
+    step = 0
+    resumed = trainer.resume()
+    if resumed is not None:
+        step, meta = resumed
+        _emit(rank, "resume", step=step, saved_by=meta.get("layout"), layout=str(layout))
+    interval = job.checkpoint.interval_steps
+    tokens = job.global_batch_size * job.model.seq_len
+    while step < job.max_steps:
+        result = trainer.step(step + 1)
+        step = result.step
+        _emit(
+            rank,
+            "step",
+            step=step,
+            loss=round(result.loss, 6),
+            grad_norm=round(result.grad_norm, 6),
+            lr=result.lr,
+            seconds=round(result.seconds, 4),
+            tokens_per_s=round(tokens / result.seconds, 1),
+        )
+        flag = torch.tensor([1.0 if _Stop.requested else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        stop = bool(flag.item())
+        if (
+            step % interval == 0
+            or step == job.max_steps
+            or (stop and job.checkpoint.save_on_sigterm)
+        ):
+            path = trainer.save(step)
+            _emit(rank, "checkpoint_published", step=step, path=str(path))
+        if stop:
+            break
+    _emit(rank, "exit", step=step)
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pydantic import ValidationError
+
+    from spec.errors import validation_line
+
+    args = parse_args(argv)
+    try:
+        job = load_config(args.config)
+    except ValidationError as exc:
+        problem: str | None = f"{args.config}: {validation_line(exc)}"
+    except (OSError, ValueError) as exc:
+        problem = f"{args.config}: {str(exc).splitlines()[0]}"
+    else:
+        problem = None if Path(job.data.path).exists() else f"data.path {job.data.path}: missing"
+    if problem is not None:
+        print(f"parallel: {problem}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    if args.max_steps is not None:
+        job = job.model_copy(update={"max_steps": args.max_steps})
+    return run(args, job)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
