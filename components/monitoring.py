@@ -215,6 +215,8 @@ class Monitoring(pulumi.ComponentResource):
     namespace: pulumi.Output[str]
     releases: dict[str, k8s.helm.v3.Release]
     log_group_name: pulumi.Output[str] | None
+    crds: list[pulumi.Resource]
+    """What a monitor or rule of another component waits for (the Prometheus operator CRDs)."""
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:monitoring:Monitoring", name, None, opts)
@@ -296,6 +298,7 @@ class Monitoring(pulumi.ComponentResource):
             f"{name}-crds", file=pinned.prometheus_operator_crds.url, opts=child
         )
         after_crds = [crds]
+        self.crds = [crds]
 
         admin_secret = None
         password = pulumi.Config(SECRET_CONFIG_NAMESPACE).get_secret(GRAFANA_PASSWORD_KEY)

@@ -9,7 +9,6 @@ type (the catalog's counts).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Collection
@@ -20,57 +19,41 @@ from llmp.errors import BadInput
 from spec.catalog import catalog
 from spec.labels import POOL_LABEL
 from workloads.jobs.fabric import EFA_RESOURCE
+from workloads.kube_api import (
+    REFUSED,
+    REQUEST_TIMEOUT,
+    KubeApis,
+    api_message,
+    one_line,
+    reason,
+    status_of,
+    unusable,
+)
 
-REQUEST_TIMEOUT = (10, 60)
-"""Connect and read timeouts of every API call: a private endpoint out of reach must not hang."""
-REFUSED = frozenset({401, 403})
+__all__ = [
+    "REFUSED",
+    "REQUEST_TIMEOUT",
+    "Devices",
+    "KubeApis",
+    "KubeError",
+    "api_message",
+    "fatal",
+    "load_apis",
+    "one_line",
+    "pool_nodes",
+    "quantity",
+    "readiness",
+    "reason",
+    "shortfall",
+    "status_of",
+]
 
 
 class KubeError(BadInput):
     """No usable cluster or kubeconfig: one line, exit 2."""
 
 
-@dataclass(frozen=True)
-class KubeApis:
-    """The client's CoreV1Api, BatchV1Api, AppsV1Api and CustomObjectsApi (or anything with
-    the same methods), and the API server's address for messages."""
-
-    core: Any
-    batch: Any
-    apps: Any
-    custom: Any
-    host: str
-
-
-# --- errors -----------------------------------------------------------------------------
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def status_of(exc: Exception) -> int | None:
-    """The HTTP status of the client's ApiException; None for any other error."""
-    from kubernetes.client.exceptions import ApiException
-
-    return exc.status if isinstance(exc, ApiException) else None
-
-
-def api_message(exc: Any) -> str:
-    """The `message` of a Kubernetes Status body, else the HTTP reason."""
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    return one_line(str(message or exc.reason or "no detail"))
-
-
-def reason(exc: Exception) -> str:
-    """`STATUS message` of an API error, else the error's own text: one line."""
-    status = status_of(exc)
-    return f"{status} {api_message(exc)}" if status else one_line(str(exc))
+# --- errors (what an API error says: workloads.kube_api) ----------------------------------
 
 
 def fatal(
@@ -78,20 +61,8 @@ def fatal(
 ) -> KubeError | None:
     """The KubeError for an error that means "no usable cluster": out of reach, or an HTTP
     status in `refused` (401 and 403 by default). None for any other error."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    if isinstance(exc, ApiException):
-        if exc.status in refused:
-            return KubeError(
-                f"the cluster API at {host} refused to {doing}: {exc.status} {exc.reason}: "
-                f"{api_message(exc)}"
-            )
-        return None
-    if isinstance(exc, HTTPError | OSError):
-        why = getattr(exc, "reason", None) or exc
-        return KubeError(f"cannot reach the cluster API at {host}: {one_line(str(why))}")
-    return None
+    line = unusable(exc, host, doing, refused)
+    return KubeError(line) if line is not None else None
 
 
 # --- the kubeconfig ---------------------------------------------------------------------

@@ -24,6 +24,11 @@ Choices:
   stays under the threshold.
 - Inference errors are the API server's 5xx share of `http_requests_total`; burn-rate
   alerts follow the SRE workbook (14.4x over 1h and 5m, 6x over 6h and 30m).
+- Slow nodes come from the straggler watcher (workloads/diagnosis/watch.py, stacks with
+  `monitoring.stragglers.enabled`), which runs the `llmp stragglers` analysis every minute and
+  publishes the nodes it flags. Its group is the one place annotations use templates: the
+  alert is about one node of one job, and its runbook is the command to run for that job.
+  The watcher's own silence alerts too (absent, or a last run older than five intervals).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import yaml
 
 from monitoring.models import Metadata, PrometheusRule, Rule, RuleGroup, RuleSpec
 from spec.catalog import GpuXids, catalog
-from spec.monitoring import AlertThresholds
+from spec.monitoring import AlertThresholds, StragglerWatchConfig
 from spec.storage import LustreConfig
 
 RULES_DIR = Path(__file__).with_name("rules")
@@ -271,6 +276,56 @@ def training_rules(t: AlertThresholds) -> RuleGroup:
     )
 
 
+STRAGGLER_LAST_RUN = "llmp_straggler_last_run_timestamp_seconds"
+STRAGGLER_STALE_RUNS = 5
+"""The watcher is down once its last run is this many intervals old."""
+PROMETHEUS_PORT_FORWARD = (
+    "kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090"
+)
+
+
+def straggler_rules(w: StragglerWatchConfig) -> RuleGroup:
+    """The straggler watcher's findings and its own health."""
+    stale = STRAGGLER_STALE_RUNS * w.interval_seconds
+    return RuleGroup(
+        name="stragglers",
+        rules=[
+            _alert(
+                "LlmpSlowNode",
+                # The ratio is the value: the annotation quotes it.
+                "llmp_straggler_node_ratio and on (job, node) (llmp_straggler_node_flagged == 1)",
+                "2m",
+                "warning",
+                "Node {{ $labels.node }} slows training job {{ $labels.job }}: "
+                '{{ $value | printf "%.2f" }}x the other nodes\' median step time.',
+                f"`{PROMETHEUS_PORT_FORWARD}`, then `llmp stragglers --prometheus "
+                "http://localhost:9090 --job {{ $labels.job }} --range 30m`; check the node's "
+                "GPU clocks, XIDs and EFA errors, and take it out with `--quarantine "
+                "--kubeconfig kubeconfig` if it stays slow.",
+            ),
+            _alert(
+                "LlmpStragglerWatchDown",
+                f"absent({STRAGGLER_LAST_RUN}) or time() - {STRAGGLER_LAST_RUN} > {stale}",
+                "10m",
+                "warning",
+                "The straggler watcher has not run: slow nodes go unnoticed.",
+                "`kubectl -n monitoring logs deploy/llmp-straggler-watch` and its pod's events "
+                "(image pull, crash loop); silence here is not health.",
+            ),
+            _alert(
+                "LlmpStragglerWatchFailing",
+                f"sum(rate(llmp_straggler_errors_total[15m])) * {w.interval_seconds} > 0.5",
+                "5m",
+                "warning",
+                "Most runs of the straggler watcher fail (Prometheus, the step times, or the "
+                "cluster refusing a quarantine).",
+                "`kubectl -n monitoring logs deploy/llmp-straggler-watch`: each failure is one "
+                "line naming its kind (llmp_straggler_errors_total{kind}).",
+            ),
+        ],
+    )
+
+
 def inference_rules(t: AlertThresholds) -> list[RuleGroup]:
     budget = 1 - t.inference_availability
     errors = 'http_requests_total{status="5xx"}'
@@ -319,24 +374,35 @@ def inference_rules(t: AlertThresholds) -> list[RuleGroup]:
     ]
 
 
+DEFAULT_WATCH = StragglerWatchConfig()
+"""The watcher settings the committed straggler rules are written for (the defaults)."""
+
+
 def rule_files(
-    t: AlertThresholds, fsx_capacity_gib: int | None = DEFAULT_FSX_CAPACITY_GIB
+    t: AlertThresholds,
+    fsx_capacity_gib: int | None = DEFAULT_FSX_CAPACITY_GIB,
+    stragglers: StragglerWatchConfig | None = DEFAULT_WATCH,
 ) -> dict[str, list[RuleGroup]]:
-    """File stem -> the rule groups it holds; no `storage` without a file system (None)."""
+    """File stem -> the rule groups it holds; no `storage` without a file system (None), no
+    `stragglers` without the watcher (None)."""
     files = {"gpu": [gpu_rules(t)]}
     if fsx_capacity_gib is not None:
         files["storage"] = [storage_rules(t, fsx_capacity_gib)]
     files["training"] = [training_rules(t)]
     files["inference"] = inference_rules(t)
+    if stragglers is not None:
+        files["stragglers"] = [straggler_rules(stragglers)]
     return files
 
 
 def alerts(
-    t: AlertThresholds, fsx_capacity_gib: int | None = DEFAULT_FSX_CAPACITY_GIB
+    t: AlertThresholds,
+    fsx_capacity_gib: int | None = DEFAULT_FSX_CAPACITY_GIB,
+    stragglers: StragglerWatchConfig | None = DEFAULT_WATCH,
 ) -> dict[str, Rule]:
     return {
         r.alert: r
-        for groups in rule_files(t, fsx_capacity_gib).values()
+        for groups in rule_files(t, fsx_capacity_gib, stragglers).values()
         for g in groups
         for r in g.rules
         if r.alert
@@ -354,9 +420,13 @@ def rule_name(stem: str) -> str:
 
 
 def prometheus_rules(
-    t: AlertThresholds, namespace: str, fsx_capacity_gib: int | None = None
+    t: AlertThresholds,
+    namespace: str,
+    fsx_capacity_gib: int | None = None,
+    stragglers: StragglerWatchConfig | None = None,
 ) -> list[PrometheusRule]:
-    """The stack's PrometheusRules; the storage ones only with the file system's capacity."""
+    """The stack's PrometheusRules; the storage ones only with the file system's capacity,
+    the straggler ones only with the watcher's settings (a stack that runs it)."""
     return [
         PrometheusRule(
             metadata=Metadata(
@@ -366,7 +436,7 @@ def prometheus_rules(
             ),
             spec=RuleSpec(groups=groups),
         )
-        for stem, groups in rule_files(t, fsx_capacity_gib).items()
+        for stem, groups in rule_files(t, fsx_capacity_gib, stragglers).items()
     ]
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from spec.base import Section
-from spec.errors import FieldError
+from spec.errors import MISSING, FieldError
 
 ECR_NAME_PATTERN = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(\/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*"
 """ECR's RepositoryName pattern, as botocore's service model gives it (tests/spec/test_images.py
@@ -64,3 +64,56 @@ class ImagesConfig(Section):
         if v is not None and not is_repository_name(v):
             raise FieldError((), v, f"an ECR repository name: {_NAME_RULE}")
         return v
+
+
+_IMAGE_REF = re.compile(
+    r"^[a-z0-9][a-z0-9.\-/_:]*(:[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}|@sha256:[0-9a-f]{64})$"
+)
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+
+class TrainerImageRef(Section):
+    """Which trainer image a platform workload runs (the straggler watcher, the milestone
+    copier): a release tag in the stack's own repository (`images`), or a whole reference."""
+
+    image_tag: str | None = Field(
+        None,
+        description="Tag of the trainer image in the stack's repository (`images`), e.g. "
+        "`trainer-v0.1.0`: the release it runs.",
+    )
+    image: str | None = Field(
+        None,
+        description="The whole image reference instead, with a tag or digest (for a stack "
+        "without `images`).",
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None and (not _IMAGE_REF.match(v) or v.endswith(":latest")):
+            raise FieldError((), v, "an image reference pinned by a tag (not latest) or digest")
+        return v
+
+    @field_validator("image_tag")
+    @classmethod
+    def _tag(cls, v: str | None) -> str | None:
+        if v is not None and (not _IMAGE_TAG.match(v) or v == "latest"):
+            raise FieldError((), v, "an image tag of a release such as trainer-v0.1.0")
+        return v
+
+    def _image_required(self, when: str = "") -> None:
+        """FieldError on `image_tag` when neither is set (`when`: when it is needed)."""
+        if self.image is None and self.image_tag is None:
+            when = f" {when}" if when else ""
+            raise FieldError(
+                ("image_tag",), MISSING, f"required{when} (or set image): the trainer release's tag"
+            )
+
+
+class RequiredTrainerImage(TrainerImageRef):
+    """A `TrainerImageRef` that is always needed."""
+
+    @model_validator(mode="after")
+    def _required(self) -> RequiredTrainerImage:
+        self._image_required()
+        return self

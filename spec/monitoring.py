@@ -9,8 +9,19 @@ from pydantic import Field, field_validator, model_validator
 
 from spec.base import Section, cloudwatch_retention
 from spec.errors import FieldError
+from spec.images import TrainerImageRef
 
 _DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d|w|y)$")
+_SHORT_DURATION = re.compile(r"^([1-9][0-9]*)(s|m|h)$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def duration_seconds(text: str) -> int:
+    """Seconds of a short Prometheus duration (30s, 6m, 1h); ValueError for anything else."""
+    m = _SHORT_DURATION.match(text)
+    if not m:
+        raise ValueError(text)
+    return int(m.group(1)) * _SECONDS[m.group(2)]
 
 
 class AlertThresholds(Section):
@@ -49,6 +60,73 @@ class AlertThresholds(Section):
     )
 
 
+class StragglerWatchConfig(TrainerImageRef):
+    """The straggler watcher (workloads/diagnosis/watch.py): every `interval_seconds` it finds
+    the training jobs in Prometheus, runs the `llmp stragglers` analysis on each one's last
+    `window`, and exports the slow nodes it finds as metrics (`llmp_straggler_*`) that the
+    `LlmpSlowNode` alert reads; optionally it quarantines a node flagged in
+    `quarantine_after_runs` runs in a row."""
+
+    enabled: bool = Field(
+        False,
+        description="Run the watcher (one pod in `monitoring`, the trainer image); needs "
+        "`image_tag` (or `image`).",
+    )
+    interval_seconds: int = Field(60, ge=15, le=3600, description="How often the watcher runs.")
+    window: str = Field(
+        "6m",
+        description="How much recent step time each run analyses (30s, 6m, 1h). A node "
+        "turned slow is flagged once it was slow in `persist` of the window's steps: about "
+        "persist x window after it turned slow.",
+    )
+    resolution: str = Field("15s", description="query_range step of the analysis.")
+    threshold: float = Field(
+        0.05, ge=0, le=10, description="Slow means above the other ranks' median x (1 + this)."
+    )
+    persist: float = Field(
+        0.5, gt=0, le=1, description="A node is flagged when slow in this share of the steps."
+    )
+    quarantine: bool = Field(
+        False,
+        description="Quarantine (cordon, taint llm-platform/quarantined=slow:NoSchedule, evict "
+        "its training pods) a node flagged in `quarantine_after_runs` runs in a row; gives the "
+        "watcher a ClusterRole on nodes, pods and evictions.",
+    )
+    quarantine_after_runs: int = Field(
+        3, ge=1, le=1000, description="Runs in a row a node must be flagged before quarantine."
+    )
+    max_quarantined: int = Field(
+        2,
+        ge=1,
+        le=1000,
+        description="At most this many nodes carry the quarantine taint, NVSentinel's "
+        "included; beyond it a node is refused (and counted).",
+    )
+
+    @field_validator("window", "resolution")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        try:
+            duration_seconds(v)
+        except ValueError:
+            raise FieldError((), v, "a duration in s, m or h, such as 15s or 6m") from None
+        return v
+
+    @property
+    def window_seconds(self) -> int:
+        return duration_seconds(self.window)
+
+    @model_validator(mode="after")
+    def _complete(self) -> StragglerWatchConfig:
+        if self.enabled:
+            self._image_required("when enabled")
+        if self.window_seconds < 4 * duration_seconds(self.resolution):
+            raise FieldError(
+                ("window",), self.window, f"at least 4 x resolution ({self.resolution})"
+            )
+        return self
+
+
 class MonitoringConfig(Section):
     """Metrics (kube-prometheus-stack), logs (Fluent Bit to CloudWatch), traces (OTel)."""
 
@@ -62,6 +140,7 @@ class MonitoringConfig(Section):
     traces_exporter: Literal["xray", "otlp"] = Field("xray", description="Where traces go.")
     otlp_endpoint: str | None = Field(None, description="OTLP endpoint when exporter is otlp.")
     alerts: AlertThresholds = Field(default_factory=AlertThresholds)
+    stragglers: StragglerWatchConfig = Field(default_factory=StragglerWatchConfig)
 
     @field_validator("retention")
     @classmethod

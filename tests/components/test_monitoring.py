@@ -296,7 +296,11 @@ def test_prometheus_rules_come_from_monitoring_rules_with_the_stack_thresholds(
     plans, synth
 ) -> None:
     plan = plans("pretrain")
-    expected = rules.prometheus_rules(AlertThresholds(), "monitoring", fsx_capacity_gib=48000)
+    watch = load_config(raw_stack("pretrain")).monitoring.stragglers
+    assert watch.enabled  # its rules come with the watcher
+    expected = rules.prometheus_rules(
+        AlertThresholds(), "monitoring", fsx_capacity_gib=48000, stragglers=watch
+    )
     for rule in expected:
         inputs = plan.one(PROMETHEUS_RULE, f"monitoring-prometheusrule-{rule.metadata.name}")
         assert inputs.inputs["spec"] == rule.dump()["spec"]

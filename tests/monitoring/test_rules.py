@@ -215,6 +215,51 @@ CASES: dict[str, dict[str, Any]] = {
         "fire": ("420m", {"namespace": "serving"}),
         "quiet": "10m",
     },
+    "LlmpSlowNode": {
+        # the watcher publishes node b of job j for 10 minutes, flagged from the 4th: the alert
+        # waits 2 minutes, quotes the ratio and names the job in its runbook command
+        "input": [
+            {
+                "series": 'llmp_straggler_node_ratio{job="j",node="b"}',
+                "values": "1.01x3 1.3x10 stale",
+            },
+            {"series": 'llmp_straggler_node_flagged{job="j",node="b"}', "values": "0x3 1x10 stale"},
+            {"series": 'llmp_straggler_node_ratio{job="j",node="a"}', "values": "1x15"},
+            {"series": 'llmp_straggler_node_flagged{job="j",node="a"}', "values": "0x15"},
+        ],
+        "fire": ("7m", {"job": "j", "node": "b"}),
+        "quiet": "4m",
+        "annotations": {
+            "summary": "Node b slows training job j: 1.30x the other nodes' median step time.",
+            "runbook": f"`{rules.PROMETHEUS_PORT_FORWARD}`, then `llmp stragglers --prometheus "
+            "http://localhost:9090 --job j --range 30m`; check the node's GPU clocks, XIDs and "
+            "EFA errors, and take it out with `--quarantine --kubeconfig kubeconfig` if it "
+            "stays slow.",
+        },
+    },
+    "LlmpStragglerWatchDown": {
+        # runs every minute (the timestamp follows the clock) for 10 minutes, then hangs: the
+        # last run grows old (5 intervals), and 10 minutes later the alert fires
+        "input": [
+            {
+                "series": "llmp_straggler_last_run_timestamp_seconds",
+                "values": "0+60x10 600x30",
+            }
+        ],
+        "fire": ("28m", {}),
+        "quiet": "12m",
+    },
+    "LlmpStragglerWatchFailing": {
+        # one error a minute, i.e. every run, from the 20th minute
+        "input": [
+            {
+                "series": 'llmp_straggler_errors_total{kind="prometheus"}',
+                "values": "0x20 1+1x40",
+            }
+        ],
+        "fire": ("45m", {}),
+        "quiet": "20m",
+    },
 }
 
 
@@ -266,6 +311,30 @@ def test_fsx_alerts_read_cloudwatch_not_the_kubelet() -> None:
         "FsxMetricsMissing",
     }
     assert rules.alerts(T)["FsxMetricsMissing"].expr == f"absent({rules.FSX_FREE_BYTES})"
+
+
+def test_straggler_rules_only_with_the_watcher_and_its_interval() -> None:
+    from spec.monitoring import StragglerWatchConfig
+
+    assert "stragglers" not in rules.rule_files(T, stragglers=None)
+    watch = StragglerWatchConfig(enabled=True, image_tag="trainer-v0.1.0", interval_seconds=120)
+    stems = [r.metadata.name for r in rules.prometheus_rules(T, "monitoring", stragglers=watch)]
+    assert stems[-1] == "llmp-stragglers"
+    down = rules.alerts(T, stragglers=watch)["LlmpStragglerWatchDown"]
+    assert down.expr.endswith(f"> {5 * 120}")
+    slow = rules.alerts(T)["LlmpSlowNode"]
+    assert slow.labels == {"severity": "warning"} and slow.for_ == "2m"
+    assert slow.annotations is not None
+    assert "llmp stragglers --prometheus" in slow.annotations["runbook"]
+    assert "--job {{ $labels.job }}" in slow.annotations["runbook"]
+
+
+def test_the_watchers_metrics_are_the_inventorys() -> None:
+    # The journey: what the watcher publishes is what the rules may read, and nothing else.
+    from monitoring.inventory import INVENTORY
+    from workloads.diagnosis.watch import METRICS
+
+    assert INVENTORY["straggler-watch"] == set(METRICS)
 
 
 def test_no_storage_rules_without_a_file_system() -> None:
@@ -377,7 +446,8 @@ def _unit_tests() -> dict[str, Any]:
                         "exp_alerts": [
                             {
                                 "exp_labels": {**rule.labels, **labels},
-                                "exp_annotations": rule.annotations,
+                                # a templated annotation: as Prometheus expands it
+                                "exp_annotations": case.get("annotations", rule.annotations),
                             }
                         ],
                     },

@@ -1,0 +1,490 @@
+"""The straggler watcher (workloads/diagnosis/watch.py) against a Prometheus of our own: a small
+HTTP server on 127.0.0.1 answering the two queries the watcher makes (the running jobs, and a
+job's step times over the window) from a simulated training run, whose clock the test moves a
+minute per run. A node planted to turn slow shows in the metrics within the window; a node
+flagged in N runs in a row is quarantined on the fake Kubernetes API (tests/llmp/kube_fake.py)
+within the cap; a failing Prometheus is counted, never fatal; a node no longer slow, and a job
+that ended, leave no series behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from spec.labels import JOB_KIND_LABEL, QUARANTINE_TAINT
+from tests.llmp.kube_fake import FakeClock, FakeCluster, FakeNode, node_pod
+from workloads.diagnosis import watch
+
+JOB = "llama-70b"
+NODES = [f"ip-10-0-1-{n}.ec2.internal" for n in (11, 12, 13, 14)]
+SLOW, SLOWER = NODES[2], NODES[3]
+RANKS_PER_NODE = 2
+STEP_S = 1.0
+SLOW_FACTOR = 1.3
+GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
+TRAINING = {JOB_KIND_LABEL: "training"}
+
+
+@dataclass
+class SimJob:
+    nodes: list[str]
+    slow: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """node -> (from, until) simulated seconds during which its ranks are SLOW_FACTOR slower."""
+    start: float = 0.0
+    end: float = float("inf")
+
+    def ranks(self) -> dict[int, str]:
+        return {i * RANKS_PER_NODE + r: node for i, node in enumerate(self.nodes) for r in range(2)}
+
+    def step_seconds(self, rank: int, node: str, t: float) -> float:
+        """The rank's last step time at simulated time t: 1 s, +-2 % of noise that differs
+        at every sample (so consecutive samples are distinct steps), slower while planted."""
+        digest = hashlib.sha256(f"{rank}:{round(t)}".encode()).digest()
+        noise = 1 + (digest[0] / 255 - 0.5) * 0.04
+        slow_from, slow_until = self.slow.get(node, (float("inf"), float("inf")))
+        return STEP_S * noise * (SLOW_FACTOR if slow_from <= t < slow_until else 1.0)
+
+
+class FakePrometheus:
+    """Answers `count by (job) (llmp_train_step_seconds)` and `llmp_train_step_seconds{job=...}`
+    query_range from simulated jobs, `now` seconds into the simulation; `fail` makes every
+    answer that HTTP status."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.jobs: dict[str, SimJob] = {}
+        self.fail: int | None = None
+        self.queries: list[str] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                url = urllib.parse.urlparse(self.path)
+                params = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+                fake.queries.append(params.get("query", ""))
+                status, body = fake.answer(url.path, params)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}"
+
+    def running(self, t: float) -> dict[str, SimJob]:
+        return {name: j for name, j in self.jobs.items() if j.start <= t < j.end}
+
+    def answer(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        if self.fail is not None:
+            return self.fail, {"status": "error", "error": "the query engine is overloaded"}
+        if path == "/api/v1/query":
+            assert params["query"] == "count by (job) (llmp_train_step_seconds)", params
+            result = [
+                {"metric": {"job": name}, "value": [self.now, str(len(j.ranks()))]}
+                for name, j in self.running(self.now).items()
+            ]
+            return 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
+        assert path == "/api/v1/query_range", path
+        empty = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+        job = re.fullmatch(r'llmp_train_step_seconds\{job="([^"]*)"\}', params["query"])
+        if job is None:  # another series of the job (the library may read more): none here
+            return 200, empty
+        start, end, step = (float(params[k]) for k in ("start", "end", "step"))
+        # The watcher asks for [wall - window, wall]: map it onto the simulated clock.
+        offset = self.now - end
+        sim = self.jobs.get(job.group(1))
+        series = []
+        if sim is not None:
+            times = [start + i * step for i in range(int((end - start) / step) + 1)]
+            for rank, node in sim.ranks().items():
+                values = [
+                    [ts, f"{sim.step_seconds(rank, node, ts + offset):.6f}"]
+                    for ts in times
+                    if sim.start <= ts + offset < sim.end
+                ]
+                if values:
+                    metric = {"job": job.group(1), "rank": str(rank), "node": node}
+                    series.append({"metric": metric, "values": values})
+        return 200, {"status": "success", "data": {"resultType": "matrix", "result": series}}
+
+
+@pytest.fixture
+def prometheus() -> Iterator[FakePrometheus]:
+    fake = FakePrometheus()
+    fake.thread.start()
+    try:
+        yield fake
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+        fake.thread.join()
+
+
+def samples(watcher: watch.Watcher) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample the watcher publishes now: (name, sorted labels) -> value."""
+    text = generate_latest(watcher.registry).decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def node_series(watcher: watch.Watcher, metric: str) -> dict[tuple[str, str], float]:
+    return {
+        (dict(labels)["job"], dict(labels)["node"]): value
+        for (name, labels), value in samples(watcher).items()
+        if name == metric
+    }
+
+
+def value(watcher: watch.Watcher, metric: str, **labels: str) -> float | None:
+    return samples(watcher).get((metric, tuple(sorted(labels.items()))))
+
+
+def settings(url: str, **kwargs: Any) -> watch.WatchSettings:
+    return watch.WatchSettings(prometheus=url, window="6m", resolution="15s", **kwargs)
+
+
+def advance(prometheus: FakePrometheus, watcher: watch.Watcher, minutes: int) -> list[Any]:
+    """A run a minute, `minutes` times: what each run saw."""
+    out = []
+    for _ in range(minutes):
+        prometheus.now += 60
+        out.append(watcher.run_once())
+    return out
+
+
+# --- detection -----------------------------------------------------------------------------
+
+
+def test_a_node_turning_slow_shows_in_the_metrics_within_the_window(
+    prometheus: FakePrometheus,
+) -> None:
+    slow_at = 15 * 60
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (slow_at, float("inf"))})
+    watcher = watch.Watcher(settings(prometheus.url))
+    prometheus.now = 6 * 60  # a whole window of healthy steps
+    first = None
+    while prometheus.now < slow_at + 10 * 60:
+        watcher.run_once()
+        flagged = node_series(watcher, "llmp_straggler_node_flagged")
+        if prometheus.now < slow_at:
+            assert not any(flagged.values()), (prometheus.now, flagged)
+        elif first is None and flagged.get((JOB, SLOW)) == 1:
+            first = prometheus.now
+        prometheus.now += 60
+    assert first is not None, "the slow node was never flagged"
+    delay = first - slow_at
+    print(f"flagged {delay:.0f} s after it turned slow ({(first - slow_at) // 60 + 1} runs)")
+    # Flagged once slow in `persist` (half) of the 6-minute window, and within 5 minutes.
+    assert 0 < delay <= watch.WatchSettings(prometheus="http://p").persist * 360 + 60
+    assert delay <= 300
+    ratio = node_series(watcher, "llmp_straggler_node_ratio")
+    assert ratio[(JOB, SLOW)] == pytest.approx(SLOW_FACTOR, rel=0.03)
+    # Only the slow node is flagged; the top nodes beside it are published, not flagged.
+    flagged = node_series(watcher, "llmp_straggler_node_flagged")
+    assert {k for k, v in flagged.items() if v == 1} == {(JOB, SLOW)}
+    assert len(flagged) == 3  # --top 3 (the slow one among them)
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", job=JOB) > 1.1  # type: ignore[operator]
+    assert value(watcher, "llmp_straggler_jobs") == 1
+    # Runs in a row that flagged it: the streak the quarantine counts.
+    runs = node_series(watcher, "llmp_straggler_node_flagged_runs")
+    assert runs[(JOB, SLOW)] >= 5
+
+
+def test_the_metrics_endpoint_serves_the_findings_on_loopback(prometheus: FakePrometheus) -> None:
+    from prometheus_client import start_http_server
+
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(settings(prometheus.url, top=0))
+    watcher.run_once()
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=watcher.registry)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics") as r:
+            text = r.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    lines = [ln for ln in text.splitlines() if ln.startswith("llmp_straggler_node_")]
+    print("\n".join(lines))
+    assert f'llmp_straggler_node_flagged{{job="{JOB}",node="{SLOW}"}} 1.0' in lines
+    assert any(
+        ln.startswith(f'llmp_straggler_node_ratio{{job="{JOB}",node="{SLOW}"}} 1.') for ln in lines
+    )
+    assert "llmp_straggler_last_run_timestamp_seconds" in text
+    assert 'llmp_straggler_errors_total{kind="prometheus"} 0.0' in text
+    assert "llmp_straggler_quarantine_enabled 0.0" in text
+
+
+def test_every_published_series_is_in_the_watchers_list(prometheus: FakePrometheus) -> None:
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(settings(prometheus.url))
+    watcher.run_once()
+    names = {name for name, _ in samples(watcher) if not name.endswith("_created")}
+    assert names == set(watch.METRICS)
+
+
+# --- stale series ----------------------------------------------------------------------------
+
+
+def test_a_node_no_longer_slow_and_a_job_that_ended_leave_no_series(
+    prometheus: FakePrometheus,
+) -> None:
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, 10 * 60)})
+    prometheus.jobs["other"] = SimJob(["a", "b"], end=12 * 60)
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(settings(prometheus.url, top=0))  # flagged nodes only
+    watcher.run_once()
+    assert node_series(watcher, "llmp_straggler_node_flagged") == {(JOB, SLOW): 1}
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", job="other") is not None
+    advance(prometheus, watcher, 10)  # healthy for 6 minutes: a whole window
+    assert node_series(watcher, "llmp_straggler_node_flagged") == {}
+    assert node_series(watcher, "llmp_straggler_node_ratio") == {}
+    assert node_series(watcher, "llmp_straggler_node_flagged_runs") == {}
+    # `other` ended at 12 minutes: its series went with it.
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", job="other") is None
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", job=JOB) is not None
+    assert value(watcher, "llmp_straggler_jobs") == 1
+
+
+# --- failures --------------------------------------------------------------------------------
+
+
+def test_a_failing_prometheus_is_counted_and_the_loop_goes_on(
+    prometheus: FakePrometheus, caplog: pytest.LogCaptureFixture
+) -> None:
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
+    prometheus.now = 6 * 60
+    clock = FakeClock()
+    watcher = watch.Watcher(settings(prometheus.url), clock=clock)
+    watcher.run_once()
+    prometheus.fail = 503
+    clock.now = 60
+    summary = watcher.run_once()
+    assert [kind for kind, _ in summary.errors] == ["prometheus"]
+    [(_, line)] = summary.errors
+    assert "HTTP 503" in line and "\n" not in line
+    assert value(watcher, "llmp_straggler_errors_total", kind="prometheus") == 1
+    # The run still ended (the watcher is alive), and what it knew stays published.
+    assert value(watcher, "llmp_straggler_last_run_timestamp_seconds") == 60
+    assert node_series(watcher, "llmp_straggler_node_flagged")[(JOB, SLOW)] == 1
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0].getMessage()
+    # Out of reach altogether: counted the same way.
+    prometheus.fail = None
+    gone = watch.Watcher(settings("http://127.0.0.1:9"))
+    assert [k for k, _ in gone.run_once().errors] == ["prometheus"]
+    assert value(gone, "llmp_straggler_errors_total", kind="prometheus") == 1
+    # Back: the next run publishes again, and its streak starts afresh.
+    watcher.run_once()
+    assert node_series(watcher, "llmp_straggler_node_flagged_runs")[(JOB, SLOW)] == 1
+
+
+def test_a_job_whose_query_fails_keeps_the_others_going(prometheus: FakePrometheus) -> None:
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
+    prometheus.jobs["broken"] = SimJob(["a"])
+    prometheus.now = 6 * 60
+    real = prometheus.answer
+
+    def answer(path: str, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        if "broken" in params.get("query", ""):
+            return 500, {"status": "error", "error": "out of memory"}
+        return real(path, params)
+
+    prometheus.answer = answer  # type: ignore[method-assign]
+    watcher = watch.Watcher(settings(prometheus.url))
+    summary = watcher.run_once()
+    assert summary.jobs == ["broken", JOB]
+    assert [(k, "broken" in line) for k, line in summary.errors] == [("prometheus", True)]
+    assert node_series(watcher, "llmp_straggler_node_flagged")[(JOB, SLOW)] == 1
+
+
+def test_the_loop_runs_until_stopped(prometheus: FakePrometheus) -> None:
+    prometheus.jobs[JOB] = SimJob(NODES)
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(settings(prometheus.url, interval_s=0.01))
+    stop = threading.Event()
+    runs = []
+    real = watcher.run_once
+
+    def run_once() -> watch.RunSummary:
+        runs.append(real())
+        if len(runs) == 3:
+            prometheus.fail = 502  # a failure mid-loop does not end it
+        if len(runs) == 5:
+            stop.set()
+        return runs[-1]
+
+    watcher.run_once = run_once  # type: ignore[method-assign]
+    loop = threading.Thread(target=watcher.run_forever, args=(stop,))
+    loop.start()
+    loop.join(timeout=60)
+    assert not loop.is_alive()
+    assert len(runs) == 5
+    assert value(watcher, "llmp_straggler_errors_total", kind="prometheus") == 2
+
+
+# --- quarantine ------------------------------------------------------------------------------
+
+
+def cluster(*extra_taints: tuple[str, str, str]) -> FakeCluster:
+    nodes = [FakeNode(n, "h100", taints=[GPU_TAINT]) for n in NODES]
+    nodes.append(FakeNode("ip-10-0-2-99.ec2.internal", "h100", taints=[GPU_TAINT, *extra_taints]))
+    fake = FakeCluster(FakeClock(), nodes)
+    fake.pods = [
+        node_pod("foundation", f"{JOB}-worker-{i}", n, TRAINING) for i, n in enumerate(NODES)
+    ]
+    return fake
+
+
+def test_a_node_flagged_n_runs_in_a_row_is_quarantined_within_the_cap(
+    prometheus: FakePrometheus, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two slow nodes, SLOWER the worse; NVSentinel already holds one node: with a cap of 2,
+    # only the worse one may be quarantined.
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf")), SLOWER: (0, float("inf"))})
+    prometheus.jobs[JOB].step_seconds = _worse(prometheus.jobs[JOB])  # type: ignore[method-assign]
+    fake = cluster((QUARANTINE_TAINT, "gpu-fault", "NoSchedule"))
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(
+        settings(prometheus.url, quarantine=True, quarantine_after=3, max_quarantined=2),
+        apis=fake.apis(),
+    )
+    runs = [watcher.run_once(), *advance(prometheus, watcher, 1)]
+    assert all(not r.outcomes for r in runs)
+    assert not fake.node_patches  # flagged in 2 runs: not yet
+    third = advance(prometheus, watcher, 1)[0]
+    assert [(o.node, o.action) for o in third.outcomes] == [
+        (SLOWER, "quarantined"),
+        (SLOW, "refused"),
+    ]
+    quarantined = next(n for n in fake.nodes if n.name == SLOWER)
+    assert quarantined.cordoned and (QUARANTINE_TAINT, "slow", "NoSchedule") in quarantined.taints
+    assert (
+        "flagged in 3 runs in a row (job llama-70b)"
+        in quarantined.annotations["llm-platform/quarantine-reason"]
+    )
+    assert fake.evictions == [("foundation", f"{JOB}-worker-3")]
+    assert not next(n for n in fake.nodes if n.name == SLOW).cordoned
+    assert value(watcher, "llmp_straggler_quarantine_actions_total", action="quarantined") == 1
+    assert value(watcher, "llmp_straggler_quarantine_actions_total", action="refused") == 1
+    # Later runs: the quarantined node is left alone, the refusal is not counted again.
+    advance(prometheus, watcher, 3)
+    assert [name for name, _ in fake.node_patches] == [SLOWER]
+    assert value(watcher, "llmp_straggler_quarantine_actions_total", action="refused") == 1
+    lines = [r.getMessage() for r in caplog.records if "quarantine:" in r.getMessage()]
+    assert len(lines) == 2 and all("\n" not in ln for ln in lines)
+    assert "refused" in lines[1] and "2 may carry the taint" in lines[1]
+
+
+def _worse(job: SimJob) -> Any:
+    base = job.step_seconds
+
+    def step_seconds(rank: int, node: str, t: float) -> float:
+        return base(rank, node, t) * (1.2 if node == SLOWER else 1.0)
+
+    return step_seconds
+
+
+def test_no_quarantine_without_n_runs_in_a_row(prometheus: FakePrometheus) -> None:
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
+    fake = cluster()
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(
+        settings(prometheus.url, quarantine=True, quarantine_after=3), apis=fake.apis()
+    )
+    advance(prometheus, watcher, 2)
+    prometheus.fail = 503  # an unobserved run breaks the streak
+    advance(prometheus, watcher, 1)
+    prometheus.fail = None
+    advance(prometheus, watcher, 2)
+    assert not fake.node_patches
+    advance(prometheus, watcher, 1)
+    assert [name for name, _ in fake.node_patches] == [SLOW]
+
+
+def test_a_cluster_that_refuses_the_watcher_is_counted_not_fatal(
+    prometheus: FakePrometheus,
+) -> None:
+    from tests.llmp.kube_fake import api_error
+
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
+    fake = cluster()
+    fake.fail["list_node"] = api_error(403, "Forbidden", 'nodes is forbidden: User "x"')
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(
+        settings(prometheus.url, quarantine=True, quarantine_after=1), apis=fake.apis()
+    )
+    summary = watcher.run_once()
+    [(kind, line)] = summary.errors
+    assert kind == "quarantine" and "refused to list nodes: 403 Forbidden" in line
+    assert value(watcher, "llmp_straggler_errors_total", kind="quarantine") == 1
+    assert node_series(watcher, "llmp_straggler_node_flagged")[(JOB, SLOW)] == 1
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prometheus", "prometheus:9090"], "an http:// or https:// URL"),
+        (["--prometheus", "http://p", "--window", "6 minutes"], "--window 6 minutes: a duration"),
+        (["--prometheus", "http://p", "--persist", "0"], "--persist 0.0: in (0, 1]"),
+        (["--prometheus", "http://p", "--max-quarantined", "0"], "--max-quarantined 0: at least 1"),
+        (["--window", "6m"], "the following arguments are required: --prometheus"),
+        (
+            ["--prometheus", "http://p", "--quarantine"],
+            "no in-cluster Kubernetes API",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    try:
+        code = watch.main(args)
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code  # type: ignore[assignment]
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_once_prints_the_metrics_of_one_run(
+    prometheus: FakePrometheus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
+    prometheus.now = 6 * 60
+    assert watch.main(["--prometheus", prometheus.url, "--once"]) == 0
+    out = capsys.readouterr().out
+    assert f'llmp_straggler_node_flagged{{job="{JOB}",node="{SLOW}"}} 1.0' in out
