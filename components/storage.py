@@ -5,6 +5,9 @@ Owns, per bucket in `storage.buckets`:
   key, a public access block, enforced object ownership, a TLS-only policy,
   access logs into the `logs` bucket, lifecycle rules (tiering by prefix,
   noncurrent-version expiry, aborted multipart uploads) and versioning;
+- checkpoint retention, as lifecycle rules: a `recent-<runs prefix>` rule expires every
+  checkpoint after the recent window (and its noncurrent versions soon after), while the
+  milestones' own prefix keeps its tiering rule (the copier is `CheckpointMilestones`);
 - for precious buckets (checkpoints, models): versioning, no force-destroy,
   and `retain_on_delete`, so `pulumi destroy` never takes the data with it;
 - for replicated buckets: a replica bucket and KMS key in the DR region (a
@@ -53,6 +56,11 @@ class LifecycleRule:
     prefix: str = ""
     transitions: Sequence[Transition] = ()
     expire_days: int | None = None
+    noncurrent_days: int | None = None
+    """Expire noncurrent versions under the prefix sooner than the bucket's housekeeping does
+    (S3 applies the shortest of overlapping rules)."""
+    role: str = "tier"
+    """The rule id's first word: `tier-<prefix>`, or `recent-<prefix>` for retention's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -526,7 +534,7 @@ def lifecycle_rules(spec: Bucket) -> list[aws.s3.BucketLifecycleConfigurationRul
     for rule in spec.lifecycle:
         rules.append(
             aws.s3.BucketLifecycleConfigurationRuleArgs(
-                id=f"tier-{rule.prefix.strip('/').replace('/', '-') or 'all'}",
+                id=f"{rule.role}-{rule.prefix.strip('/').replace('/', '-') or 'all'}",
                 status="Enabled",
                 filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=rule.prefix),
                 transitions=[
@@ -540,6 +548,11 @@ def lifecycle_rules(spec: Bucket) -> list[aws.s3.BucketLifecycleConfigurationRul
                     days=rule.expire_days
                 )
                 if rule.expire_days
+                else None,
+                noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
+                    noncurrent_days=rule.noncurrent_days
+                )
+                if rule.noncurrent_days and spec.versioned
                 else None,
             )
         )

@@ -158,6 +158,7 @@ class Storage(_Data):
     s3_usd_per_gb_month: dict[S3Class, float]
     intelligent_tiering: IntelligentTiering
     transition_usd_per_1000_requests: dict[S3Class, float]
+    put_copy_list_usd_per_1000_requests: float
     min_storage_days: dict[S3Class, int]
     min_days_before_ia: int
     replication_transfer_usd_per_gb: float

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from spec.base import K8S_NAME, Section, cloudwatch_retention, known_region, namespace_names
 from spec.catalog import catalog
 from spec.errors import MISSING, FieldError
+from spec.images import RequiredTrainerImage
 
 TransitionClass = Literal[
     "INTELLIGENT_TIERING", "STANDARD_IA", "ONEZONE_IA", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE"
@@ -27,7 +28,6 @@ _WATERFALL: dict[str, int] = {
 _BUCKET_KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,20}$")
 _BUCKET_PREFIX = re.compile(r"^[a-z0-9][a-z0-9-]{2,38}[a-z0-9]$")
 _KEY_PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*/$")
-_IMAGE_DIGEST = re.compile(r"^[a-z0-9][a-z0-9.:/_-]*@sha256:[0-9a-f]{64}$")
 _CRON_FIELD = re.compile(r"^[0-9*/,-]+$")
 
 MIN_KEEP_DAYS = 2
@@ -118,11 +118,13 @@ def overlaps(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
-class RetentionConfig(Section):
+class RetentionConfig(RequiredTrainerImage):
     """Checkpoint retention (`storage.buckets.<name>.retention`): every checkpoint is kept
     `keep_days` under `runs_prefix`; milestones (steps that are multiples of
     `milestone_every_steps`) are copied, complete and marker last, to `milestone_prefix` by
-    a CronJob, and kept there by the bucket's lifecycle rule for that prefix."""
+    a CronJob running the trainer image (`image_tag` or `image`: `python -m
+    workloads.jobs.milestones`), and kept there by the bucket's lifecycle rule for that
+    prefix."""
 
     runs_prefix: str = Field(
         "runs/",
@@ -158,10 +160,6 @@ class RetentionConfig(Section):
         description="Tenant namespace the copier runs in (service account "
         "`checkpoint-milestones`, its own Pod Identity role)."
     )
-    copier_image: str = Field(
-        description="The trainer image, by digest (`<repository>@sha256:<digest>`): it runs "
-        "`python -m workloads.jobs.milestones`."
-    )
 
     @field_validator("runs_prefix", "milestone_prefix")
     @classmethod
@@ -178,16 +176,6 @@ class RetentionConfig(Section):
     def _namespace(cls, v: str) -> str:
         if not K8S_NAME.match(v):
             raise ValueError("not a Kubernetes namespace name (RFC 1123 label)")
-        return v
-
-    @field_validator("copier_image")
-    @classmethod
-    def _image(cls, v: str) -> str:
-        if not _IMAGE_DIGEST.match(v):
-            raise ValueError(
-                "the trainer image by digest, e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/"
-                "llm-platform-pretrain/trainer@sha256:<64 hex digits> (aws ecr describe-images)"
-            )
         return v
 
     @field_validator("schedule")

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from program.cost import components as priced_components
-from program.cost.components import ALB_BASE_LCUS, NOTHING_BILLED, control_plane_usd_per_hour
+from program.cost.components import ALB_BASE_LCUS, control_plane_usd_per_hour, nothing_billed
 from program.cost.facts import Facts, NodeGroup, accelerated, facts
 from program.cost.lines import Component, NotEstimated
 from program.cost.prices import CAPACITY_MODES, CATALOG_PRICES, PriceBook, mode_hourly_price
@@ -57,6 +57,14 @@ def usage_of(cfg: PlatformConfig) -> Usage:
                 initial_gb=spec.initial_gb,
                 daily_write_gb=spec.daily_write_gb,
                 average_object_mb=spec.average_object_mb,
+                # Retention: every checkpoint under runs, a copy of 1 in N under milestones.
+                prefix_shares={
+                    spec.retention.runs_prefix: 1.0,
+                    spec.retention.milestone_prefix: spec.milestone_share,
+                }
+                if spec.retention is not None and spec.milestone_share is not None
+                else {},
+                copied_share=spec.milestone_share or 0.0,
             )
             for key, spec in storage.buckets.items()
         },
@@ -101,7 +109,7 @@ def _components(
         elif name == "images":
             out.append(priced_components.image_repository(name))
         else:
-            out.append(Component(name, note=NOTHING_BILLED.get(name, "")))
+            out.append(Component(name, note=nothing_billed(name)))
     return out
 
 

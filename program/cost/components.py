@@ -8,7 +8,7 @@ from monitoring.charts import CLOUDWATCH_SCRAPE_MINUTES, FSX_CLOUDWATCH_METRICS
 from program.cost.facts import Facts, NodeGroup, accelerated
 from program.cost.lines import Component, Line, NotEstimated, modelled, priced
 from program.cost.prices import PriceBook, mode_hourly_price, usd
-from program.cost.storage import Usage, primaries
+from program.cost.storage import Usage, copy_requests, primaries
 from spec.catalog import catalog
 
 ALB_BASE_LCUS = 1.0
@@ -27,8 +27,23 @@ NOTHING_BILLED = {
     "storage and lustre",
     "node-autoscaler": "the Cluster Autoscaler's release, CRD and Pod Identity role: free; it "
     "runs on the system pool, and the nodes it adds are priced under their pools",
+    "straggler-watch": "the straggler watcher's Deployment, service account, PodMonitor and "
+    "network policy: free; its pod runs on the system pool",
 }
 """What the components that hold nothing billable are made of."""
+
+NOTHING_BILLED_BY_PREFIX = {
+    "milestones-": "the milestone copier's CronJob, service account and Pod Identity role: "
+    "free; its pods run on the system pool, its copies are priced under storage",
+}
+"""The same, for components named `<prefix><bucket key>` (one per bucket)."""
+
+
+def nothing_billed(name: str) -> str:
+    """What a component that holds nothing billable is made of ("" if it is not one)."""
+    if name in NOTHING_BILLED:
+        return NOTHING_BILLED[name]
+    return next((v for k, v in NOTHING_BILLED_BY_PREFIX.items() if name.startswith(k)), "")
 
 
 def pool_hourly_price(group: NodeGroup, prices: PriceBook) -> float:
@@ -185,15 +200,27 @@ def storage(f: Facts, estimate: dict[str, Any], usage: Usage) -> Component:
     lines = []
     for key, model in estimate["s3"].items():
         classes = ", ".join(model["usd_per_month_by_class"]) or "STANDARD"
+        copies = model.get("copy_requests_usd_per_month", 0)
         lines.append(
             modelled(
                 f"S3 bucket {key} ({classes})",
                 model["average_gb_last_30_days"],
                 "GB-month",
-                model["usd_per_month"],
-                f"lifecycle model: {estimate['model']}; transitions and tiering fees included",
+                round(model["usd_per_month"] - copies, 2),
+                f"lifecycle model: {estimate['model']}; transitions and tiering fees included"
+                + ("; by prefix (checkpoint retention)" if "by_prefix" in model else ""),
             )
         )
+        if "by_prefix" in model:
+            u, _ = by_key[key]
+            lines.append(
+                priced(
+                    f"S3 copy requests of {key} milestones",
+                    copy_requests(u)["requests_per_day"] * 30 / 1000,
+                    "1000 requests",
+                    prices.storage.put_copy_list_usd_per_1000_requests,
+                )
+            )
     region = f.dr_region
     for key, replica in estimate["replicas"].items():
         lines.append(
@@ -206,7 +233,8 @@ def storage(f: Facts, estimate: dict[str, Any], usage: Usage) -> Component:
             )
         )
         u, bucket = by_key[key]
-        written = u.daily_write_gb * 30
+        # Milestone copies are new objects: they replicate too.
+        written = u.daily_write_gb * u.written_share * 30
         lines.append(
             priced(
                 f"replication transfer of {key} to {region}",
@@ -239,7 +267,9 @@ def storage(f: Facts, estimate: dict[str, Any], usage: Usage) -> Component:
             "the config gives no request or egress volume; bucket keys keep KMS requests low",
         )
     ]
-    if any(b.prefix_rules for b in f.buckets if not b.replica):
+    # Retention says what share lies under each prefix; other prefix rules do not.
+    by_share = {name for name, u in usage.buckets.items() if u.prefix_shares}
+    if any(b.prefix_rules and b.name not in by_share for b in f.buckets if not b.replica):
         missing.append(
             NotEstimated(
                 "lifecycle rules on a prefix",

@@ -116,9 +116,20 @@ class Bucket:
     tiering: Mapping[str, Any] | None
     """The lifecycle rule over the whole bucket with transitions or expiry, if any."""
     prefix_rules: bool
-    """A lifecycle rule covers only a prefix (priced as if absent)."""
+    """A lifecycle rule covers only a prefix (priced as if absent, unless the usage says
+    what share of the data lies under it)."""
     replicated: bool = False
     time_control: bool = False
+    by_prefix: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The lifecycle rules on a prefix with transitions or expiry, by prefix."""
+    noncurrent_days: int | None = None
+    """Days an expired (now noncurrent) version stays, by the whole-bucket rule (housekeeping
+    on a versioned bucket); None: it goes at once."""
+
+
+def _noncurrent_days(rule: Mapping[str, Any]) -> int | None:
+    days = (rule.get("noncurrentVersionExpiration") or {}).get("noncurrentDays")
+    return int(days) if isinstance(days, int | float) and not isinstance(days, bool) else None
 
 
 @dataclass
@@ -202,6 +213,25 @@ def _tiering(rules: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any] | No
     return whole, prefix_rules
 
 
+def _by_prefix(rules: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    out: dict[str, Mapping[str, Any]] = {}
+    for rule in rules:
+        prefix = (rule.get("filter") or {}).get("prefix", "")
+        if prefix and (rule.get("transitions") or rule.get("expiration")):
+            out.setdefault(prefix, rule)
+    return out
+
+
+def _bucket_noncurrent_days(rules: Sequence[Mapping[str, Any]]) -> int | None:
+    days = [
+        d
+        for rule in rules
+        if not (rule.get("filter") or {}).get("prefix", "")
+        and (d := _noncurrent_days(rule)) is not None
+    ]
+    return min(days) if days else None
+
+
 def facts(declared: Iterable[Declared]) -> Facts:
     """The declared resources, read for pricing (a ledger's, or a plan's)."""
     resources = list(declared)
@@ -249,9 +279,8 @@ def facts(declared: Iterable[Declared]) -> Facts:
             else:
                 out.cluster_keys += 1
         elif t == "aws:s3/bucket:Bucket":
-            whole, prefix_rules = _tiering(
-                (lifecycles.get(f"{r.name}-lifecycle") or {}).get("rules") or []
-            )
+            rules = (lifecycles.get(f"{r.name}-lifecycle") or {}).get("rules") or []
+            whole, prefix_rules = _tiering(rules)
             replication = replications.get(f"{r.name}-replication")
             rtc = any(
                 (rule.get("destination") or {}).get("replicationTime", {}).get("status")
@@ -267,6 +296,8 @@ def facts(declared: Iterable[Declared]) -> Facts:
                     prefix_rules=prefix_rules,
                     replicated=replication is not None,
                     time_control=rtc,
+                    by_prefix=_by_prefix(rules),
+                    noncurrent_days=_bucket_noncurrent_days(rules),
                 )
             )
         elif t == "aws:fsx/lustreFileSystem:LustreFileSystem":

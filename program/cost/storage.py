@@ -3,13 +3,20 @@
 The buckets, their tiering rules and their replication come from the declared
 resources (`facts`); how much data they hold does not, since no resource says
 it: that is the stack's usage assumptions (`storage.buckets.<key>.initial_gb`,
-`daily_write_gb`, `average_object_mb`), passed as `Usage`.
+`daily_write_gb`, `average_object_mb`, and with checkpoint retention
+`checkpoint_interval_steps`), passed as `Usage`.
+
+With retention, the checkpoints bucket's data lies under two prefixes, each aged
+through its own lifecycle rule: every checkpoint under the runs prefix (expired
+after the recent window, then kept as a noncurrent version for the rule's
+noncurrent days), and a copy of every milestone (interval / every steps of the
+writes) under the milestone prefix, with the copy's requests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from program.cost.facts import Bucket, Facts
@@ -28,6 +35,16 @@ class BucketUsage:
     initial_gb: float = 0
     daily_write_gb: float = 0
     average_object_mb: float = 64
+    prefix_shares: Mapping[str, float] = field(default_factory=dict)
+    """Share of the data written under each prefix, each aged through that prefix's rule; a
+    copy counts again (runs 1, milestones 1/N). Empty: all of it by the whole-bucket rule."""
+    copied_share: float = 0
+    """Share of the writes copied server-side within the bucket every day (milestones)."""
+
+    @property
+    def written_share(self) -> float:
+        """New objects per byte written (copies are new objects, replicated too)."""
+        return sum(self.prefix_shares.values()) if self.prefix_shares else 1.0
 
 
 @dataclass(frozen=True)
@@ -38,16 +55,21 @@ class Usage:
     """The key of the bucket the 90-day tiering comparison is made for."""
 
 
-def _class_at(rule: Mapping[str, Any] | None, age: int) -> tuple[str, int] | None:
-    """(storage class, day it was entered) of an object of `age` days, None once expired."""
+def _class_at(
+    rule: Mapping[str, Any] | None, age: int, noncurrent_days: int | None = None
+) -> tuple[str, int] | None:
+    """(storage class, day it was entered) of an object of `age` days, None once gone.
+
+    On a versioned bucket (`noncurrent_days`) an expired object is not gone: its version
+    turns noncurrent and stays, in the class it was in, that many days more."""
     if rule is None:
         return ("STANDARD", 0)
     expire = (rule.get("expiration") or {}).get("days")
-    if expire is not None and age >= expire:
+    if expire is not None and age >= expire + (noncurrent_days or 0):
         return None
     current = ("STANDARD", 0)
     for step in rule.get("transitions") or []:
-        if age >= step["days"]:
+        if min(age, expire if expire is not None else age) >= step["days"]:
             current = (step["storageClass"], step["days"])
     return current
 
@@ -69,6 +91,7 @@ def bucket_model(
     rule: Mapping[str, Any] | None,
     days: int = MODEL_DAYS,
     tiered: bool = True,
+    noncurrent_days: int | None = None,
 ) -> dict[str, Any]:
     """Cohort model of one bucket over `days`: each day's writes age through `rule` (the
     bucket's whole-bucket lifecycle rule, as the resource declares it).
@@ -77,6 +100,7 @@ def bucket_model(
     figure) split by storage class, the GB held per class at the end and on average over
     those 30 days (the quantity the monthly figure is for), and the transition and
     Intelligent-Tiering monitoring charges. `tiered=False` keeps everything in Standard.
+    `noncurrent_days`: how long an expired object's version stays (a versioned bucket).
     """
     prices = catalog().storage
     rule = rule if tiered else None
@@ -93,7 +117,7 @@ def bucket_model(
             if born > day or gb == 0:
                 continue
             age = day - born
-            where = _class_at(rule, age)
+            where = _class_at(rule, age, noncurrent_days if tiered else None)
             if where is None:
                 continue
             storage_class, entered = where
@@ -127,6 +151,79 @@ def bucket_model(
     }
 
 
+def _merge(models: list[dict[str, Any]]) -> dict[str, Any]:
+    """One bucket's model from the models of the data under each of its prefixes."""
+
+    def add(key: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for m in models:
+            for k, v in m[key].items():
+                out[k] = out.get(k, 0.0) + v
+        return {k: round(v, 2 if key.startswith("usd") else 1) for k, v in sorted(out.items())}
+
+    return {
+        "usd_for_period": round(sum(m["usd_for_period"] for m in models), 2),
+        "usd_per_month": round(sum(m["usd_per_month"] for m in models), 2),
+        "usd_per_month_by_class": add("usd_per_month_by_class"),
+        "gb_by_class_at_end": add("gb_by_class_at_end"),
+        "average_gb_last_30_days": round(sum(m["average_gb_last_30_days"] for m in models), 1),
+        "transition_usd": round(sum(m["transition_usd"] for m in models), 2),
+    }
+
+
+def _rule_noncurrent(rule: Mapping[str, Any] | None, bucket: Bucket) -> int | None:
+    """The noncurrent days that apply under a rule: its own or the bucket's, the shorter."""
+    own = (rule or {}).get("noncurrentVersionExpiration") or {}
+    days = [d for d in (own.get("noncurrentDays"), bucket.noncurrent_days) if d is not None]
+    return int(min(days)) if days else None
+
+
+def bucket_estimate(usage: BucketUsage, bucket: Bucket, days: int = MODEL_DAYS) -> dict[str, Any]:
+    """`bucket_model` of a bucket as its resources declare it: by the whole-bucket rule, or
+    with `usage.prefix_shares` per prefix by that prefix's rule (the whole-bucket rule where
+    the prefix has none), plus the requests of the copies made within the bucket."""
+    if not usage.prefix_shares:
+        return bucket_model(usage, bucket.tiering, days, noncurrent_days=bucket.noncurrent_days)
+    models = []
+    by_prefix = {}
+    for prefix, share in usage.prefix_shares.items():
+        rule = bucket.by_prefix.get(prefix, bucket.tiering)
+        part = replace(
+            usage,
+            initial_gb=usage.initial_gb * share,
+            daily_write_gb=usage.daily_write_gb * share,
+            prefix_shares={},
+        )
+        model = bucket_model(part, rule, days, noncurrent_days=_rule_noncurrent(rule, bucket))
+        models.append(model)
+        by_prefix[prefix] = {
+            "share_of_writes": round(share, 4),
+            "usd_for_period": model["usd_for_period"],
+            "usd_per_month": model["usd_per_month"],
+            "gb_by_class_at_end": model["gb_by_class_at_end"],
+        }
+    out = _merge(models)
+    copy = copy_requests(usage)
+    out["usd_for_period"] = round(out["usd_for_period"] + copy["usd_per_day"] * days, 2)
+    out["usd_per_month"] = round(out["usd_per_month"] + copy["usd_per_day"] * 30, 2)
+    out["copy_requests_usd_per_month"] = round(copy["usd_per_day"] * 30, 2)
+    out["by_prefix"] = by_prefix
+    return out
+
+
+def copy_requests(usage: BucketUsage) -> dict[str, float]:
+    """Server-side copies within the bucket: one CopyObject per object up to 5 GB, else a
+    multipart copy (create, one UploadPartCopy per GiB part, complete)."""
+    mb = usage.average_object_mb
+    per_object = 1.0 if mb <= 5 * 1024 else 2 + -(-mb // 1024)
+    objects = usage.daily_write_gb * usage.copied_share * 1024 / mb
+    price = catalog().storage.put_copy_list_usd_per_1000_requests
+    return {
+        "requests_per_day": objects * per_object,
+        "usd_per_day": objects * per_object / 1000 * price,
+    }
+
+
 def lustre_monthly(fs: Mapping[str, Any]) -> dict[str, Any]:
     """A PERSISTENT_2 file system (its resource's inputs) by the month."""
     throughput = int(fs["perUnitStorageThroughput"])
@@ -155,13 +252,15 @@ def storage_estimate(f: Facts, usage: Usage) -> dict[str, Any]:
     checkpoint tiering against keeping the same data in Standard."""
     prices = catalog().storage
     pairs = primaries(f, usage)
-    buckets = {u.key: bucket_model(u, b.tiering) for u, b in pairs}
+    buckets = {u.key: bucket_estimate(u, b) for u, b in pairs}
     replicas = {}
     for u, b in pairs:
         if not b.replicated:
             continue
-        stored = buckets[u.key]["usd_per_month"]
-        written = u.daily_write_gb * 30
+        # Replicas hold the same objects (milestone copies too), not the copies' requests.
+        model = buckets[u.key]
+        stored = round(model["usd_per_month"] - model.get("copy_requests_usd_per_month", 0), 2)
+        written = u.daily_write_gb * u.written_share * 30
         transfer = round(written * prices.replication_transfer_usd_per_gb, 2)
         rtc = (
             round(written * prices.replication_time_control_usd_per_gb, 2) if b.time_control else 0
@@ -188,11 +287,14 @@ def storage_estimate(f: Facts, usage: Usage) -> dict[str, Any]:
     if checkpoints is not None:
         u, b = checkpoints
         tiered = buckets[u.key]["usd_for_period"]
-        standard = bucket_model(u, b.tiering, tiered=False)["usd_for_period"]
+        # The baseline: every checkpoint written, kept in Standard, nothing copied.
+        plain = replace(u, prefix_shares={}, copied_share=0)
+        standard = bucket_model(plain, b.tiering, tiered=False)["usd_for_period"]
         out["checkpoints_90_days"] = {
             "bucket": u.key,
             "tiered_usd": tiered,
             "standard_usd": standard,
             "ratio": round(tiered / standard, 3) if standard else None,
+            "retention": bool(u.prefix_shares),
         }
     return out

@@ -128,15 +128,21 @@ def test_retain_on_delete_is_set_for_precious_buckets(plans, monkeypatch) -> Non
 def test_lifecycle_tiering_housekeeping_and_noncurrent_expiry(plans) -> None:
     lifecycle = by_bucket(plans("pretrain"), ":BucketLifecycleConfiguration")
     rules = {r["id"]: r for r in lifecycle["acme-llm-pretrain-checkpoints"]["rules"]}
-    assert set(rules) == {"tier-all", "housekeeping"}
-    assert rules["tier-all"]["filter"] == {"prefix": ""}
-    assert rules["tier-all"]["transitions"] == [
+    assert set(rules) == {"tier-milestones", "recent-runs", "housekeeping"}
+    assert rules["tier-milestones"]["filter"] == {"prefix": "milestones/"}
+    assert rules["tier-milestones"]["transitions"] == [
         {"days": 14, "storageClass": "INTELLIGENT_TIERING"},
         {"days": 90, "storageClass": "GLACIER_IR"},
     ]
-    assert rules["tier-all"]["expiration"] == {"days": 365}
+    assert rules["tier-milestones"]["expiration"] == {"days": 365}
     assert rules["housekeeping"]["abortIncompleteMultipartUpload"] == {"daysAfterInitiation": 7}
     assert rules["housekeeping"]["noncurrentVersionExpiration"] == {"noncurrentDays": 30}
+    # Retention: every checkpoint expires after keep_days, its version a day later; nothing
+    # under runs/ is tiered (it would pay transitions for data about to go).
+    assert rules["recent-runs"]["filter"] == {"prefix": "runs/"}
+    assert rules["recent-runs"]["expiration"] == {"days": 7}
+    assert rules["recent-runs"]["noncurrentVersionExpiration"] == {"noncurrentDays": 1}
+    assert "transitions" not in rules["recent-runs"]
     datasets = {r["id"]: r for r in lifecycle["acme-llm-pretrain-datasets"]["rules"]}
     assert datasets["tier-raw"]["filter"] == {"prefix": "raw/"}
     # Unversioned buckets have no noncurrent versions to expire.
@@ -289,3 +295,29 @@ def test_adoption_errors_are_one_line(overrides, message) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(adopting(**overrides))
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_replica_expires_runs_and_keeps_milestones_like_the_primary(plans) -> None:
+    lifecycle = by_bucket(plans("pretrain"), ":BucketLifecycleConfiguration")
+    primary = lifecycle["acme-llm-pretrain-checkpoints"]["rules"]
+    replica = lifecycle["acme-llm-pretrain-checkpoints-us-west-2"]["rules"]
+    # S3 does not replicate the delete markers its lifecycle expiry adds: the DR bucket
+    # expires runs/ by its own, identical rule.
+    assert replica == primary
+    # The one replication rule covers the whole bucket: milestones/ copies replicate too.
+    (rule,) = by_bucket(plans("pretrain"), ":BucketReplicationConfig")[
+        "acme-llm-pretrain-checkpoints"
+    ]["rules"]
+    assert rule["filter"] == {"prefix": ""}
+
+
+def test_retention_on_an_unversioned_bucket_has_no_noncurrent_rule(synth) -> None:
+    raw = with_section(
+        "pretrain",
+        "storage",
+        {"buckets": {"checkpoints": {"precious": False, "replicate": False}}},
+    )
+    lifecycle = by_bucket(synth(raw), ":BucketLifecycleConfiguration")
+    rules = {r["id"]: r for r in lifecycle["acme-llm-pretrain-checkpoints"]["rules"]}
+    assert rules["recent-runs"]["expiration"] == {"days": 7}
+    assert "noncurrentVersionExpiration" not in rules["recent-runs"]

@@ -75,3 +75,89 @@ def test_storage_total_adds_buckets_replicas_and_fsx(plans) -> None:
         cost["usd_per_month_at_desired"] + storage["usd_per_month"], abs=0.05
     )
     assert plans("inference").outputs["cost"]["storage"].get("fsx_lustre") is None
+
+
+def test_an_expired_version_stays_its_noncurrent_days() -> None:
+    rule = {"expiration": {"days": 7}}
+    usage = BucketUsage("b", daily_write_gb=100, average_object_mb=1024)
+    unversioned = bucket_model(usage, rule, days=30)
+    versioned = bucket_model(usage, rule, days=30, noncurrent_days=3)
+    assert unversioned["gb_by_class_at_end"] == {"STANDARD": 700}
+    assert versioned["gb_by_class_at_end"] == {"STANDARD": 1000}
+
+
+def _retention_estimate(plans) -> tuple[dict, dict]:
+    usage = usage_of(load_config(raw_stack("pretrain")))
+    estimate = storage_estimate(facts(declared(plans("pretrain"))), usage)
+    return estimate, estimate["s3"]["checkpoints"]
+
+
+def test_retention_keeps_runs_a_window_and_milestones_a_share(plans) -> None:
+    cfg = load_config(raw_stack("pretrain"))
+    spec = cfg.storage.buckets["checkpoints"]  # type: ignore[union-attr]
+    retention = spec.retention
+    assert retention is not None
+    _, model = _retention_estimate(plans)
+    runs, milestones = model["by_prefix"]["runs/"], model["by_prefix"]["milestones/"]
+    # Every checkpoint, in Standard, for the window plus its noncurrent version's days.
+    window = retention.keep_days + retention.noncurrent_days
+    assert runs["gb_by_class_at_end"] == {"STANDARD": spec.daily_write_gb * window}
+    # A copy of one checkpoint in N, tiered by the milestones' rule: 90 days of them held.
+    share = spec.checkpoint_interval_steps / retention.milestone_every_steps  # type: ignore[operator]
+    assert milestones["share_of_writes"] == pytest.approx(share)
+    assert sum(milestones["gb_by_class_at_end"].values()) == pytest.approx(
+        spec.daily_write_gb * share * 90
+    )
+    assert "INTELLIGENT_TIERING" in milestones["gb_by_class_at_end"]
+
+
+def test_milestone_copies_are_priced_as_requests_and_replicate(plans) -> None:
+    estimate, model = _retention_estimate(plans)
+    # 600 GB of 512 MB objects a day, one CopyObject each (under 5 GB).
+    copies = 6000 * 0.1 * 1024 / 512 * 30
+    assert model["copy_requests_usd_per_month"] == pytest.approx(
+        copies / 1000 * PRICES.put_copy_list_usd_per_1000_requests, abs=0.01
+    )
+    replica = estimate["replicas"]["checkpoints"]
+    assert replica["transfer_usd_per_month"] == pytest.approx(
+        6000 * 1.1 * 30 * PRICES.replication_transfer_usd_per_gb
+    )
+    assert replica["storage_usd_per_month"] == pytest.approx(
+        model["usd_per_month"] - model["copy_requests_usd_per_month"], abs=0.01
+    )
+
+
+def test_retention_costs_less_than_tiering_every_checkpoint(plans, synth) -> None:
+    from tests.conftest import with_section
+
+    # The same bucket before retention: one whole-bucket rule, every checkpoint kept a year.
+    before = with_section(
+        "pretrain",
+        "storage",
+        {
+            "buckets": {
+                "checkpoints": {
+                    "retention": None,
+                    "checkpoint_interval_steps": None,
+                    "lifecycle": [
+                        {
+                            "prefix": "",
+                            "transitions": [
+                                {"days": 14, "storage_class": "INTELLIGENT_TIERING"},
+                                {"days": 90, "storage_class": "GLACIER_IR"},
+                            ],
+                            "expire_days": 365,
+                        }
+                    ],
+                }
+            }
+        },
+    )
+    tiered = storage_estimate(facts(declared(synth(before))), usage_of(load_config(before)))
+    estimate, _ = _retention_estimate(plans)
+    now, then = estimate["checkpoints_90_days"], tiered["checkpoints_90_days"]
+    assert now["retention"] is True and then["retention"] is False
+    # The same baseline: every checkpoint written, kept in Standard.
+    assert now["standard_usd"] == then["standard_usd"]
+    assert now["ratio"] < then["ratio"] < 1
+    print(f"checkpoints 90 days: tiered {then['ratio']}, with retention {now['ratio']}")

@@ -9,7 +9,11 @@ from tests.conftest import config_error, raw_stack, with_section
 
 
 def checkpoints_rule(*steps: tuple[int, str], expire: int | None = None) -> dict[str, Any]:
-    rule: dict[str, Any] = {"transitions": [{"days": d, "storage_class": c} for d, c in steps]}
+    # On the milestones: pretrain's retention owns runs/, and a rule may not overlap it.
+    rule: dict[str, Any] = {
+        "prefix": "milestones/",
+        "transitions": [{"days": d, "storage_class": c} for d, c in steps],
+    }
     if expire is not None:
         rule["expire_days"] = expire
     return with_section("pretrain", "storage", {"buckets": {"checkpoints": {"lifecycle": [rule]}}})
