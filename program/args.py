@@ -20,6 +20,7 @@ import pulumi_aws as aws
 from pydantic import BaseModel
 
 from components.addons import AddonsArgs
+from components.checkpoint_milestones import CheckpointMilestonesArgs
 from components.cluster import ClusterArgs, SystemPool
 from components.gpu_node_pool import GpuNodePoolArgs
 from components.image_repository import ImageRepositoryArgs
@@ -28,10 +29,12 @@ from components.managed_nodes import PoolSize
 from components.network import NetworkArgs
 from components.node_autoscaler import NodeAutoscalerArgs
 from components.storage import Bucket, LifecycleRule, Replication, StorageArgs, Transition
+from components.straggler_watch import StragglerWatchArgs
 from components.tenancy import Tenant
 from spec.catalog import catalog
 from spec.errors import MISSING, ConfigError
-from spec.images import RELEASE_TAG_PREFIX, ImagesConfig, is_repository_name
+from spec.images import RELEASE_TAG_PREFIX, ImagesConfig, TrainerImageRef, is_repository_name
+from spec.monitoring import StragglerWatchConfig
 from spec.platform import PlatformConfig
 from spec.pools import NodePoolConfig, PoolSizes
 from spec.storage import BucketConfig, LustreConfig, StorageConfig
@@ -183,20 +186,32 @@ def node_autoscaler_args(
 
 
 def bucket(storage: StorageConfig, key: str, spec: BucketConfig) -> Bucket:
+    lifecycle = [
+        shared(
+            rule,
+            LifecycleRule,
+            transitions=[Transition(t.days, t.storage_class) for t in rule.transitions],
+        )
+        for rule in spec.lifecycle
+    ]
+    if spec.retention is not None:
+        # Every checkpoint expires after the recent window; milestones live under their own
+        # prefix (the schema forbids a rule overlapping this one).
+        lifecycle.append(
+            LifecycleRule(
+                prefix=spec.retention.runs_prefix,
+                expire_days=spec.retention.keep_days,
+                noncurrent_days=spec.retention.noncurrent_days,
+                role="recent",
+            )
+        )
     return shared(
         spec,
         Bucket,
         name=storage.bucket_name(key),
         versioned=spec.versioned,
         adopted=storage.adopted(key),
-        lifecycle=[
-            shared(
-                rule,
-                LifecycleRule,
-                transitions=[Transition(t.days, t.storage_class) for t in rule.transitions],
-            )
-            for rule in spec.lifecycle
-        ],
+        lifecycle=lifecycle,
     )
 
 
@@ -212,6 +227,37 @@ def storage_args(
         replication=shared(rep, Replication) if rep.region is not None else None,
         dr_provider=dr_provider,
         adopted_kms_key_id=storage.adoption.kms_key_id if storage.adoption else None,
+    )
+
+
+def milestones_args(
+    cfg: PlatformConfig,
+    key: str,
+    spec: BucketConfig,
+    trainer_repository_url: pulumi.Output[str] | None,
+    **from_components: Any,
+) -> CheckpointMilestonesArgs:
+    """The copier of a bucket with `retention`, on the trainer image (`trainer_image`).
+    `from_components`: the bucket's name and ARN, the storage key, the tenant namespace's
+    output and the cluster's name."""
+    retention = spec.retention
+    assert retention is not None
+    if retention.namespace not in cfg.tenants:
+        raise ConfigError(
+            ("storage", "buckets", key, "retention", "namespace"),
+            retention.namespace,
+            f"not a tenant in tenants ({', '.join(cfg.tenants) or 'none'}): the copier runs "
+            "in a tenant namespace, whose network policies let it reach S3",
+        )
+    return shared(
+        retention,
+        CheckpointMilestonesArgs,
+        region=cfg.region,
+        image=trainer_image(
+            retention, trainer_repository_url, ("storage", "buckets", key, "retention")
+        ),
+        namespace_name=retention.namespace,
+        **from_components,
     )
 
 
@@ -239,3 +285,32 @@ def image_repository_args(images: ImagesConfig, cluster_name: str) -> ImageRepos
     return shared(
         images, ImageRepositoryArgs, repository_name=name, release_tag_prefix=RELEASE_TAG_PREFIX
     )
+
+
+def straggler_watch_args(
+    watch: StragglerWatchConfig,
+    trainer_repository_url: pulumi.Output[str] | None,
+    **from_components: Any,
+) -> StragglerWatchArgs:
+    """The watcher runs the trainer image (`trainer_image`)."""
+    image = trainer_image(watch, trainer_repository_url, ("monitoring", "stragglers"))
+    return shared(watch, StragglerWatchArgs, image=image, **from_components)
+
+
+def trainer_image(
+    ref: TrainerImageRef,
+    trainer_repository_url: pulumi.Output[str] | None,
+    where: tuple[str | int, ...],
+) -> pulumi.Input[str]:
+    """`image` as given, else the stack's repository at `image_tag`; a stack without the
+    repository must name the image (ConfigError at `where`.image)."""
+    if ref.image is not None:
+        return ref.image
+    if trainer_repository_url is None:
+        raise ConfigError(
+            (*where, "image"),
+            MISSING,
+            "required where images.enabled is false (no repository to take image_tag from)",
+        )
+    tag = ref.image_tag
+    return trainer_repository_url.apply(lambda url: f"{url}:{tag}")

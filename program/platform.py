@@ -13,6 +13,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.addons import Addons
+from components.checkpoint_milestones import CheckpointMilestones
 from components.cluster import Cluster
 from components.gpu_node_pool import GpuNodePool
 from components.image_repository import ImageRepository
@@ -31,6 +32,7 @@ from components.storage_csi import (
     StorageVolumes,
     StorageVolumesArgs,
 )
+from components.straggler_watch import StragglerWatch
 from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
 from monitoring import rules
 from program import args, cost, ledger
@@ -166,6 +168,27 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         on_cluster,
     )
 
+    if storage is not None and buckets is not None:
+        # Retention's copier: milestones leave the runs prefix before it expires them.
+        for key, spec in storage.buckets.items():
+            if spec.retention is None:
+                continue
+            CheckpointMilestones(
+                f"milestones-{key}",
+                args.milestones_args(
+                    cfg,
+                    key,
+                    spec,
+                    trainer_images.repository_url if trainer_images is not None else None,
+                    bucket_name=buckets.buckets[key].name,
+                    bucket_arn=buckets.buckets[key].arn,
+                    kms_key_arn=buckets.kms_key_arn,
+                    namespace=tenancy.namespaces.get(spec.retention.namespace),
+                    cluster_name=cluster.name,
+                ),
+                on_cluster,
+            )
+
     fsx_metrics = None
     if storage is not None and buckets is not None:
         lustre_volume = None
@@ -249,6 +272,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                     fsx_capacity_gib=lustre_cfg.storage_capacity_gib
                     if lustre_cfg is not None and fsx_metrics is not None
                     else None,
+                    stragglers=mon.stragglers if mon.stragglers.enabled else None,
                 ),
                 otlp_endpoint=mon.otlp_endpoint if mon.traces_exporter == "otlp" else None,
                 stack=stack,
@@ -260,6 +284,19 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             ),
             on_cluster,
         )
+        if mon.stragglers.enabled:
+            # Slow nodes, found from Prometheus' step times every minute (its rules are above).
+            StragglerWatch(
+                "straggler-watch",
+                args.straggler_watch_args(
+                    mon.stragglers,
+                    trainer_images.repository_url if trainer_images is not None else None,
+                    namespace=monitoring.namespace,
+                    # Its PodMonitor needs the CRDs; Prometheus it only reads, and waits out.
+                    wait_for=monitoring.crds,
+                ),
+                on_cluster,
+            )
         pulumi.export(
             "monitoring",
             {"namespace": monitoring.namespace, "log_group": monitoring.log_group_name},

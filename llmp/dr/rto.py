@@ -58,6 +58,11 @@ NOT_AWAITED: tuple[tuple[str, str], ...] = (
         "it is ready, long before the first new checkpoint is due",
     ),
     ("monitoring-*", "observability: training runs and checkpoints without it"),
+    ("straggler-watch-*", "slow-node detection reads Prometheus, which comes after too"),
+    (
+        "milestones-*",
+        "checkpoint housekeeping: the copier's first run copies what the restart wrote",
+    ),
     (
         "addons-nvsentinel",
         "node-fault detection: the EKS node monitoring agent and node auto-repair already "

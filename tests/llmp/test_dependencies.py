@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from llmp.plan import Plan
+from llmp.synth import _ACCOUNT as MOCK_ACCOUNT
 from llmp.synth import autoname
 from tests.conftest import STACKS
 
@@ -121,6 +122,18 @@ ORDERING_EDGES = {
         "-lbc",
     ): "Pod Identity credentials reach only pods created after their association "
     "(the service account name flows from it, but the mock echoes a plain name)",
+    (
+        "kubernetes:batch/v1:CronJob",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        "-copier",
+    ): "Pod Identity credentials reach only pods created after their association: the "
+    "milestone copier's first run must not start without them",
+    (
+        "kubernetes:batch/v1:CronJob",
+        "kubernetes:core/v1:ServiceAccount",
+        "-sa",
+    ): "the API server refuses a pod whose service account does not exist yet (the name is "
+    "a constant of the component, not an output of the account)",
     (
         "kubernetes:helm.sh/v3:Release",
         "kubernetes:helm.sh/v3:Release",
@@ -257,6 +270,9 @@ def tokens(resource: dict[str, Any], region: str) -> set[str]:
         out.add(f"{name}-key-id")
     if type_ == "aws:eks/nodeGroup:NodeGroup":
         out.add(f"eks-{name}-asg")  # resources[0].autoscalingGroups[0].name
+    if type_ == "aws:ecr/repository:Repository":
+        # repositoryUrl (an image `<url>:<tag>` names it), as llmp.synth's mocks answer it.
+        out.add(f"{MOCK_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{resource.inputs['name']}")
     return out
 
 
@@ -337,9 +353,7 @@ def test_no_data_dependency_is_missing(plans, stack: str) -> None:
             by_name[urn.rsplit("::", 1)[1]].add(urn)
         for name, candidates in by_name.items():
             # Same-named resources of different types share a mock id: one suffices.
-            assert candidates & set(r.dependencies), (
-                f"{r.urn} uses {name} without depending on it"
-            )
+            assert candidates & set(r.dependencies), f"{r.urn} uses {name} without depending on it"
 
 
 @pytest.mark.parametrize("stack", STACKS)

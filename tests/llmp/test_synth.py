@@ -113,6 +113,7 @@ def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
     assert [f.name for f in files] == [
         "clusterqueue-foundation.yaml",
         "clusterqueue-spare.yaml",
+        "cronjob-foundation-checkpoint-milestones.yaml",
         "limitrange-foundation-llmp-limits.yaml",
         "localqueue-foundation-default.yaml",
         "namespace-foundation.yaml",
@@ -133,6 +134,7 @@ def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
         "resourcequota-foundation-llmp-quota.yaml",
         "role-foundation-tenant-edit.yaml",
         "rolebinding-foundation-tenant-edit.yaml",
+        "serviceaccount-foundation-checkpoint-milestones.yaml",
         "serviceaccount-foundation-training.yaml",
     ]
     doc = yaml.safe_load((target / "manifests/priorityclass-llmp-serving.yaml").read_text())

@@ -28,9 +28,10 @@ from tests.conftest import STACKS, raw_stack
 # provisioning AdmissionCheck and its ProvisioningRequestConfig; in inference also a KEDA
 # ScaledObject per served model.
 # Inference's serving adds the gateway Secret, a Deployment, Service and PDB per model (two),
-# the Ingress and the ALB NetworkPolicy.
+# the Ingress and the ALB NetworkPolicy. Pretrain's checkpoint retention adds the milestone
+# copier's ServiceAccount and CronJob.
 EXPECTED = {
-    "pretrain": {"checked": 17, "custom": 6},
+    "pretrain": {"checked": 19, "custom": 6},
     "finetune": {"checked": 43, "custom": 12},
     "inference": {"checked": 26, "custom": 10},
 }
@@ -41,15 +42,26 @@ EXPECTED = {
 # every stack, storage (the FSx CloudWatch alerts) only on a stack with storage.lustre.
 MONITORING = {"checked": 4, "custom": 6}
 FSX_RULES = 1
+# The straggler watcher (monitoring.stragglers.enabled: pretrain and finetune): its
+# ServiceAccount, Deployment and NetworkPolicy; its PodMonitor and the `stragglers`
+# PrometheusRule (a ClusterRole and its binding too where it quarantines: off in every stack).
+STRAGGLER_WATCH = {"checked": 3, "custom": 2}
 
 
 def expected(stack: str) -> dict[str, int]:
     dashboards = len(dashboard_files())
-    storage = load_config(raw_stack(stack)).storage
+    cfg = load_config(raw_stack(stack))
+    storage = cfg.storage
     fsx = FSX_RULES if storage is not None and storage.lustre is not None else 0
+    watch = cfg.monitoring.stragglers
+    watcher = STRAGGLER_WATCH if watch.enabled else {"checked": 0, "custom": 0}
+    assert not watch.quarantine, "count the ClusterRole and its binding"
     return {
-        "checked": EXPECTED[stack]["checked"] + MONITORING["checked"] + dashboards,
-        "custom": EXPECTED[stack]["custom"] + MONITORING["custom"] + fsx,
+        "checked": EXPECTED[stack]["checked"]
+        + MONITORING["checked"]
+        + dashboards
+        + watcher["checked"],
+        "custom": EXPECTED[stack]["custom"] + MONITORING["custom"] + fsx + watcher["custom"],
     }
 
 

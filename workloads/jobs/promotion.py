@@ -61,6 +61,7 @@ from workloads.jobs import revisions
 from workloads.serving import vllm_architectures
 from workloads.training import checkpointing as ckpt
 from workloads.training import model as hf
+from workloads.training import s3io
 from workloads.training.data import TokenShards
 from workloads.training.ds_config import JobConfig
 
@@ -435,17 +436,10 @@ def promote(args: argparse.Namespace, s3: Any | None = None) -> dict[str, Any]:
         client = s3 if s3 is not None else s3_client(args.endpoint_url)
         try:
             publish(client, args.bucket, key_prefix, exported, manifest)
-        except boto_errors.NoCredentialsError:
-            raise BadInput("no AWS credentials") from None
-        except (boto_errors.EndpointConnectionError, boto_errors.ConnectTimeoutError) as exc:
-            raise BadInput(f"cannot reach the endpoint: {exc}") from None
-        except boto_errors.ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code in ("NoSuchBucket", "404"):
-                raise BadInput(f"no bucket {args.bucket}") from None
-            raise PromotionFailed(f"publishing failed: {exc}") from None
-        except boto_errors.BotoCoreError as exc:
-            raise PromotionFailed(f"publishing failed: {exc}") from None
+        except (boto_errors.BotoCoreError, boto_errors.ClientError) as exc:
+            bad, line = s3io.classify(exc, args.bucket) or (False, str(exc))
+            failure = BadInput(line) if bad else PromotionFailed(f"publishing failed: {line}")
+            raise failure from None
     return {
         "event": "promoted",
         "uri": f"s3://{args.bucket}/{key_prefix}",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -71,16 +72,40 @@ def client() -> Any:
     return boto3.client("s3")
 
 
-def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    from botocore.exceptions import BotoCoreError, ClientError
+def classify(exc: Exception, bucket: str) -> tuple[bool, str] | None:
+    """(the caller's input is at fault, one line) for a boto3 error, None for another error.
 
+    Bad input: no credentials, an endpoint that cannot be reached, no such bucket, access
+    denied; anything else S3 answered is a failure of the operation (its code and message).
+    """
+    from botocore import exceptions as boto
+
+    if isinstance(exc, boto.NoCredentialsError):
+        return True, "no AWS credentials"
+    if isinstance(exc, boto.EndpointConnectionError | boto.ConnectTimeoutError):
+        return True, f"cannot reach the endpoint: {exc}"
+    if isinstance(exc, boto.ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        if code in ("NoSuchBucket", "404"):
+            return True, f"no bucket {bucket}"
+        if code in ("AccessDenied", "403"):
+            return True, f"s3://{bucket}: access denied ({exc})"
+        return False, f"{code or '?'} {err.get('Message', '')}".rstrip()
+    if isinstance(exc, boto.BotoCoreError):
+        return False, str(exc)
+    return None
+
+
+def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
-    except ClientError as e:
-        err = e.response.get("Error", {})
-        raise S3Error(f"{what}: {err.get('Code', '?')} {err.get('Message', '')}".rstrip()) from None
-    except BotoCoreError as e:
-        raise S3Error(f"{what}: {e}") from None
+    except Exception as e:
+        bucket = what[len(S3_SCHEME) :].partition("/")[0] if is_s3(what) else what
+        found = classify(e, bucket)
+        if found is None:
+            raise
+        raise S3Error(f"{what}: {found[1]}") from None
 
 
 # --------------------------------------------------------------------------- restore point
@@ -227,7 +252,10 @@ class S3Shard:
             if self._array is None:
                 if not (self.path.is_file() and self.path.stat().st_size == self.size):
                     self.path.parent.mkdir(parents=True, exist_ok=True)
-                    part = self.path.with_name(f".{self.path.name}.{os.getpid()}.part")
+                    # Ranks of every node may fetch one shard at once into a shared cache:
+                    # each into its own part file, the last rename wins (same bytes).
+                    who = f"{socket.gethostname()}.{os.getpid()}"
+                    part = self.path.with_name(f".{self.path.name}.{who}.part")
                     _call(
                         f"s3://{self.bucket}/{self.key}",
                         self._s3.download_file,

@@ -83,7 +83,7 @@ def test_a_copy_that_changes_under_the_pull_is_never_published(
 
     monkeypatch.setattr(s3, "download_file", short)
     root = tmp_path / "ckpt"
-    with pytest.raises(s3io.S3Error, match="not intact: mp_rank_00_model_states.pt is 10"):
+    with pytest.raises(s3io.S3Error, match=r"not intact: mp_rank_00_model_states\.pt is 10"):
         s3io.pull_restore_point(s3, URI, root)
     assert select_resume(root) is None
     assert not (root / "step-200").exists() and not (root / "latest").exists()
@@ -92,7 +92,7 @@ def test_a_copy_that_changes_under_the_pull_is_never_published(
 def test_s3_errors_are_one_line(s3, tmp_path: Path) -> None:
     with pytest.raises(s3io.S3Error) as info:
         s3io.pull_restore_point(s3, "s3://no-such-bucket-here/runs/", tmp_path)
-    assert "\n" not in str(info.value) and "NoSuchBucket" in str(info.value)
+    assert "\n" not in str(info.value) and "no bucket no-such-bucket-here" in str(info.value)
     with pytest.raises(s3io.S3Error, match="not an s3://bucket/prefix URI"):
         s3io.split_uri("/fsx/checkpoints")
 
@@ -120,5 +120,5 @@ def test_shards_read_from_s3_are_the_shards_on_disk(s3, tmp_path: Path, dtype: s
 
 
 def test_no_shards_under_the_prefix_is_one_clear_error(s3, tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="no .* token shards in s3://"):
+    with pytest.raises(FileNotFoundError, match=r"no .* token shards in s3://"):
         TokenShards(f"s3://{BUCKET}/tokenized/none/", 64, cache=tmp_path)
