@@ -133,6 +133,13 @@ class Prepared:
                 f"nodes {job.nodes.min}..{job.nodes.max}"
             ]
         )
+        if job.parallel is not None:
+            tp, pp = job.parallel.tp, job.parallel.pp
+            dps = sorted(
+                {n * self.gpus_per_node // (tp * pp) for n in (job.nodes.min, job.nodes.max)}
+            )
+            dp = " or ".join(str(d) for d in dps)
+            where.append(f"  layout tp {tp} x pp {pp} x dp {dp} (tp within a node)")
         return [
             f"job {job.namespace}/{job.name} on stack {job.stack}: checked"
             + (f" ({job.kind})" if job.is_step else ""),

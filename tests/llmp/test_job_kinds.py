@@ -695,6 +695,7 @@ def test_dry_run_prints_the_3d_job() -> None:
     assert result.stdout == manifests_yaml(prepare(str(PRETRAIN_3D)))
     assert [d["kind"] for d in yaml.safe_load_all(result.stdout)] == ["ConfigMap", "PyTorchJob"]
     assert "Kueue admits 128 nvidia.com/gpu (128 nominal)" in result.stderr
+    assert "  layout tp 8 x pp 2 x dp 8 (tp within a node)\n" in result.stderr
 
 
 @pytest.mark.parametrize(
