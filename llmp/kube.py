@@ -122,16 +122,7 @@ def load_apis(kubeconfig: str | None, context: str | None) -> KubeApis:
         raise KubeError(
             f"kubeconfig {where}: its credential command failed: {one_line(logged.messages[0])}"
         )
-    # Fail fast on an endpoint out of reach; urllib3 would otherwise retry each call 3 times.
-    configuration.retries = 1
-    api_client = client.ApiClient(configuration)
-    return KubeApis(
-        core=client.CoreV1Api(api_client),
-        batch=client.BatchV1Api(api_client),
-        apps=client.AppsV1Api(api_client),
-        custom=client.CustomObjectsApi(api_client),
-        host=configuration.host,
-    )
+    return KubeApis.of(configuration)
 
 
 # --- GPU nodes --------------------------------------------------------------------------

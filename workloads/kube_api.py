@@ -30,6 +30,22 @@ class KubeApis:
     custom: Any
     host: str
 
+    @classmethod
+    def of(cls, configuration: Any) -> KubeApis:
+        """The APIs of a loaded `kubernetes.client.Configuration`, failing fast: one retry,
+        where urllib3 would otherwise retry each call 3 times on an endpoint out of reach."""
+        from kubernetes import client
+
+        configuration.retries = 1
+        api_client = client.ApiClient(configuration)
+        return cls(
+            core=client.CoreV1Api(api_client),
+            batch=client.BatchV1Api(api_client),
+            apps=client.AppsV1Api(api_client),
+            custom=client.CustomObjectsApi(api_client),
+            host=configuration.host,
+        )
+
 
 def one_line(text: str, limit: int = 300) -> str:
     line = " ".join(text.split())
@@ -98,12 +114,4 @@ def in_cluster_apis() -> KubeApis:
         config.load_incluster_config(client_configuration=configuration)
     except ConfigException as exc:
         raise NoCluster(f"no in-cluster Kubernetes API: {one_line(str(exc))}") from None
-    configuration.retries = 1
-    api_client = client.ApiClient(configuration)
-    return KubeApis(
-        core=client.CoreV1Api(api_client),
-        batch=client.BatchV1Api(api_client),
-        apps=client.AppsV1Api(api_client),
-        custom=client.CustomObjectsApi(api_client),
-        host=configuration.host,
-    )
+    return KubeApis.of(configuration)

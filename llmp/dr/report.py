@@ -65,7 +65,7 @@ def renderables(plan: DrPlan, written: Iterable[Path]) -> list[Any]:
         parts.append(notes)
 
     path = Table(
-        title=f"RTO ~ {rto.minutes:.1f} min to a training restart (range {fmt(rto.low)}-"
+        title=f"RTO ~ {rto.minutes:.1f} min until its workloads can run (range {fmt(rto.low)}-"
         f"{fmt(rto.high)}); `pulumi up` ends at ~ {fmt(rto.complete)} min. Critical path "
         f"of {rto.resources} resources:",
         title_justify="left",

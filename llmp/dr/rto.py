@@ -68,7 +68,6 @@ NOT_AWAITED: tuple[tuple[str, str], ...] = (
         "node-fault detection: the EKS node monitoring agent and node auto-repair already "
         "run; NVSentinel's extra checks join when it is up",
     ),
-    ("serving-*", "serving: not part of a training restart"),
 )
 """Resource names (fnmatch patterns) that a training restart does not wait for, and why.
 

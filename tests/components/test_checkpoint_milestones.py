@@ -1,5 +1,5 @@
-"""The milestone copier as pretrain renders it: a CronJob in the tenant namespace with the
-trainer image by digest, and a Pod Identity role limited to the bucket's two prefixes."""
+"""The milestone copier as pretrain renders it: a CronJob in the tenant namespace on the
+stack's trainer image, and a Pod Identity role limited to the bucket's two prefixes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from components.checkpoint_milestones import NAME
 from tests.conftest import raw_stack
+from workloads.jobs import milestones
 
 CRONJOB = "kubernetes:batch/v1:CronJob"
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
@@ -100,3 +101,20 @@ def test_a_copier_namespace_that_is_no_tenant_is_one_line(synth) -> None:
     assert "\n" not in message
     assert "storage.buckets.checkpoints.retention.namespace" in message
     assert "not a tenant in tenants (foundation)" in message
+
+
+def test_the_cronjob_runs_a_command_the_copier_takes(plans) -> None:
+    """From the stack file to the copier's own parser: the CronJob's command parses into
+    the run the stack's retention asks for."""
+    (cron,) = plans("pretrain").by_type(CRONJOB)
+    pod = cron.inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = milestones.parse_args(container["command"][3:])
+    retention = _retention()
+    assert args.command == "copy" and not args.dry_run
+    assert (args.runs_prefix, args.milestone_prefix, args.every_steps) == (
+        retention["runs_prefix"],
+        retention["milestone_prefix"],
+        retention["milestone_every_steps"],
+    )
+    assert args.bucket == "acme-llm-pretrain-checkpoints"

@@ -119,20 +119,18 @@ def test_the_command_line_is_one_the_watcher_takes(plans) -> None:
     assert args.port == PORT == watch.DEFAULT_PORT
     assert args.address == "0.0.0.0"
     cfg = load_config(raw_stack("pretrain")).monitoring.stragglers
-    settings = watch.WatchSettings(
-        prometheus=args.prometheus,
-        interval_s=args.interval,
-        window=args.window,
-        resolution=args.resolution,
-        threshold=args.threshold,
-        persist=args.persist,
-    )
+    settings = watch.WatchSettings.from_args(args)  # what main() runs with
     settings.check()
     assert (settings.window, settings.interval_s, settings.threshold, settings.persist) == (
         cfg.window,
         cfg.interval_seconds,
         cfg.threshold,
         cfg.persist,
+    )
+    assert (settings.quarantine, settings.quarantine_after, settings.max_quarantined) == (
+        cfg.quarantine,
+        cfg.quarantine_after_runs,
+        cfg.max_quarantined,
     )
     # The PodMonitor selects the pod's labels and scrapes its named port, keeping `job`.
     monitor = plan.one(POD_MONITOR, "straggler-watch-podmonitor").inputs["spec"]

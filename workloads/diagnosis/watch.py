@@ -89,6 +89,22 @@ class WatchSettings:
     max_quarantined: int = 2
     timeout_s: float = 30.0
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> WatchSettings:
+        """The settings of a command line that `parser()` parsed."""
+        return cls(
+            prometheus=args.prometheus,
+            interval_s=args.interval,
+            window=args.window,
+            resolution=args.resolution,
+            threshold=args.threshold,
+            persist=args.persist,
+            top=args.top,
+            quarantine=args.quarantine,
+            quarantine_after=args.quarantine_after,
+            max_quarantined=args.max_quarantined,
+        )
+
     def check(self) -> None:
         """ValueError (one line) for a setting that cannot work."""
         if not self.prometheus.startswith(("http://", "https://")):
@@ -483,18 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
-    settings = WatchSettings(
-        prometheus=args.prometheus,
-        interval_s=args.interval,
-        window=args.window,
-        resolution=args.resolution,
-        threshold=args.threshold,
-        persist=args.persist,
-        top=args.top,
-        quarantine=args.quarantine,
-        quarantine_after=args.quarantine_after,
-        max_quarantined=args.max_quarantined,
-    )
+    settings = WatchSettings.from_args(args)
     try:
         settings.check()
         apis = in_cluster_apis() if settings.quarantine else None

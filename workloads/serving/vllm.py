@@ -33,7 +33,6 @@ from pulumi_kubernetes.apps.v1 import (
 )
 from pulumi_kubernetes.core.v1 import (
     AffinityArgs,
-    CapabilitiesArgs,
     ContainerArgs,
     ContainerPortArgs,
     EmptyDirVolumeSourceArgs,
@@ -47,14 +46,11 @@ from pulumi_kubernetes.core.v1 import (
     NodeSelectorRequirementArgs,
     NodeSelectorTermArgs,
     PersistentVolumeClaimVolumeSourceArgs,
-    PodSecurityContextArgs,
     PodSpecArgs,
     PodTemplateSpecArgs,
     ProbeArgs,
     ResourceRequirementsArgs,
-    SeccompProfileArgs,
     SecretVolumeSourceArgs,
-    SecurityContextArgs,
     ServiceInitArgs,
     ServicePortArgs,
     ServiceSpecArgs,
@@ -70,6 +66,7 @@ from pulumi_kubernetes.policy.v1 import PodDisruptionBudgetInitArgs, PodDisrupti
 
 from spec.catalog import InstanceType, catalog
 from spec.labels import PART_OF, POOL_LABEL, SCRAPE_LABEL
+from workloads.hardening import container_context, pod_context
 from workloads.serving import ServedModel, gateway
 from workloads.volumes import MODEL_WEIGHTS_CLAIM
 
@@ -137,19 +134,6 @@ def _http(path: str, port: int | str) -> HTTPGetActionArgs:
     return HTTPGetActionArgs(path=path, port=port)
 
 
-def _hardened() -> SecurityContextArgs:
-    """No root, no privilege, no capability, a read-only root file system."""
-    return SecurityContextArgs(
-        allow_privilege_escalation=False,
-        capabilities=CapabilitiesArgs(drop=["ALL"]),
-        seccomp_profile=SeccompProfileArgs(type="RuntimeDefault"),
-        read_only_root_filesystem=True,
-        run_as_non_root=True,
-        run_as_user=RUN_AS,
-        run_as_group=RUN_AS,
-    )
-
-
 def vllm_container(model: ServedModel, instance_type: str, gpu_resource: str) -> ContainerArgs:
     cpu, memory = replica_resources(model, catalog().instance(instance_type))
     gpus = str(model.gpus_per_replica)
@@ -203,7 +187,7 @@ def vllm_container(model: ServedModel, instance_type: str, gpu_resource: str) ->
             VolumeMountArgs(name="cache", mount_path=CACHE_PATH),
             VolumeMountArgs(name="tmp", mount_path="/tmp"),
         ],
-        security_context=_hardened(),
+        security_context=container_context(RUN_AS),
     )
 
 
@@ -236,7 +220,7 @@ def gateway_container() -> ContainerArgs:
             pre_stop=LifecycleHandlerArgs(sleep=SleepActionArgs(seconds=PRE_STOP_SLEEP_S))
         ),
         volume_mounts=[VolumeMountArgs(name="gateway", mount_path="/etc/envoy", read_only=True)],
-        security_context=_hardened(),
+        security_context=container_context(RUN_AS),
     )
 
 
@@ -259,13 +243,7 @@ def deployment_args(
     ]
     pod = PodSpecArgs(
         priority_class_name=PRIORITY_CLASS,
-        security_context=PodSecurityContextArgs(
-            run_as_non_root=True,
-            run_as_user=RUN_AS,
-            run_as_group=RUN_AS,
-            fs_group=RUN_AS,
-            seccomp_profile=SeccompProfileArgs(type="RuntimeDefault"),
-        ),
+        security_context=pod_context(RUN_AS, fs_group=RUN_AS),
         automount_service_account_token=False,
         termination_grace_period_seconds=GRACE_S,
         containers=[

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -261,10 +261,29 @@ class JobConfig(_Strict):
         return None if acc is None else acc.peak_bf16_tflops
 
 
-def load_job_config(path: str | Path) -> JobConfig:
+J = TypeVar("J", bound=BaseModel)
+
+
+def load_job_config(path: str | Path, model: type[J] = JobConfig) -> J:  # type: ignore[assignment]
+    """The job config at `path` (JSON by its suffix, else YAML), as `model`."""
     text = Path(path).read_text()
     raw = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
-    return JobConfig.model_validate(raw)
+    return model.model_validate(raw)
+
+
+def read_job_config(path: str | Path, model: type[J]) -> tuple[J | None, str | None]:
+    """`load_job_config`, or None and the one line that says why not (a trainer's entry
+    point prints it and exits 2)."""
+    from pydantic import ValidationError
+
+    from spec.errors import validation_line
+
+    try:
+        return load_job_config(path, model), None
+    except ValidationError as exc:
+        return None, f"{path}: {validation_line(exc)}"
+    except (OSError, ValueError) as exc:
+        return None, f"{path}: {str(exc).splitlines()[0]}"
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -113,7 +113,7 @@ from workloads.training.data import micro_batch_start
 from workloads.training.ds_config import (
     JobConfig,
     build_ds_config,
-    load_job_config,
+    read_job_config,
     validate_ds_config,
 )
 from workloads.training.objectives import Reference, objective
@@ -863,20 +863,11 @@ def input_problem(job: JobConfig) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pydantic import ValidationError
-
-    from spec.errors import validation_line
-
     args = parse_args(argv)
-    try:
-        job = load_job_config(args.config)
-    except ValidationError as exc:
-        problem: str | None = f"{args.config}: {validation_line(exc)}"
-    except (OSError, ValueError) as exc:
-        problem = f"{args.config}: {str(exc).splitlines()[0]}"
-    else:
+    job, problem = read_job_config(args.config, JobConfig)
+    if job is not None:
         problem = input_problem(job)
-    if problem is not None:
+    if problem is not None or job is None:
         print(f"train: {problem}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     if args.max_steps is not None:

@@ -51,16 +51,6 @@ def _emit(rank: int, event: str, **fields: Any) -> None:
         print(json.dumps({"event": event, "time": time.time(), **fields}), flush=True)
 
 
-def load_config(path: str) -> Any:
-    import yaml
-
-    from workloads.training.parallel.config import ParallelJobConfig
-
-    text = Path(path).read_text()
-    raw = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    return ParallelJobConfig.model_validate(raw)
-
-
 def run(args: argparse.Namespace, job: Any) -> int:
     from workloads.training.parallel.config import layout_for
 
@@ -139,20 +129,14 @@ def run(args: argparse.Namespace, job: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pydantic import ValidationError
-
-    from spec.errors import validation_line
+    from workloads.training.ds_config import read_job_config
+    from workloads.training.parallel.config import ParallelJobConfig
 
     args = parse_args(argv)
-    try:
-        job = load_config(args.config)
-    except ValidationError as exc:
-        problem: str | None = f"{args.config}: {validation_line(exc)}"
-    except (OSError, ValueError) as exc:
-        problem = f"{args.config}: {str(exc).splitlines()[0]}"
-    else:
-        problem = None if Path(job.data.path).exists() else f"data.path {job.data.path}: missing"
-    if problem is not None:
+    job, problem = read_job_config(args.config, ParallelJobConfig)
+    if job is not None and not Path(job.data.path).exists():
+        problem = f"data.path {job.data.path}: missing"
+    if problem is not None or job is None:
         print(f"parallel: {problem}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     if args.max_steps is not None:
