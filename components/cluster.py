@@ -20,12 +20,14 @@ Owns:
 
 Node groups take `cluster.node_ready_after` as an ordering edge: nodes that
 join before vpc-cni is active stay NotReady.
+
+`AdoptedCluster` is a cluster someone else owns, with only what the stack adds.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -88,6 +90,7 @@ class Cluster(pulumi.ComponentResource):
     node_ready_after: list[pulumi.Resource]
     """Resources a node group must wait for: vpc-cni, kube-proxy, the node role's policies."""
     kubeconfig: pulumi.Output[str]
+    certificate_authority: pulumi.Output[str]
     provider: k8s.Provider
     system_nodes: aws.eks.NodeGroup
     """The CPU node group; controllers that must be running to count as installed wait on it."""
@@ -96,6 +99,8 @@ class Cluster(pulumi.ComponentResource):
         super().__init__("llmp:cluster:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         versions = catalog().eks.versions[args.version]
+        self.addon_versions: dict[str, str] = {}
+        """Managed add-on -> the version installed (what a shared stack tells team stacks)."""
 
         key = aws.kms.Key(
             f"{name}-secrets",
@@ -217,10 +222,12 @@ class Cluster(pulumi.ComponentResource):
             configuration: dict[str, object] | None = None,
             pin: Addon | None = None,
         ) -> aws.eks.Addon:
+            version = (pin or versions.addons[addon_name]).version
+            self.addon_versions[addon_name] = version
             return managed_addon(
                 f"{name}-{addon_name}",
                 addon_name,
-                (pin or versions.addons[addon_name]).version,
+                version,
                 parent=self,
                 cluster_name=cluster.name,
                 role=role,
@@ -283,6 +290,7 @@ class Cluster(pulumi.ComponentResource):
         self.version = cluster.version
         self.security_group_id = cluster.vpc_config.cluster_security_group_id
         self.node_role_arn = node_role.arn
+        self.certificate_authority = cluster.certificate_authority.data
         self.kubeconfig = pulumi.Output.all(
             cluster.name, cluster.endpoint, cluster.certificate_authority.data
         ).apply(lambda v: _kubeconfig(v[0], v[1], v[2], args.region))
@@ -375,3 +383,189 @@ def _kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> 
             ],
         }
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdoptedClusterArgs:
+    cluster_name: pulumi.Input[str]
+    """The adopted cluster's name."""
+    region: str
+    version: str
+    """Its Kubernetes minor version (as the stack's config states it; `llmp verify` reads it)."""
+    security_group_id: pulumi.Input[str]
+    """Its EKS-managed cluster security group."""
+    endpoint: pulumi.Input[str]
+    """Its API endpoint and CA (base64): config, a shared stack's outputs, or read from EKS."""
+    certificate_authority_data: pulumi.Input[str]
+    node_role_arn: pulumi.Input[str] | None = None
+    """The cluster's node role for the stack's pools; none: the stack creates its own."""
+    present_addons: Mapping[str, str] = field(default_factory=dict)
+    """EKS add-ons already installed (name -> version): never declared here."""
+    admin_role_arns: Sequence[str] = ()
+    accelerated: bool = False
+
+
+class AdoptedCluster(pulumi.ComponentResource):
+    """Cluster seen from an EKS cluster someone else owns.
+
+    Owns only what the stack adds to it: the managed add-ons it lacks (at the
+    catalog's pins; one present at another version is left to its owner and
+    named in `left_alone`), access entries for `admin_role_arns`, a node role
+    where the cluster's is not given, and the Kubernetes provider built from the
+    endpoint and CA it is given. No control plane, KMS key, log group or system
+    pool: those are the owner's.
+    """
+
+    name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    version: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    node_role_arn: pulumi.Output[str]
+    node_ready_after: list[pulumi.Resource]
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+    system_nodes: None = None
+    """The owner's nodes run the controllers: nothing here to wait for."""
+    created: list[str]
+    left_alone: list[str]
+    """Add-ons present at another version than the catalog's: named, not fought over."""
+
+    def __init__(
+        self, name: str, args: AdoptedClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__("llmp:cluster:AdoptedCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        versions = catalog().eks.versions[args.version]
+        self.created, self.left_alone = [], []
+        cluster_name = pulumi.Output.from_input(args.cluster_name)
+
+        for i, admin in enumerate(args.admin_role_arns):
+            entry = aws.eks.AccessEntry(
+                f"{name}-admin-{i}",
+                cluster_name=cluster_name,
+                principal_arn=admin,
+                type="STANDARD",
+                opts=child,
+            )
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{i}",
+                cluster_name=cluster_name,
+                principal_arn=entry.principal_arn,
+                policy_arn=_CLUSTER_ADMIN,
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                opts=child,
+            )
+            self.created.append(f"access entry {name}-admin-{i}")
+
+        node_policies: list[pulumi.Resource] = []
+        if args.node_role_arn is not None:
+            self.node_role_arn = pulumi.Output.from_input(args.node_role_arn)
+        else:
+            node_role = aws.iam.Role(
+                f"{name}-node",
+                assume_role_policy=service_trust("ec2.amazonaws.com"),
+                description="EKS worker nodes of this stack's pools",
+                opts=child,
+            )
+            node_policies = [
+                aws.iam.RolePolicyAttachment(
+                    f"{name}-node-{short}",
+                    role=node_role.name,
+                    policy_arn=f"{_MANAGED}/{policy}",
+                    opts=child,
+                )
+                for short, policy in (
+                    ("worker", "AmazonEKSWorkerNodePolicy"),
+                    ("ecr", "AmazonEC2ContainerRegistryReadOnly"),
+                    ("ssm", "AmazonSSMManagedInstanceCore"),
+                )
+            ]
+            self.node_role_arn = node_role.arn
+            self.created.append(f"node role {name}-node")
+
+        pins = {a: pin.version for a, pin in versions.addons.items()}
+        if args.accelerated:
+            pins[NODE_MONITORING_AGENT] = (
+                catalog().gpu_node_addons[args.version][NODE_MONITORING_AGENT].version
+            )
+        added: dict[str, aws.eks.Addon] = {}
+
+        def addon(
+            addon_name: str,
+            wait_for: Sequence[pulumi.Resource] = (),
+            role: tuple[pulumi.Input[str], str] | None = None,
+            configuration: dict[str, object] | None = None,
+        ) -> None:
+            present = args.present_addons.get(addon_name)
+            if present is not None:
+                if present != pins[addon_name]:
+                    self.left_alone.append(
+                        f"{addon_name} {present} (the catalog pins {pins[addon_name]}): "
+                        "installed by the cluster's owner, left as it is"
+                    )
+                return
+            added[addon_name] = managed_addon(
+                f"{name}-{addon_name}",
+                addon_name,
+                pins[addon_name],
+                parent=self,
+                cluster_name=cluster_name,
+                role=role,
+                configuration=configuration,
+                depends_on=wait_for,
+            )
+            self.created.append(f"add-on {addon_name} {pins[addon_name]}")
+
+        addon("eks-pod-identity-agent")
+        if "vpc-cni" not in args.present_addons:
+            cni_role = addon_role(
+                f"{name}-vpc-cni",
+                parent=self,
+                description="vpc-cni (aws-node) through EKS Pod Identity",
+                managed_policy_arn=f"{_MANAGED}/AmazonEKS_CNI_Policy",
+            )
+            agent = added.get("eks-pod-identity-agent")
+            addon(
+                "vpc-cni",
+                role=(cni_role.arn, "aws-node"),
+                wait_for=[agent] if agent is not None else [],
+                configuration={"enableNetworkPolicy": "true"},
+            )
+        else:
+            addon("vpc-cni")
+        addon("kube-proxy")
+        addon("coredns")
+        if args.accelerated:
+            addon(
+                NODE_MONITORING_AGENT,
+                configuration={"dcgmAgent": {"tolerations": catalog().accelerator_tolerations()}},
+            )
+        # Nodes of the stack's pools join once the networking add-ons it installs are active.
+        self.node_ready_after = [
+            *(added[a] for a in ("vpc-cni", "kube-proxy") if a in added),
+            *node_policies,
+        ]
+
+        self.name = cluster_name
+        self.endpoint = pulumi.Output.from_input(args.endpoint)
+        self.version = pulumi.Output.from_input(args.version)
+        self.security_group_id = pulumi.Output.from_input(args.security_group_id)
+        self.kubeconfig = pulumi.Output.all(
+            cluster_name, args.endpoint, args.certificate_authority_data
+        ).apply(lambda v: _kubeconfig(v[0], v[1], v[2], args.region))
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            enable_server_side_apply=True,
+            opts=child,
+        )
+        self.register_outputs(
+            {
+                "name": self.name,
+                "endpoint": self.endpoint,
+                "version": self.version,
+                "security_group_id": self.security_group_id,
+                "node_role_arn": self.node_role_arn,
+                "kubeconfig": self.kubeconfig,
+            }
+        )

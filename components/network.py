@@ -5,11 +5,13 @@ the program computes them with `spec.addressing`), the internet gateway, NAT
 (one, or one per AZ),
 route tables, the S3 gateway endpoint that keeps checkpoint traffic off NAT,
 and the EFA security group that lets EFA traffic flow between its members.
+`AdoptedNetwork` is the same seen from a VPC someone else owns: only the EFA
+security group, and the S3 endpoint where the VPC lacks one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -146,36 +148,12 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
 
-        # EFA traffic (SRD) only flows between interfaces whose security group
-        # allows all traffic from and to itself; nothing else is let in.
-        efa_sg = aws.ec2.SecurityGroup(
-            f"{name}-efa",
-            vpc_id=vpc.id,
-            description="EFA: all traffic between members of this group",
-            tags={"Name": f"{name}-efa"},
-            opts=child,
-        )
-        aws.vpc.SecurityGroupIngressRule(
-            f"{name}-efa-in",
-            security_group_id=efa_sg.id,
-            referenced_security_group_id=efa_sg.id,
-            ip_protocol="-1",
-            description="EFA from members",
-            opts=child,
-        )
-        aws.vpc.SecurityGroupEgressRule(
-            f"{name}-efa-out",
-            security_group_id=efa_sg.id,
-            referenced_security_group_id=efa_sg.id,
-            ip_protocol="-1",
-            description="EFA to members",
-            opts=child,
-        )
+        efa_security_group_id = efa_security_group(name, vpc.id, parent=self)
 
         self.vpc_id = vpc.id
         self.private_subnet_ids = {z: s.id for z, s in private.items()}
         self.public_subnet_ids = {z: s.id for z, s in public.items()}
-        self.efa_security_group_id = efa_sg.id
+        self.efa_security_group_id = efa_security_group_id
         self.register_outputs(
             {
                 "vpc_id": self.vpc_id,
@@ -184,3 +162,103 @@ class Network(pulumi.ComponentResource):
                 "efa_security_group_id": self.efa_security_group_id,
             }
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdoptedNetworkArgs:
+    vpc_id: pulumi.Input[str]
+    """The VPC the stack adopts (its owner keeps routes, NAT and endpoints)."""
+    private_subnet_ids: Mapping[str, pulumi.Input[str]]
+    """AZ -> id of its private subnet, in the order the AZs are used."""
+    public_subnet_ids: Mapping[str, pulumi.Input[str]]
+    """AZ -> id of its public subnet, where one is adopted."""
+    s3_endpoint_route_table_ids: Sequence[str] = ()
+    """Route tables an S3 gateway endpoint of the stack's own attaches to; none: no endpoint
+    (the VPC has one)."""
+    region: str
+
+
+class AdoptedNetwork(pulumi.ComponentResource):
+    """Network in a VPC someone else owns.
+
+    Owns only what the platform needs beside the owner's network: the EFA security
+    group, and an S3 gateway endpoint where the VPC has none (attached to the route
+    tables it is given; the routes themselves stay the owner's). It declares no VPC,
+    subnet, route table, NAT gateway or internet gateway.
+    """
+
+    vpc_id: pulumi.Output[str]
+    private_subnet_ids: dict[str, pulumi.Output[str]]
+    public_subnet_ids: dict[str, pulumi.Output[str]]
+    efa_security_group_id: pulumi.Output[str]
+    created: list[str]
+    """What the component created, one phrase each (the preview's `adopted` output)."""
+
+    def __init__(
+        self, name: str, args: AdoptedNetworkArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__("llmp:network:AdoptedNetwork", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.created = []
+        if args.s3_endpoint_route_table_ids:
+            aws.ec2.VpcEndpoint(
+                f"{name}-s3",
+                vpc_id=args.vpc_id,
+                service_name=f"com.amazonaws.{args.region}.s3",
+                vpc_endpoint_type="Gateway",
+                route_table_ids=list(args.s3_endpoint_route_table_ids),
+                tags={"Name": f"{name}-s3"},
+                opts=child,
+            )
+            self.created.append(f"S3 gateway endpoint {name}-s3")
+        self.efa_security_group_id = efa_security_group(name, args.vpc_id, parent=self)
+        self.created.append(f"EFA security group {name}-efa")
+
+        self.vpc_id = pulumi.Output.from_input(args.vpc_id)
+        self.private_subnet_ids = {
+            z: pulumi.Output.from_input(s) for z, s in args.private_subnet_ids.items()
+        }
+        self.public_subnet_ids = {
+            z: pulumi.Output.from_input(s) for z, s in args.public_subnet_ids.items()
+        }
+        self.register_outputs(
+            {
+                "vpc_id": self.vpc_id,
+                "private_subnet_ids": self.private_subnet_ids,
+                "public_subnet_ids": self.public_subnet_ids,
+                "efa_security_group_id": self.efa_security_group_id,
+            }
+        )
+
+
+def efa_security_group(
+    name: str, vpc_id: pulumi.Input[str], *, parent: pulumi.Resource
+) -> pulumi.Output[str]:
+    """The EFA security group and its two self-referencing rules; its id."""
+    child = pulumi.ResourceOptions(parent=parent)
+    # EFA traffic (SRD) only flows between interfaces whose security group
+    # allows all traffic from and to itself; nothing else is let in.
+    efa_sg = aws.ec2.SecurityGroup(
+        f"{name}-efa",
+        vpc_id=vpc_id,
+        description="EFA: all traffic between members of this group",
+        tags={"Name": f"{name}-efa"},
+        opts=child,
+    )
+    aws.vpc.SecurityGroupIngressRule(
+        f"{name}-efa-in",
+        security_group_id=efa_sg.id,
+        referenced_security_group_id=efa_sg.id,
+        ip_protocol="-1",
+        description="EFA from members",
+        opts=child,
+    )
+    aws.vpc.SecurityGroupEgressRule(
+        f"{name}-efa-out",
+        security_group_id=efa_sg.id,
+        referenced_security_group_id=efa_sg.id,
+        ip_protocol="-1",
+        description="EFA to members",
+        opts=child,
+    )
+    return efa_sg.id

@@ -45,6 +45,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PROGRAM_DIR = REPO_ROOT / "program"
 STACKS_DIR = REPO_ROOT / "stacks"
 _ACCOUNT = "000000000000"
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
+ADOPTED_CLUSTER_READ = "aws:eks/getCluster:getCluster"
+"""The one provider read a program may make: an adopted cluster's endpoint and CA."""
+
+
+def stand_in_endpoint(cluster: str, region: str) -> str:
+    """The offline stand-in for an adopted cluster's API endpoint."""
+    return f"https://{cluster}.stand-in.{region}.eks.amazonaws.com"
 
 
 class SynthError(Failed):
@@ -84,19 +92,42 @@ class _PlanMocks(pulumi_mocks.Mocks):
     the name), so tests can tell which resource's output an input came from.
     """
 
-    def __init__(self, region: str):
+    def __init__(self, region: str, shared_outputs: Mapping[str, Any] | None = None):
         self.region = region
+        self.shared_outputs = dict(shared_outputs or {})
+        """The outputs a StackReference reads (a shared stack's, from a file or its plan)."""
         self.invokes: list[str] = []
         """The provider functions the program called (refused: a preview must not look up)."""
         self.provider_regions: dict[str, str] = {}
         """Provider id -> region: a second AWS provider (DR) puts its ARNs in its own region."""
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
+        if args.token == ADOPTED_CLUSTER_READ:
+            # An adopted cluster whose endpoint and CA config does not state: read at deploy
+            # time; offline, stand-ins that say what they are.
+            name = str(args.args.get("name"))
+            return (
+                {
+                    "name": name,
+                    "endpoint": stand_in_endpoint(name, self.region),
+                    "certificateAuthorities": [
+                        {"data": base64.b64encode(f"stand-in CA of {name}".encode()).decode()}
+                    ],
+                },
+                [],
+            )
         self.invokes.append(args.token)
         raise SynthError(_lookup_message(self.invokes))
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
         name, inputs = args.name, dict(args.inputs)
+        if args.typ == STACK_REFERENCE:
+            target = str(inputs.get("name"))
+            return target, {
+                "name": target,
+                "outputs": self.shared_outputs,
+                "secretOutputNames": [],
+            }
         resource_id = f"{name}-id"
         state: dict[str, Any] = {**inputs, "id": resource_id}
         if args.typ == "pulumi:providers:aws" and isinstance(inputs.get("region"), str):
@@ -255,19 +286,64 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def synthesize(stack: str, raw_config: Mapping[str, Any], program_dir: Path = PROGRAM_DIR) -> Plan:
+def synthesize(
+    stack: str,
+    raw_config: Mapping[str, Any],
+    program_dir: Path = PROGRAM_DIR,
+    *,
+    shared_outputs: Mapping[str, Any] | None = None,
+) -> Plan:
     """Run the program for `stack` with `raw_config` (a stack file's `config:` map).
 
-    Raises ConfigError before anything runs when the config is invalid, and
-    SynthError when the program itself fails.
+    `shared_outputs`: the outputs of the stack `shared_stack` names (required with one).
+    Raises ConfigError before anything runs when the config is invalid, BadInput for a
+    team stack without its shared stack's outputs, and SynthError when the program fails.
     """
     cfg = load_config(raw_config)
+    if cfg.shared_stack is not None and shared_outputs is None:
+        raise BadInput(
+            f"{stack} uses the network of shared_stack {cfg.shared_stack.name}: pass "
+            "--shared-outputs FILE (its `pulumi stack output --json`) or put its stack file "
+            f"Pulumi.{cfg.shared_stack.stack}.yaml beside this one"
+        )
+    if cfg.shared_stack is not None and shared_outputs is not None:
+        _check_shared_outputs(cfg, shared_outputs)
     config, secret_keys = engine_config(raw_config)
     set_all_config(config, secret_keys)
-    return run_program(stack, cfg.region, program_dir)
+    return run_program(stack, cfg.region, program_dir, shared_outputs=shared_outputs)
 
 
-def run_program(stack: str, region: str, program_dir: Path = PROGRAM_DIR) -> Plan:
+def _check_shared_outputs(cfg: PlatformConfig, outputs: Mapping[str, Any]) -> None:
+    """The shared stack's outputs hold what this stack reads: one line naming what lacks."""
+    from spec.sharing import SHARED_CLUSTER_OUTPUTS, SHARED_NETWORK_OUTPUTS
+
+    assert cfg.shared_stack is not None
+    wanted = list(SHARED_NETWORK_OUTPUTS[:2])
+    if cfg.shared_stack.cluster:
+        wanted += [o for o in SHARED_CLUSTER_OUTPUTS if o != "cluster_addons"]
+    missing = [o for o in wanted if o not in outputs]
+    if missing:
+        raise BadInput(
+            f"the outputs of shared_stack {cfg.shared_stack.name} lack {', '.join(missing)}: "
+            "set share_outputs: true in that stack and deploy it"
+        )
+    subnets = outputs.get("private_subnet_ids")
+    zones = cfg.network.availability_zones
+    lacking = [z for z in zones if not isinstance(subnets, dict) or z not in subnets]
+    if lacking:
+        raise BadInput(
+            f"shared_stack {cfg.shared_stack.name} has no private subnet in "
+            f"{', '.join(lacking)} (network.availability_zones)"
+        )
+
+
+def run_program(
+    stack: str,
+    region: str,
+    program_dir: Path = PROGRAM_DIR,
+    *,
+    shared_outputs: Mapping[str, Any] | None = None,
+) -> Plan:
     """Run `program_dir` as the Python language host does, against a recording mock monitor.
 
     The program reads its config the way it does under the engine (the
@@ -277,17 +353,23 @@ def run_program(stack: str, region: str, program_dir: Path = PROGRAM_DIR) -> Pla
     def program() -> None:
         runpy.run_path(str(program_dir), run_name="__main__")
 
-    return run(stack, region, program)
+    return run(stack, region, program, shared_outputs=shared_outputs)
 
 
-def run(stack: str, region: str, program: Callable[[], None]) -> Plan:
+def run(
+    stack: str,
+    region: str,
+    program: Callable[[], None],
+    *,
+    shared_outputs: Mapping[str, Any] | None = None,
+) -> Plan:
     """Run `program` (any function that declares resources: the whole program, or one
     component built alone) inside a root stack, against a recording mock monitor."""
     # asyncio.run() elsewhere in the process (a load test, say) leaves the main
     # thread without an event loop; the Pulumi runtime expects one.
     _ensure_event_loop()
     plan = Plan(project=PROJECT, stack=stack)
-    mocks = _PlanMocks(region)
+    mocks = _PlanMocks(region, shared_outputs)
     monitor = _RecordingMonitor(mocks, plan)
     # One fresh mock state per run: set_mocks is global to the process.
     settings.ROOT.set(None)
@@ -367,14 +449,49 @@ def load_stack(stack: str) -> PlatformConfig:
     return load_config(load_stack_file(str(stack_path(stack))))
 
 
+def shared_outputs_for(
+    stack: str, raw: Mapping[str, Any], path: Path, outputs_file: Path | None = None
+) -> dict[str, Any] | None:
+    """The outputs of the stack `shared_stack` names: `outputs_file` (`pulumi stack output
+    --json` of it), else the synthesized plan of its stack file beside `path` (or in
+    stacks/); None where the stack shares nothing or neither is there."""
+    from llmp.plan import OutputsError, parse_outputs, read_json
+    from spec.stackfile import load_stack_file
+
+    shared = load_config(raw).shared_stack
+    if shared is None:
+        return None
+    if outputs_file is not None:
+        doc = read_json(outputs_file, "outputs", OutputsError)
+        parse_outputs(doc, str(outputs_file))
+        return dict(doc)
+    if shared.stack == stack:
+        raise BadInput(f"shared_stack {shared.name} is this stack itself")
+    for candidate in (path.parent / f"Pulumi.{shared.stack}.yaml", stack_file(shared.stack)):
+        if candidate.exists():
+            try:
+                plan = synthesize(shared.stack, load_stack_file(str(candidate)))
+            except SynthError as exc:
+                raise SynthError(f"synth of shared stack {shared.stack} failed: {exc}") from None
+            return plan.outputs
+    return None
+
+
 def synthesize_stack(
-    stack: str, config_file: Path | None = None, *, hint: bool = False, quiet: bool = False
+    stack: str,
+    config_file: Path | None = None,
+    *,
+    hint: bool = False,
+    quiet: bool = False,
+    shared_outputs_file: Path | None = None,
 ) -> Plan:
     """Synthesize `stack` from its stack file (or `config_file`).
 
     Raises StackNotFound for a stack name that is not one or has no file (`hint`:
     saying that --config names another), ConfigError for a file that cannot be read or
     holds bad config, SynthError (`synth of STACK failed: ...`) when the program fails.
+    `shared_outputs_file`: a shared stack's `pulumi stack output --json` (default: its
+    synthesized plan, `shared_outputs_for`).
     `quiet` keeps the program's warnings (a secret not yet set) off stderr: they are
     for `llmp synth`, not for a command that only reads the plan.
     """
@@ -383,10 +500,12 @@ def synthesize_stack(
 
     from spec.stackfile import load_stack_file
 
-    raw = load_stack_file(str(stack_path(stack, config_file, hint=hint)))
+    path = stack_path(stack, config_file, hint=hint)
+    raw = load_stack_file(str(path))
     with contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext():
+        shared = shared_outputs_for(stack, raw, path, shared_outputs_file)
         try:
-            return synthesize(stack, raw)
+            return synthesize(stack, raw, shared_outputs=shared)
         except SynthError as exc:
             raise SynthError(f"synth of {stack} failed: {exc}") from None
 

@@ -13,7 +13,11 @@ read from the account with boto3 (`describe_*` and `list_*` calls only):
   Pulumi;
 - `addons`: every EKS add-on of the plan is ACTIVE with no health issues;
 - `storage`: the FSx for Lustre file system (found by its `Name` tag) is AVAILABLE, and
-  each data repository association is AVAILABLE.
+  each data repository association is AVAILABLE;
+- `adopted` (only where the stack adopts a VPC or cluster, `llmp.adopted`): the VPC and
+  subnets are the ones the config states, the GPU subnets reach S3 and the internet,
+  each subnet has the free addresses its pools need at max size, and the cluster runs
+  the stated version, add-ons, authentication mode and node role.
 
 `llmp.readiness` adds the `kubernetes` rows (Kueue, device plugins, devices
 advertised), `llmp.drift` the `drift` row. Every row is one of
@@ -44,8 +48,8 @@ FAIL: Status = "fail"
 NOT_CHECKED: Status = "not checked"
 STATUSES: tuple[Status, ...] = (PASS, FAIL, NOT_CHECKED)
 
-AREAS = ("cluster", "nodegroups", "addons", "storage", "kubernetes", "drift")
-AWS_AREAS = AREAS[:4]
+AREAS = ("cluster", "nodegroups", "addons", "storage", "adopted", "kubernetes", "drift")
+AWS_AREAS = AREAS[:5]
 
 CLUSTER = "aws:eks/cluster:Cluster"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -367,6 +371,11 @@ def verify_aws(
             for addon in sorted({str(r.inputs.get("addonName")) for r in plan.by_type(ADDON)})
             for row in check_addon(eks, addon, cluster, emulated)
         ]
+    adopted = (outputs.model_extra or {}).get("adopted") or plan.outputs.get("adopted")
+    if "adopted" in wanted and adopted:
+        from llmp.adopted import check_adopted
+
+        rows["adopted"] = check_adopted(clients, adopted, region, emulated)
     if "storage" in wanted:
         rows["storage"] = [
             row

@@ -85,7 +85,8 @@ def cluster_args(
         private_subnet_ids=private_subnet_ids,
         tags=tags,
         system_pool=shared(system, SystemPool, size=pool_size(system)),
-        accelerated=bool(cfg.node_pools),
+        # A shared cluster hosts the team stacks' GPU pools.
+        accelerated=bool(cfg.node_pools) or cfg.share_outputs,
     )
 
 

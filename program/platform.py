@@ -21,7 +21,7 @@ from components.lustre import LustreFileSystem
 from components.lustre import log_group_name as lustre_log_group_name
 from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from components.monitoring import FileSystemMetrics, Monitoring, MonitoringArgs
-from components.network import Network
+from components.network import AdoptedNetwork, Network
 from components.node_autoscaler import NodeAutoscaler
 from components.priority_classes import PriorityClasses
 from components.serving import Serving, ServingArgs
@@ -35,7 +35,7 @@ from components.storage_csi import (
 from components.straggler_watch import StragglerWatch
 from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
 from monitoring import rules
-from program import args, cost, ledger
+from program import adoption, args, cost, ledger
 from spec.catalog import catalog
 from spec.platform import PlatformConfig
 from spec.tenancy import MODELS_BUCKET, TENANT_BUCKETS
@@ -65,12 +65,15 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     )
     on_aws = pulumi.ResourceOptions(providers=[aws_provider])
 
-    network = Network("network", args.network_args(cfg, cluster_name), on_aws)
+    # A team stack reads the shared stack's network and cluster; an adopting stack, config.
+    shared = adoption.reference(cfg)
+    network = adoption.network(cfg, cluster_name, shared, on_aws)
     private_subnets = network.private_subnet_ids
-    cluster = Cluster(
-        "cluster",
-        args.cluster_args(cfg, cluster_name, list(private_subnets.values()), tags),
-        on_aws,
+    cluster, endpoint_source = adoption.cluster(
+        cfg, cluster_name, list(private_subnets.values()), tags, shared, aws_provider
+    )
+    system_nodes: list[pulumi.Resource] = (
+        [cluster.system_nodes] if cluster.system_nodes is not None else []
     )
 
     pools = {}
@@ -107,7 +110,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     # none of them; Kueue waits for the ProvisioningRequest API it brings.
     provisioning_api: list[pulumi.Resource] = []
     autoscaler_args = args.node_autoscaler_args(
-        cfg, cluster_name=cluster.name, system_nodes=[cluster.system_nodes]
+        cfg, cluster_name=cluster.name, system_nodes=system_nodes
     )
     if autoscaler_args is not None:
         autoscaler = NodeAutoscaler("node-autoscaler", autoscaler_args, on_cluster)
@@ -119,7 +122,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             cfg,
             cluster_name=cluster.name,
             vpc_id=network.vpc_id,
-            system_nodes=[cluster.system_nodes],
+            system_nodes=system_nodes,
             kueue_after=provisioning_api,
         ),
         on_cluster,
@@ -238,7 +241,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                     model_weights=weights_volume,
                     # The drivers' controllers run on the system pool; their node
                     # DaemonSets follow GPU nodes whenever those join.
-                    wait_for=[cluster.system_nodes],
+                    wait_for=system_nodes,
                     tenant_namespaces=dict(tenancy.namespaces),
                 ),
                 on_cluster,
@@ -279,7 +282,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 cluster_name=cluster.name,
                 kubernetes_version=cfg.cluster.version,
                 region=cfg.region,
-                system_nodes=[cluster.system_nodes],
+                system_nodes=system_nodes,
                 file_system=fsx_metrics,
             ),
             on_cluster,
@@ -316,7 +319,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 namespace=tenancy.namespaces["serving"],
                 vpc_cidr=cfg.network.vpc_cidr,
                 pools={name: pool.instance_type for name, pool in cfg.node_pools.items()},
-                system_nodes=[cluster.system_nodes],
+                system_nodes=system_nodes,
             ),
             on_cluster,
         )
@@ -337,4 +340,22 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         # Where .github/workflows/trainer-image.yml pushes, and what job files name:
         # <this>:<git tag>.
         pulumi.export("trainer_image_repository", trainer_images.repository_url)
-    pulumi.export("cost", cost.estimate(declared.close("the cost output"), cost.usage_of(cfg)))
+    adopted = adoption.summary(cfg, network, cluster, endpoint_source)
+    if adopted is not None:
+        pulumi.export("adopted", adopted)
+    if cfg.share_outputs and isinstance(cluster, Cluster):
+        _share(network, cluster)
+    estimate = cost.estimate(declared.close("the cost output"), cost.usage_of(cfg))
+    if adopted is not None:
+        estimate["not_billed"] = adopted["not_billed"]
+    pulumi.export("cost", estimate)
+
+
+def _share(network: Network | AdoptedNetwork, cluster: Cluster) -> None:
+    """What team stacks read of this one (`spec.sharing`)."""
+    pulumi.export("public_subnet_ids", network.public_subnet_ids)
+    pulumi.export("cluster_certificate_authority", cluster.certificate_authority)
+    pulumi.export("cluster_security_group_id", cluster.security_group_id)
+    pulumi.export("node_role_arn", cluster.node_role_arn)
+    pulumi.export("cluster_version", cluster.version)
+    pulumi.export("cluster_addons", cluster.addon_versions)

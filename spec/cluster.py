@@ -18,6 +18,53 @@ def _default_log_types() -> list[LogType]:
     return ["api", "audit", "authenticator"]
 
 
+CLUSTER_NAME = r"^[a-zA-Z][\w-]{0,99}$"
+
+
+class ExistingClusterConfig(Section):
+    """An EKS cluster someone else owns: the stack adds pools, missing add-ons and workloads."""
+
+    name: str = Field(pattern=CLUSTER_NAME, description="The cluster's name.")
+    security_group_id: str = Field(
+        pattern=r"^sg-[0-9a-f]{8,17}$",
+        description="Its EKS-managed cluster security group (every node carries it).",
+    )
+    node_role_arn: str | None = Field(
+        None, description="The cluster's node role for the GPU pools; none: the stack's own."
+    )
+    addons: dict[str, str] = Field(
+        default_factory=dict,
+        description="EKS add-ons already installed, name -> version: the stack installs only "
+        "the others, and leaves these as they are.",
+    )
+    endpoint: str | None = Field(
+        None,
+        pattern=r"^https://",
+        description="API endpoint; none: read from EKS at deploy time (offline: a stand-in).",
+    )
+    certificate_authority_data: str | None = Field(
+        None, description="Its CA (base64), with endpoint; none: read at deploy time."
+    )
+
+    @field_validator("node_role_arn")
+    @classmethod
+    def _role(cls, v: str | None) -> str | None:
+        if v is not None and not ROLE_ARN.match(v):
+            raise ValueError("not an IAM role ARN; e.g. arn:aws:iam::123456789012:role/eks-node")
+        return v
+
+    @model_validator(mode="after")
+    def _both(self) -> ExistingClusterConfig:
+        if (self.endpoint is None) != (self.certificate_authority_data is None):
+            given = "endpoint" if self.endpoint else "certificate_authority_data"
+            raise FieldError(
+                (given,),
+                getattr(self, given),
+                "set both endpoint and certificate_authority_data, or neither",
+            )
+        return self
+
+
 class ClusterConfig(Section):
     """The EKS control plane."""
 
@@ -50,6 +97,11 @@ class ClusterConfig(Section):
     )
     deletion_protection: bool = Field(
         False, description="Refuse to delete the cluster until this is turned off."
+    )
+    existing: ExistingClusterConfig | None = Field(
+        None,
+        description="Adopt this cluster instead of creating one; `version` is then the "
+        "adopted cluster's.",
     )
 
     @field_validator("version")

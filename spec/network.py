@@ -22,6 +22,95 @@ class TagsConfig(Section):
     )
 
 
+SUBNET_ID = r"^subnet-[0-9a-f]{8,17}$"
+VPC_ID = r"^vpc-[0-9a-f]{8,17}$"
+
+
+class AdoptedSubnet(Section):
+    """A subnet the stack uses but does not own."""
+
+    id: str = Field(pattern=SUBNET_ID, description="Subnet id, e.g. subnet-0a1b2c3d4e5f60718.")
+    cidr: str = Field(description="Its IPv4 CIDR, as the network team allocated it.")
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            ipaddress.ip_network(v)
+        except ValueError:
+            raise ValueError("not an IPv4 CIDR; e.g. 10.50.0.0/19") from None
+        return v
+
+
+class ExistingNetworkConfig(Section):
+    """A VPC someone else owns: the stack creates no VPC, subnet, route table or NAT."""
+
+    vpc_id: str = Field(pattern=VPC_ID, description="The VPC's id.")
+    private_subnets: dict[str, AdoptedSubnet] = Field(
+        description="AZ -> the private (node and pod) subnet of each of availability_zones."
+    )
+    public_subnets: dict[str, AdoptedSubnet] = Field(
+        default_factory=dict,
+        description="AZ -> public subnet; only for an internet-facing load balancer.",
+    )
+    s3_gateway_endpoint_id: str | None = Field(
+        None,
+        pattern=r"^vpce-[0-9a-f]{8,17}$",
+        description="The VPC's own S3 gateway endpoint; none: the stack creates one.",
+    )
+    private_route_table_ids: list[str] = Field(
+        default_factory=list,
+        description="Route tables of the private subnets, for the S3 endpoint the stack "
+        "creates (their routes stay the owner's).",
+    )
+
+    @field_validator("private_route_table_ids")
+    @classmethod
+    def _route_tables(cls, v: list[str]) -> list[str]:
+        for i, rt in enumerate(v):
+            if not rt.startswith("rtb-"):
+                raise FieldError((i,), rt, "not a route table id; e.g. rtb-0a1b2c3d4e5f60718")
+        return v
+
+    def adopted_checks(self, vpc_cidr: str, zones: list[str], s3_endpoint: bool) -> None:
+        """The subnets name the stack's AZs and sit inside `vpc_cidr`, without overlap."""
+        if set(self.private_subnets) != set(zones):
+            raise FieldError(
+                ("private_subnets",),
+                sorted(self.private_subnets),
+                f"name one subnet per AZ of network.availability_zones ({', '.join(zones)})",
+            )
+        vpc = ipaddress.ip_network(vpc_cidr)
+        seen: dict[ipaddress.IPv4Network | ipaddress.IPv6Network, str] = {}
+        for kind, subnets in (
+            ("private_subnets", self.private_subnets),
+            ("public_subnets", self.public_subnets),
+        ):
+            for zone, subnet in subnets.items():
+                here = (kind, zone, "cidr")
+                if zone not in zones:
+                    raise FieldError(
+                        (kind, zone),
+                        zone,
+                        f"not one of network.availability_zones ({', '.join(zones)})",
+                    )
+                net = ipaddress.ip_network(subnet.cidr)
+                if not net.subnet_of(vpc):  # type: ignore[arg-type]
+                    raise FieldError(here, subnet.cidr, f"is not inside network.vpc_cidr {vpc}")
+                for other, where in seen.items():
+                    if net.overlaps(other):
+                        raise FieldError(here, subnet.cidr, f"overlaps {where} ({other})")
+                seen[net] = f"{kind}.{zone}"
+        if s3_endpoint and self.s3_gateway_endpoint_id is None and not self.private_route_table_ids:
+            raise FieldError(
+                ("private_route_table_ids",),
+                [],
+                "the stack creates an S3 gateway endpoint (none is named in "
+                "s3_gateway_endpoint_id): list the private subnets' route tables, or name "
+                "the VPC's endpoint, or set network.s3_gateway_endpoint: false",
+            )
+
+
 class NetworkConfig(Section):
     """The VPC: one private and one public subnet per AZ, NAT, S3 gateway endpoint."""
 
@@ -42,6 +131,11 @@ class NetworkConfig(Section):
     )
     s3_gateway_endpoint: bool = Field(
         True, description="Route S3 traffic through a free gateway endpoint instead of NAT."
+    )
+    existing: ExistingNetworkConfig | None = Field(
+        None,
+        description="Adopt this VPC instead of creating one (the subnet prefixes and NAT "
+        "settings then do not apply).",
     )
 
     @field_validator("vpc_cidr")
@@ -69,6 +163,14 @@ class NetworkConfig(Section):
 
     @model_validator(mode="after")
     def _fits(self) -> NetworkConfig:
+        if self.existing is not None:
+            try:
+                self.existing.adopted_checks(
+                    self.vpc_cidr, self.availability_zones, self.s3_gateway_endpoint
+                )
+            except FieldError as exc:
+                raise FieldError(("existing", *exc.path), exc.value, exc.expected) from None
+            return self
         try:
             self.layout()
         except ValueError as exc:

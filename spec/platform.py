@@ -19,6 +19,7 @@ from spec.monitoring import MonitoringConfig
 from spec.network import NetworkConfig, TagsConfig
 from spec.pools import NodePoolConfig, SystemPoolConfig
 from spec.serving import ServingConfig
+from spec.sharing import SharedStackConfig
 from spec.storage import AdoptionConfig, StorageConfig
 from spec.tenancy import (
     RESERVED_NAMESPACES,
@@ -52,6 +53,14 @@ class PlatformConfig(Section):
         None, description="Model serving (inference stack); none: no model servers."
     )
     images: ImagesConfig = Field(default_factory=ImagesConfig)
+    shared_stack: SharedStackConfig | None = Field(
+        None, description="Use the network (and cluster) of this stack instead of creating one."
+    )
+    share_outputs: bool = Field(
+        False,
+        description="Export what team stacks read of this stack's network and cluster "
+        "(`shared_stack`).",
+    )
 
     _region = field_validator("region")(known_region)
 
@@ -104,10 +113,67 @@ class PlatformConfig(Section):
                     )
         if self.storage is not None:
             self._storage_refs(self.storage)
+        self._adoption()
         self._tenant_refs()
         if self.serving is not None:
             self._serving_refs(self.serving)
         return self
+
+    @property
+    def adopts_network(self) -> bool:
+        """The VPC is someone else's: adopted by id, or a shared stack's."""
+        shared = self.shared_stack is not None and self.shared_stack.network
+        return self.network.existing is not None or shared
+
+    @property
+    def adopts_cluster(self) -> bool:
+        shared = self.shared_stack is not None and self.shared_stack.cluster
+        return self.cluster.existing is not None or shared
+
+    def _adoption(self) -> None:
+        shared = self.shared_stack
+        if shared is not None and shared.network and self.network.existing is not None:
+            raise FieldError(
+                ("network", "existing"),
+                self.network.existing.vpc_id,
+                f"the network comes from shared_stack {shared.name}; remove one of the two",
+            )
+        if shared is not None and shared.cluster and self.cluster.existing is not None:
+            raise FieldError(
+                ("cluster", "existing"),
+                self.cluster.existing.name,
+                f"the cluster comes from shared_stack {shared.name}; remove one of the two",
+            )
+        if self.cluster.existing is not None and not self.adopts_network:
+            raise FieldError(
+                ("cluster", "existing"),
+                self.cluster.existing.name,
+                "an adopted cluster lives in a VPC the stack does not create: set "
+                "network.existing (or shared_stack) to that VPC",
+            )
+        if self.share_outputs and self.adopts_cluster:
+            raise FieldError(
+                ("share_outputs",),
+                True,
+                "only a stack that creates its cluster shares it; a team stack reads a "
+                "shared stack's outputs instead",
+            )
+        existing = self.network.existing
+        if (
+            existing is not None
+            and self.serving is not None
+            and self.serving.scheme == "internet-facing"
+        ):
+            missing = [
+                z for z in self.network.availability_zones if z not in existing.public_subnets
+            ]
+            if missing:
+                raise FieldError(
+                    ("network", "existing", "public_subnets"),
+                    sorted(existing.public_subnets),
+                    f"an internet-facing load balancer needs a public subnet in "
+                    f"{', '.join(missing)}",
+                )
 
     def pool_gpus(self, pool_name: str) -> int:
         """GPUs the pool supplies at its max size."""

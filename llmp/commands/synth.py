@@ -40,6 +40,15 @@ def synth(
         Path | None,
         typer.Option("--policy-config", help="CrossGuard policy-config JSON for the policy pack."),
     ] = None,
+    shared_outputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--shared-outputs",
+            metavar="FILE",
+            help="For a team stack: its shared stack's `pulumi stack output --json` (default: "
+            "that stack's synthesized plan, from its stack file beside this one).",
+        ),
+    ] = None,
 ) -> None:
     """Run the Pulumi program under the mock runtime: no CLI, no credentials, no network.
 
@@ -56,7 +65,7 @@ def synth(
 
     # A bad policy config is bad input: refused before anything is synthesized or written.
     overrides = policy_overrides(policy_config) if policy else None
-    plan = synthesize_stack(stack, config, hint=config is None)
+    plan = synthesize_stack(stack, config, hint=config is None, shared_outputs_file=shared_outputs)
     try:
         target = write_plan(plan, out_dir)
     except OSError as exc:
@@ -68,6 +77,7 @@ def synth(
         return
     print_tree(plan)
     print_counts(plan)
+    print_adopted(plan)
     cost = plan.outputs.get("cost", {})
     if cost:
         hourly = cost["usd_per_hour"]
@@ -111,6 +121,51 @@ def print_counts(plan: Plan) -> None:
         table.add_row(type_, str(n))
     table.add_row("[bold]total[/bold]", f"[bold]{sum(counts.values())}[/bold]")
     console.out.print(table)
+
+
+def adopted_lines(plan: Plan) -> list[str]:
+    """What the stack adopted and what it created beside it (the `adopted` output)."""
+    adopted = plan.outputs.get("adopted") or {}
+    lines = []
+    net = adopted.get("network")
+    if net:
+        subnets = ", ".join(f"{z} {s['id']}" for z, s in net["private_subnets"].items())
+        lines.append(f"adopted: VPC {net['vpc_id']} ({net['vpc_cidr']}, from {net['source']})")
+        lines.append(f"adopted: private subnets {subnets}")
+        if net.get("public_subnets"):
+            public = ", ".join(f"{z} {i}" for z, i in net["public_subnets"].items())
+            lines.append(f"adopted: public subnets {public}")
+        lines.append(f"S3 traffic: through {net['s3_via']}")
+        lines += [f"created: {c}" for c in net["created"]]
+    clu = adopted.get("cluster")
+    if clu:
+        lines.append(
+            f"adopted: EKS cluster {clu['name']} {clu['version']} (from {clu['source']}); "
+            f"node role: {clu['node_role']}"
+        )
+        present = clu.get("addons_present") or {}
+        if present:
+            lines.append(
+                "adopted: add-ons " + ", ".join(f"{a} {v}" for a, v in sorted(present.items()))
+            )
+        lines += [f"created: {c}" for c in clu["created"]]
+        lines += [f"left alone: {c}" for c in clu["left_alone"]]
+        if clu["endpoint"] == "read from EKS at deploy time":
+            lines.append(
+                "kubernetes provider: endpoint and CA read from EKS at deploy time; offline, "
+                "stand-ins (set cluster.existing.endpoint and certificate_authority_data to "
+                "use your own)"
+            )
+        else:
+            lines.append(f"kubernetes provider: endpoint and CA from {clu['endpoint']}")
+    return lines
+
+
+def print_adopted(plan: Plan) -> None:
+    import textwrap
+
+    for line in adopted_lines(plan):
+        console.line(textwrap.fill(line, width=80, subsequent_indent="  ", break_on_hyphens=False))
 
 
 def register(app: typer.Typer) -> None:

@@ -160,7 +160,13 @@ def build_recovery_config(
         source, source.model_copy(update={"region": region}), stack, secrets=secrets
     )
     rc.rewrites.append(Rewrite(REGION_KEY, source.region, region, "the recovery region"))
+    if source.shared_stack is not None:
+        raise DrError(
+            f"{options.source_stack} deploys into shared stack {source.shared_stack.name}: "
+            "recover that stack first (`llmp dr plan` of it), then point this one at it"
+        )
     _zones(rc, options)
+    _adopted(rc)
     _cluster_name(rc, options)
     _pools(rc, options)
     dropped = tuple(f"{NAMESPACE}:node_pools.{p}." for p in rc.dropped_pools)
@@ -251,6 +257,48 @@ def _zones(rc: RecoveryConfig, options: RecoveryOptions) -> None:
             why = "same position in the zone list"
             rc.rewrite(f"node_pools.{name}.availability_zones", pool.availability_zones, zones, why)
     rc.update(node_pools=pools)
+
+
+def _adopted(rc: RecoveryConfig) -> None:
+    """What the stack adopts must exist in the recovery region before `pulumi up`: said
+    first among the actions; the subnets keep their place in the zone list."""
+    network, region = rc.cfg.network, rc.region
+    existing = network.existing
+    if existing is not None:
+        moved = existing.model_copy(
+            update={
+                "private_subnets": {rc.zone_map[z]: s for z, s in existing.private_subnets.items()},
+                "public_subnets": {rc.zone_map[z]: s for z, s in existing.public_subnets.items()},
+            }
+        )
+        rc.update(network=network.model_copy(update={"existing": moved}))
+        rc.rewrite(
+            "network.existing.private_subnets",
+            sorted(existing.private_subnets),
+            sorted(moved.private_subnets),
+            "same position in the zone list; the ids are the source's until replaced",
+        )
+        endpoint = (
+            "its S3 gateway endpoint"
+            if existing.s3_gateway_endpoint_id
+            else "the private route tables for the stack's S3 endpoint"
+        )
+        rc.note(
+            "action",
+            f"adopted first: the VPC (network.existing) must exist in {region} before "
+            f"`pulumi up`, with a private subnet in each of {', '.join(moved.private_subnets)} "
+            f"inside {network.vpc_cidr}, NAT or Transit Gateway routes, and {endpoint}; "
+            "replace vpc_id, the subnet ids and route tables with those of that VPC",
+        )
+    cluster = rc.cfg.cluster.existing
+    if cluster is not None:
+        rc.note(
+            "action",
+            f"adopted first: EKS cluster {cluster.name} (cluster.existing) must be running "
+            f"Kubernetes {rc.cfg.cluster.version} in {region} before `pulumi up`; replace its "
+            "security_group_id (and node_role_arn, endpoint and CA where set) with the "
+            "recovery cluster's",
+        )
 
 
 def _cluster_name(rc: RecoveryConfig, options: RecoveryOptions) -> None:

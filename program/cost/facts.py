@@ -46,6 +46,7 @@ PRICED: Mapping[str, str] = {
 
 FREE: Mapping[str, str] = {
     "aws:ec2/vpc:Vpc": "free",
+    "pulumi:pulumi:StackReference": "free: a read of a shared stack's outputs",
     "aws:ec2/internetGateway:InternetGateway": "free (data transfer is not estimated)",
     "aws:ec2/routeTable:RouteTable": "free",
     "aws:ec2/routeTableAssociation:RouteTableAssociation": "free",

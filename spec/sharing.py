@@ -1,0 +1,56 @@
+"""`shared_stack` and `share_outputs`: stacks that share one network or cluster.
+
+A shared stack (`share_outputs: true`) exports what team stacks need of its
+network and cluster; a team stack names it in `shared_stack` and reads those
+outputs through a Pulumi StackReference instead of creating its own.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from spec.base import Section
+from spec.errors import FieldError
+
+STACK_REFERENCE = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}$"
+
+SHARED_NETWORK_OUTPUTS = ("vpc_id", "private_subnet_ids", "public_subnet_ids")
+"""What a team stack reads of a shared network."""
+SHARED_CLUSTER_OUTPUTS = (
+    "cluster_name",
+    "cluster_endpoint",
+    "cluster_certificate_authority",
+    "cluster_security_group_id",
+    "node_role_arn",
+    "cluster_version",
+    "cluster_addons",
+)
+"""What a team stack reads of a shared cluster (Pod Identity needs only its name and the
+agent add-on the shared stack installs)."""
+
+
+class SharedStackConfig(Section):
+    """The stack whose network (and cluster) this stack uses, through a StackReference."""
+
+    name: str = Field(
+        pattern=STACK_REFERENCE,
+        description="Its fully qualified name, `org/project/stack` (or `stack` in the same "
+        "project).",
+    )
+    network: bool = Field(True, description="Use its VPC and subnets.")
+    cluster: bool = Field(False, description="Use its EKS cluster too.")
+
+    @model_validator(mode="after")
+    def _cluster_in_network(self) -> SharedStackConfig:
+        if self.cluster and not self.network:
+            raise FieldError(
+                ("network",), False, "a shared cluster lives in the shared stack's VPC: set true"
+            )
+        if not self.network:
+            raise FieldError(("network",), False, "share at least the network; set true")
+        return self
+
+    @property
+    def stack(self) -> str:
+        """The referenced stack's own name (the last part of `name`)."""
+        return self.name.rsplit("/", 1)[-1]
