@@ -9,15 +9,14 @@ compared by URN, the identity Pulumi uses:
 - renames: a URN that vanishes while one of the same type appears. Pulumi
   deletes the old resource and creates the new one unless the new one has
   `aliases=[old URN]`, so a rename is reported as delete + create;
-- replacements: a change of an input the provider cannot update in place
-  (the catalog's `replacement` table: Terraform ForceNew as pulumi-aws
-  bridges it; a Terraform set reordered is no change), a move to a provider
-  configured differently, a delete or a rename; and, transitively, a resource whose
-  force-new input takes an id or ARN of a replaced one (in a real preview
-  that value is unknown until the new resource exists, which the provider
-  treats as a replacement). Precious types (cluster, node groups, file
-  system, buckets, KMS keys) are flagged loudly;
-- the cost delta from the plans' `cost` output;
+- replacements and refusals, by the replacement table (spec/replacement.yaml: every
+  input of every type the stacks declare, updated in place, forcing a new resource, or
+  conditional), spread to what takes a replaced resource's outputs or runs on its
+  provider; a move to a provider configured differently, a delete or a rename replace
+  too. Precious types (cluster, node groups, file system, buckets, KMS keys) are flagged
+  loudly, and changes the API refuses fail the diff;
+- the cost delta from the plans' `cost` output, and what a replaced node pool costs
+  while it is replaced (`transition_costs`);
 - the policy violations that are new, and the ones fixed.
 
 The plan comparison is `llmp.compare` (shared with `llmp dr plan`); this
@@ -138,6 +137,87 @@ def has_component_costs(plan: Plan | None) -> bool:
     return bool(_component_costs(_cost_of(plan)))
 
 
+@dataclass(frozen=True)
+class Transition:
+    """What replacing a node pool costs while it happens (not in the steady-state delta)."""
+
+    pool: str
+    resource: str
+    order: str
+    """create-first: old and new nodes both run; delete-first: the pool has none."""
+    nodes: int
+    usd_per_hour: float
+    minutes: float
+    """How long the overlap or the gap lasts: the catalog's node-group creation time."""
+
+    @property
+    def usd(self) -> float:
+        """The extra spend of a create-first overlap (a delete-first gap costs capacity)."""
+        return (
+            round(self.usd_per_hour * self.minutes / 60, 2) if self.order == "create-first" else 0.0
+        )
+
+    def describe(self) -> str:
+        if self.order == "create-first":
+            return (
+                f"pool {self.pool}: old and new node groups both run for ~{self.minutes:g} min "
+                f"({self.nodes} more nodes, +{_money(self.usd_per_hour)}/h, ~{_money(self.usd)})"
+            )
+        return (
+            f"pool {self.pool}: its {self.nodes} nodes stop before the new group exists "
+            f"(its name is fixed): no capacity for ~{self.minutes:g} min; a running job "
+            "restarts from its last checkpoint"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "resource": self.resource,
+            "order": self.order,
+            "nodes": self.nodes,
+            "usd_per_hour": self.usd_per_hour,
+            "minutes": self.minutes,
+            "usd": self.usd,
+            "text": self.describe(),
+        }
+
+
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+POOL_LABEL = "llm-platform/pool"
+
+
+def transition_costs(diff: PlanDiff, base: Plan | None, head: Plan | None) -> list[Transition]:
+    """For each node group replaced (not only deleted), what the replacement costs meanwhile.
+
+    Create-first (Pulumi's default) runs the old and the new group together until the old
+    one is deleted; delete-first (a fixed node group name, or delete_before_replace) leaves
+    the pool without nodes. Either lasts about one node group creation (the catalog's
+    recovery figure). The nodes and their price come from the base plan's cost output.
+    """
+    from spec.catalog import catalog
+
+    if base is None:
+        return []
+    recovery = catalog().recovery
+    minutes = recovery.creation_minutes[NODE_GROUP].minutes if recovery else 0.0
+    pools = _cost_of(base).get("node_pools") or {}
+    out = []
+    for r in diff.replacements:
+        if r.type != NODE_GROUP or r.order is None or r.urn not in base.by_urn:
+            continue
+        labels = base.by_urn[r.urn].inputs.get("labels") or {}
+        pool = labels.get(POOL_LABEL)
+        cost = pools.get(pool) if isinstance(pools, Mapping) else None
+        if not isinstance(cost, Mapping):
+            continue
+        nodes = _number(at_path(cost, "nodes.desired")) or 0.0
+        per_hour = _number(at_path(cost, "usd_per_hour.desired")) or 0.0
+        if nodes <= 0:
+            continue
+        out.append(Transition(str(pool), r.name, r.order, int(nodes), per_hour, minutes))
+    return out
+
+
 # ---------------------------------------------------------------------------
 # Policy
 # ---------------------------------------------------------------------------
@@ -180,6 +260,7 @@ class DiffReport:
     notes: list[str] = field(default_factory=list)
     component_costs: bool = False
     """Whether either plan's cost output has the per-component breakdown."""
+    transitions: list[Transition] = field(default_factory=list)
 
     @property
     def new_mandatory(self) -> list[Any]:
@@ -187,17 +268,19 @@ class DiffReport:
 
     def summary(self) -> str:
         d = self.diff
+        recreated = d.recreated
+        precious = sum(1 for r in recreated if r.precious)
         parts = [
             f"{len(d.added)} to add",
-            f"{len(d.changed)} to change",
+            f"{d.updated_in_place} to change in place",
+            f"{len(recreated)} to replace ({precious} precious)",
             f"{len(d.deleted)} to delete",
         ]
         if d.renamed:
             parts.append(f"{len(d.renamed)} renamed (delete + create)")
-        parts.append(f"{d.unchanged} unchanged")
-        precious = len(d.precious_replacements)
-        other = len(d.replacements) - precious
-        parts.append(f"{precious} precious and {other} other replacements")
+        parts.append(f"{d.untouched} unchanged")
+        if d.refused:
+            parts.append(f"{len(d.refused)} refused by the API")
         desired = next((c for c in self.cost["totals"] if "desired" in c.measure), None)
         if desired is not None and desired.delta is not None:
             parts.append(f"cost {_money_delta(desired.delta)}/h at desired size")
@@ -209,8 +292,9 @@ class DiffReport:
 
 
 def exit_code(report: DiffReport, fail_on_replace: bool) -> int:
-    """1 for a new mandatory violation, or a precious replacement with --fail-on-replace; else 0."""
-    if report.new_mandatory:
+    """1 for a new mandatory violation, a change the API refuses, or a precious replacement
+    with --fail-on-replace; else 0."""
+    if report.new_mandatory or report.diff.refused:
         return 1
     if fail_on_replace and report.diff.precious_replacements:
         return 1
@@ -227,6 +311,7 @@ def report_to_json(report: DiffReport) -> dict[str, Any]:
         "cost": {k: [c.to_dict() for c in v] for k, v in report.cost.items()},
         "new_violations": [v.to_dict() for v in report.new_violations],
         "fixed_violations": [v.to_dict() for v in report.fixed_violations],
+        "transitions": [t.to_dict() for t in report.transitions],
         "notes": report.notes,
     }
 
@@ -268,6 +353,7 @@ def render_terminal(report: DiffReport, console: Console) -> None:
     for note in report.notes:
         console.print(Text(f"note: {note}", style="yellow"))
     precious = d.precious_replacements
+    recreated = d.recreated
     if precious:
         lines = [
             Text.assemble((f"{r.name} ", "bold"), (f"({r.type})", "dim"), f": {r.reason}")
@@ -276,13 +362,31 @@ def render_terminal(report: DiffReport, console: Console) -> None:
         console.print(
             Panel(
                 Group(*lines),
-                title=f"PRECIOUS RESOURCES REPLACED: {len(precious)}",
+                title=f"PRECIOUS RESOURCES REPLACED: {len(precious)} "
+                f"(of {len(recreated)} replaced)",
                 border_style="bold red",
                 style="red",
             )
         )
+    elif recreated:
+        console.print(Text(f"{len(recreated)} resources replaced, none precious", style="yellow"))
     else:
         console.print(Text("no precious resource is replaced", style="green"))
+    if d.refused:
+        lines = [
+            Text.assemble(
+                (f"{r.name} ", "bold"), (f"({r.type})", "dim"), f": {r.input}: {r.reason}"
+            )
+            for r in d.refused
+        ]
+        console.print(
+            Panel(
+                Group(*lines),
+                title=f"REFUSED BY THE API: {len(d.refused)} (`pulumi up` fails there)",
+                border_style="bold red",
+                style="red",
+            )
+        )
     console.print(Text(report.summary()))
 
     if d.changed:
@@ -310,6 +414,15 @@ def render_terminal(report: DiffReport, console: Console) -> None:
         for r in others:
             table.add_row(Text(r.name), Text(r.type), Text(r.reason))
         console.print(table)
+    if d.updated_by_cascade:
+        table = Table(
+            title="updated: they take outputs of replaced resources", title_justify="left"
+        )
+        table.add_column("resource", overflow="fold")
+        table.add_column("type", overflow="fold")
+        for ref in d.updated_by_cascade:
+            table.add_row(Text(ref.name), Text(ref.type))
+        console.print(table)
 
     table = Table(title="cost", title_justify="left")
     for column in ("measure", "base", "head", "delta"):
@@ -318,6 +431,8 @@ def render_terminal(report: DiffReport, console: Console) -> None:
         table.add_row(line.measure, _money(line.base), _money(line.head), _money_delta(line.delta))
     console.print(table)
     console.print(Text(_component_note(report), style="dim"))
+    for t in report.transitions:
+        console.print(Text(f"while replaced: {t.describe()}", style="yellow"))
 
     for title, violations in (
         ("new policy violations", report.new_violations),
@@ -390,6 +505,17 @@ def render_markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT) -> st
             "",
             "✅ No precious resource (cluster, node group, file system, bucket, key) is replaced.",
         ]
+    if d.refused:
+        head += [
+            "",
+            f"> [!WARNING]\n> **{len(d.refused)} change(s) the API refuses**: `pulumi up` "
+            "fails there.",
+        ]
+        for refusal in d.refused:
+            head.append(
+                f"> - `{refusal.name}` ({refusal.type}): {_plain(refusal.input)}: "
+                f"{_plain(refusal.reason)}."
+            )
 
     cost_rows = ["| measure | base | head | delta |", "|---|---:|---:|---:|"]
     for line in [*report.cost["totals"], *report.cost["node_pools"], *report.cost["components"]]:
@@ -399,6 +525,9 @@ def render_markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT) -> st
         )
     cost_block = ["", "#### Cost", "", *cost_rows]
     cost_block += ["", f"_{_component_note(report)}._"]
+    if report.transitions:
+        cost_block += ["", "While replaced:", ""]
+        cost_block += [f"- {_plain(t.describe())}" for t in report.transitions]
 
     policy_block = ["", "#### Policy"]
     if report.new_violations:
@@ -433,6 +562,19 @@ def render_markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT) -> st
         blocks.append(
             ("other replacements", _details(f"Replaced, not precious ({len(others)})", rows))
         )
+    if d.updated_by_cascade:
+        rows = ["| resource | type |", "|---|---|"]
+        rows += [f"| {_cell(r.name)} | `{r.type}` |" for r in d.updated_by_cascade]
+        blocks.append(
+            (
+                "updates by replacement",
+                _details(
+                    f"Updated: they take outputs of replaced resources "
+                    f"({len(d.updated_by_cascade)})",
+                    rows,
+                ),
+            )
+        )
     if d.renamed:
         rows = ["| old | new | type |", "|---|---|---|"]
         rows += [
@@ -466,7 +608,7 @@ def render_markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT) -> st
     parts = [essentials]
     size = len(essentials)
     left_out: list[str] = []
-    if d.changed or d.added or d.deleted or others or d.renamed:
+    if d.changed or d.added or d.deleted or others or d.renamed or d.updated_by_cascade:
         parts.append("#### Resources")
         size += len(parts[-1]) + 2
     for what, block in blocks:
@@ -568,6 +710,14 @@ def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = N
         head_plan = rev.plan_of_worktree(stack, repo)
 
     plan_diff = compare_plans(base_plan, head_plan)
+    if plan_diff.unclassified:
+        shown = ", ".join(f"{t} {p}" for t, p in plan_diff.unclassified[:5])
+        more = len(plan_diff.unclassified) - 5
+        notes.append(
+            f"{len(plan_diff.unclassified)} changed inputs have no rule in "
+            f"spec/replacement.yaml ({shown}{f', and {more} more' if more > 0 else ''}): "
+            "changes are read as in place, values from replaced resources as replacements"
+        )
     base_violations, note = _violations(base_plan, stack, base_text, head_text)
     if note:
         notes.append(note)
@@ -583,4 +733,5 @@ def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = N
         fixed_violations=fixed,
         notes=notes,
         component_costs=has_component_costs(base_plan) or has_component_costs(head_plan),
+        transitions=transition_costs(plan_diff, base_plan, head_plan),
     )

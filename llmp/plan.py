@@ -1,8 +1,8 @@
 """The plan of a stack, typed: what `llmp synth` records and every command reads.
 
 A plan is every resource the program declares (urn, type, name, parent,
-provider, inputs, dependencies, and where set `protect`, `retain_on_delete`
-and `import_id`) and the stack's outputs. `synth` builds one, `load_plan`
+provider, inputs, dependencies, and where set `protect`, `retain_on_delete`,
+`import_id` and `delete_before_replace`) and the stack's outputs. `synth` builds one, `load_plan`
 reads one from `plan.json`, and policy, cost, diff, dr and verify all take
 this one type. The deployed stack's outputs (`pulumi stack output --json`)
 have their own small model and one reader, `load_outputs`.
@@ -22,7 +22,7 @@ from llmp.errors import BadInput
 SECRET = "[secret]"
 """What a secret's value becomes in a plan (the synthesis redacts it)."""
 AWS_PROVIDER = "pulumi:providers:aws"
-_OPTIONS = ("protect", "retain_on_delete", "import_id")
+_OPTIONS = ("protect", "retain_on_delete", "import_id", "delete_before_replace")
 
 
 class PlanError(BadInput):
@@ -52,6 +52,7 @@ class Resource(BaseModel):
     protect: bool = False
     retain_on_delete: bool = False
     import_id: str | None = None
+    delete_before_replace: bool = False
 
     @property
     def is_kubernetes_object(self) -> bool:

@@ -8,7 +8,8 @@ dependencies the engine would see, into a `Plan`:
     {"project", "stack", "resources": [{"urn", "type", "name", "parent",
      "custom", "provider", "inputs", "dependencies"}], "outputs": {...}}
 
-and, only where set, a resource's `protect`, `retain_on_delete` and `import_id`.
+and, only where set, a resource's `protect`, `retain_on_delete`, `import_id` and
+`delete_before_replace`.
 
 Secrets are redacted before anything is recorded. Provider look-ups
 (invokes) are refused: a preview must not depend on the cloud.
@@ -243,6 +244,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                 protect=bool(request.protect),
                 retain_on_delete=bool(request.retainOnDelete),
                 import_id=request.importId or None,
+                delete_before_replace=bool(request.deleteBeforeReplace),
             )
         )
         obj = _sync_await(rpc.serialize_properties(state, {}))

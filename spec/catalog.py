@@ -369,42 +369,6 @@ class GpuXids(_Data):
         return sorted(code for cls in self.classes.values() for code in cls.codes)
 
 
-class ForceNewInput(_Data):
-    """An input whose change replaces the resource: Terraform ForceNew as pulumi-aws bridges it."""
-
-    input: str = Field(description="camelCase input path as plans record it, dotted for blocks")
-    terraform: str = Field(description="the provider schema attribute it comes from")
-    when: Literal["changed", "decreased", "removed"] = Field(
-        "changed",
-        description="changed: any change; decreased: a smaller number or x.y version; "
-        "removed: the block is dropped",
-    )
-    unordered: bool = Field(
-        False, description="a Terraform set (TypeSet): the same items in another order is no change"
-    )
-
-
-class ReplacementRule(_Data):
-    """What replaces one Pulumi type, and whether losing it is a loud event."""
-
-    precious: bool
-    why: str | None = Field(None, description="what a replacement costs, for the report")
-    source: str
-    force_new: list[ForceNewInput]
-
-
-class Replacement(_Data):
-    """Force-new inputs per Pulumi type (`llmp diff`), with the provider sources read."""
-
-    read: str
-    provider: str
-    types: dict[str, ReplacementRule]
-
-    @property
-    def precious_types(self) -> list[str]:
-        return sorted(t for t, rule in self.types.items() if rule.precious)
-
-
 class CreationTime(_Data):
     """How long `pulumi up` typically takes to create one resource of a type."""
 
@@ -487,7 +451,6 @@ class Catalog(_Data):
     monitoring: MonitoringPins | None = None
     node_autoscaler: NodeAutoscalerPins
     gpu_xids: GpuXids | None = None
-    replacement: Replacement | None = None
     recovery: Recovery | None = None
 
     @model_validator(mode="after")

@@ -12,7 +12,9 @@ creating empty buckets. It then runs both stacks offline (`llmp.synth`) and repo
   the most training progress a disaster can take;
 - the plans' equivalence (`equivalence`): both plans hold the same resources with the
   same inputs, apart from a named list of region-bound differences; anything else is
-  reported as unexplained.
+  reported as unexplained;
+- what the recovery re-creates (`recreated`): its precious resources, by the replacement
+  table `llmp diff` reads (spec/replacement.yaml), new and empty or adopted.
 
 A Markdown runbook (`runbook.md.j2`) is written beside the stack file.
 """
@@ -43,6 +45,42 @@ from llmp.dr.rto import (
     quota_needs,
 )
 from llmp.errors import prefixed
+from llmp.plan import Plan
+
+
+@dataclass(frozen=True)
+class Recreated:
+    """The recovery plan's resources of one precious type: created anew, or adopted."""
+
+    type: str
+    created: list[str]
+    adopted: list[str]
+    why: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def recreated(plan: Plan) -> list[Recreated]:
+    """Per precious type of the replacement table (the one `llmp diff` flags), which of the
+    recovery plan's resources `pulumi up` creates (new: empty, its `why`) and which it
+    adopts (`import_id`: the replicas)."""
+    from spec.replacement import replacement_table
+
+    table = replacement_table()
+    out = []
+    for type_ in table.precious_types:
+        found = plan.by_type(type_)
+        if found:
+            out.append(
+                Recreated(
+                    type_,
+                    [r.name for r in found if r.import_id is None],
+                    [r.name for r in found if r.import_id is not None],
+                    table.types[type_].why,
+                )
+            )
+    return out
 
 
 @dataclass
@@ -57,6 +95,7 @@ class DrPlan:
     quotas: list[QuotaNeed]
     unquoted_pools: list[str]
     created: str
+    recreated: list[Recreated]
 
     def to_dict(self) -> dict[str, Any]:
         rc = self.config
@@ -74,6 +113,7 @@ class DrPlan:
             "rpo": self.rpo.to_dict(),
             "quotas": [asdict(q) for q in self.quotas],
             "equivalence": self.differences.to_dict(),
+            "recreated": [r.to_dict() for r in self.recreated],
         }
 
 
@@ -99,6 +139,7 @@ def make_plan(source_raw: Mapping[str, Any], options: RecoveryOptions) -> DrPlan
         quotas=quotas,
         unquoted_pools=unquoted,
         created=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        recreated=recreated(recovery_plan),
     )
 
 

@@ -107,6 +107,24 @@ def renderables(plan: DrPlan, written: Iterable[Path]) -> list[Any]:
         loss.add_row(fmt(p.minutes), what)
     parts.append(loss)
 
+    if plan.recreated:
+        lost = Table(
+            title="precious resources: created new (empty) or adopted",
+            title_justify="left",
+        )
+        lost.add_column("type", overflow="fold")
+        lost.add_column("new", justify="right")
+        lost.add_column("adopted", justify="right")
+        lost.add_column("a new one means", overflow="fold", ratio=1)
+        for kind in plan.recreated:
+            lost.add_row(
+                kind.type.rsplit(":", 1)[-1],
+                str(len(kind.created)),
+                str(len(kind.adopted)),
+                kind.why or "",
+            )
+        parts.append(lost)
+
     counts = ", ".join(f"{rule} {n}" for rule, n in diff.by_rule().items())
     summary = (
         f"plan equivalence: {diff.in_both} resources in both, {len(diff.only_in_source)} only "

@@ -167,10 +167,9 @@ def test_a_log_group_outside_the_fsx_prefix_is_refused() -> None:
 
 def test_turning_logging_on_does_not_replace_the_file_system() -> None:
     # logConfiguration is updatable in place (UpdateFileSystem): not a force-new input.
-    from spec.catalog import catalog
+    from spec.replacement import replacement_table
 
-    replacement = catalog().replacement
-    assert replacement is not None
-    rule = replacement.types[FS]
+    rule = replacement_table().rules[FS]
     assert rule.precious
-    assert not [f for f in rule.force_new if f.input.startswith("logConfiguration")]
+    assert rule.verdict("logConfiguration.level") == "update"
+    assert rule.verdict("logConfiguration.destination") == "update"

@@ -22,9 +22,7 @@ import pytest
 
 from llmp.compare import (
     ABSENT,
-    ForceNew,
     PlanDiff,
-    TypeRule,
     compare_plans,
     computed_markers,
     replacement_rules,
@@ -34,6 +32,7 @@ from llmp.plan import SECRET, Plan, Resource
 from llmp.policy import Violation
 from llmp.synth import REPO_ROOT
 from spec.catalog import catalog
+from spec.replacement import Conditional, ReplaceInput, TypeRule, replacement_table
 from tests.llmp.test_revision import commit_all, copy_project, git
 
 # ---------------------------------------------------------------------------
@@ -72,23 +71,49 @@ FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
 KEY = "aws:kms/key:Key"
 BUCKET = "aws:s3/bucket:Bucket"
 ROLE = "aws:iam/role:Role"
+
+
+def rule(
+    *,
+    precious: bool = False,
+    replace: tuple[str | ReplaceInput, ...] = (),
+    conditional: tuple[Conditional, ...] = (),
+    why: str | None = None,
+    name_input: str | None = None,
+) -> TypeRule:
+    """A type's rules as the table would hold them (everything not listed: in place)."""
+    return TypeRule(
+        source="test",
+        read="2026-12-01",
+        precious=precious,
+        replace=tuple(ReplaceInput(input=r) if isinstance(r, str) else r for r in replace),
+        update=("**",),
+        conditional=conditional,
+        why=why,
+        name_input=name_input,
+    )
+
+
+def cond(input: str, when: str, then: str = "replace", **kw: Any) -> Conditional:
+    return Conditional(input=input, when=(when,), then=then, reason=f"test: {when}", **kw)
+
+
 RULES = {
-    FS: TypeRule(
+    FS: rule(
         precious=True,
-        force_new=(
-            ForceNew("subnetIds"),
-            ForceNew("kmsKeyId"),
-            ForceNew("storageCapacity", "decreased"),
-            ForceNew("fileSystemTypeVersion", "decreased"),
+        replace=("subnetIds", "kmsKeyId"),
+        conditional=(
+            cond("storageCapacity", "decreased"),
+            cond("fileSystemTypeVersion", "decreased"),
         ),
         why="a new file system is empty",
     ),
-    KEY: TypeRule(precious=True, force_new=(ForceNew("multiRegion"),)),
-    BUCKET: TypeRule(precious=True, force_new=(ForceNew("bucket"),)),
-    "aws:eks/cluster:Cluster": TypeRule(
-        precious=True, force_new=(ForceNew("encryptionConfig", "removed"),)
+    KEY: rule(precious=True, replace=("multiRegion",)),
+    BUCKET: rule(precious=True, replace=("bucket",), name_input="bucket"),
+    "aws:eks/cluster:Cluster": rule(
+        precious=True, conditional=(cond("encryptionConfig", "removed"),)
     ),
-    "aws:ec2/subnet:Subnet": TypeRule(precious=False, force_new=(ForceNew("cidrBlock"),)),
+    "aws:ec2/subnet:Subnet": rule(replace=("cidrBlock",)),
 }
 
 
@@ -305,9 +330,9 @@ def test_numbers_compare_by_value_but_a_boolean_is_not_a_number() -> None:
 def test_a_reordered_terraform_set_is_listed_but_replaces_nothing() -> None:
     group = "aws:eks/nodeGroup:NodeGroup"
     rules = {
-        group: TypeRule(
+        group: rule(
             precious=True,
-            force_new=(ForceNew("subnetIds", unordered=True), ForceNew("instanceTypes")),
+            replace=(ReplaceInput(input="subnetIds", unordered=True), "instanceTypes"),
         )
     }
 
@@ -499,8 +524,12 @@ def test_a_precious_replacement_opens_the_comment_with_a_caution_and_fails_on_re
 def _args_class(type_token: str) -> type:
     """pulumi_aws's `<Name>Args` class of a type token such as aws:eks/cluster:Cluster."""
     _, module_path, name = type_token.split(":")
-    module = importlib.import_module(f"pulumi_aws.{module_path.split('/')[0]}")
-    return getattr(module, f"{name}Args")
+    package = importlib.import_module(f"pulumi_aws.{module_path.split('/')[0]}")
+    # The resource's own module: `pulumi_aws.s3.BucketLoggingArgs` is another class (the
+    # Bucket's logging block).
+    module = sys.modules[getattr(package, name).__module__]
+    # Where a block type has the resource's name, the SDK names the resource's args InitArgs.
+    return getattr(module, f"{name}InitArgs", None) or getattr(module, f"{name}Args")
 
 
 def _sdk_inputs(cls: type) -> dict[str, str]:
@@ -530,13 +559,22 @@ def _resolve_input_path(type_token: str, path: str) -> bool:
     return True
 
 
-def test_every_force_new_input_is_an_input_of_the_sdk() -> None:
-    table = catalog().replacement
-    assert table is not None
-    for type_token, rule in table.types.items():
-        assert rule.force_new, type_token
-        for entry in rule.force_new:
-            assert _resolve_input_path(type_token, entry.input), (type_token, entry.input)
+def test_every_aws_input_the_table_names_is_an_input_of_the_sdk() -> None:
+    table = replacement_table()
+    checked = 0
+    for type_token, type_rule in table.types.items():
+        if not type_token.startswith("aws:"):
+            continue
+        patterns = [
+            *(r.input for r in type_rule.replace),
+            *(c.input for c in type_rule.conditional),
+            *type_rule.update,
+        ]
+        for pattern in patterns:
+            path = pattern.replace("[]", "")
+            assert _resolve_input_path(type_token, path), (type_token, pattern)
+            checked += 1
+    assert checked > 250
 
 
 def test_the_sdk_check_catches_a_wrong_input_name() -> None:
@@ -547,9 +585,7 @@ def test_the_sdk_check_catches_a_wrong_input_name() -> None:
 
 def test_every_precious_type_is_a_type_the_plans_use(plans: Callable[[str], Any]) -> None:
     used = {r.type for r in plans("pretrain").resources}
-    table = catalog().replacement
-    assert table is not None
-    assert set(table.precious_types) <= used
+    assert set(replacement_table().precious_types) <= used
     # pulumi-aws 7 names the bucket aws:s3/bucket:Bucket (the V2 bucket of version 6).
     assert "aws:s3/bucket:Bucket" in used and "aws:s3/bucketV2:BucketV2" not in used
 
@@ -688,6 +724,33 @@ def test_shrinking_the_file_system_is_a_loud_replacement(repo: Path, stack_file:
     precious = [r for r in report["replacements"] if r["precious"]]
     assert [(r["type"], r["cause"]) for r in precious] == [(FS, "force-new")]
     assert "storageCapacity (decreased)" in precious[0]["reason"]
+
+
+def test_a_new_vpc_cidr_replaces_the_network_and_what_lives_in_it(
+    repo: Path, stack_file: Path
+) -> None:
+    edit(stack_file, "vpc_cidr: 10.10.0.0/16", "vpc_cidr: 10.11.0.0/16")
+    markdown = repo / "out" / "vpc.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "llmp.cli", "diff", "--base", "HEAD", "pretrain"]
+        + ["--markdown", str(markdown)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    # The cluster cannot follow its subnets into a new VPC: a change `pulumi up` fails on.
+    assert done.returncode == 1, done.stderr
+    out = done.stdout
+    assert "PRECIOUS RESOURCES REPLACED: 4 (of 40 replaced)" in out
+    assert "REFUSED BY THE API: 1" in out
+    assert "40 to replace (4 precious)" in " ".join(out.split())
+    assert max(len(line) for line in out.splitlines()) <= 80
+    text = markdown.read_text()
+    assert_well_formed_markdown(text)
+    assert "> [!WARNING]" in text and "`cluster-eks` (aws:eks/cluster:Cluster)" in text
 
 
 def test_renaming_a_bucket_deletes_a_precious_bucket(repo: Path, stack_file: Path) -> None:

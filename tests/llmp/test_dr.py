@@ -764,6 +764,20 @@ def test_a_resource_not_awaited_still_delays_what_needs_it() -> None:
     assert rto.not_awaited == []
 
 
+def test_the_recovery_names_what_it_creates_new_and_what_it_adopts(recovery: dr.DrPlan) -> None:
+    by_type = {r.type: r for r in recovery.recreated}
+    # The replicas are adopted; the cluster, its pools and the file system start empty.
+    buckets = by_type["aws:s3/bucket:Bucket"]
+    assert buckets.adopted and all(n.startswith("storage-") for n in buckets.adopted)
+    assert by_type["aws:eks/cluster:Cluster"].created == ["cluster-eks"]
+    assert by_type["aws:fsx/lustreFileSystem:LustreFileSystem"].created
+    assert "empty" in (by_type["aws:fsx/lustreFileSystem:LustreFileSystem"].why or "")
+    assert by_type["aws:kms/key:Key"].adopted  # the replica key
+    runbook = dr.render_runbook(recovery, "Pulumi.pretrain-dr.yaml")
+    assert "## What the recovery re-creates" in runbook
+    assert "| `aws:eks/cluster:Cluster` | `cluster-eks` | none |" in runbook
+
+
 def test_rpo_is_interval_plus_export_plus_replication(recovery: dr.DrPlan) -> None:
     rpo = recovery.rpo
     parts = {p.what: p for p in rpo.parts}
