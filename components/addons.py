@@ -98,7 +98,9 @@ AWS and Kubernetes providers through `opts.providers`.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -503,6 +505,23 @@ class AddonsArgs:
     kueue_after: list[pulumi.Resource] = field(default_factory=list)
     """APIs Kueue must find when it starts: the ProvisioningRequest CRD where a pool is
     elastic (the NodeAutoscaler's `provisioning_api`)."""
+    provisioning_resources: list[str] = field(default_factory=list)
+    """Accelerator resources the ProvisioningRequest check manages beyond this stack's
+    elastic pools': a shared stack's check serves the pools team stacks bring."""
+    cluster_wide: bool = True
+    """False on a team stack of a shared cluster: the shared stack installs every release
+    and the cluster-wide Kueue objects; this one declares only its pools' flavors and its
+    ClusterQueues (named after `team`), attached to the shared stack's `scheduling`."""
+    team: str = ""
+    scheduling: pulumi.Input[dict[str, Any]] | None = None
+    """The shared stack's `scheduling` output (`spec.sharing.SCHEDULING_KEYS`)."""
+
+
+def _queue_spec(
+    queues: Callable[[dict[str, Any]], list[kueue.ClusterQueue]], i: int, names: dict[str, Any]
+) -> dict[str, Any]:
+    spec: dict[str, Any] = queues(names)[i].manifest()["spec"]
+    return spec
 
 
 class Addons(pulumi.ComponentResource):
@@ -513,6 +532,67 @@ class Addons(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: AddonsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:addons:Addons", name, None, opts)
+        self.releases = {}
+        self.kueue_ready = []
+        self.lbc_role_arn = None
+        if args.cluster_wide:
+            self._install(name, args)
+        elif args.kueue:
+            self.kueue_ready = self._team_queues(name, args)
+        self.register_outputs(
+            {"releases": sorted(self.releases), "lbc_role_arn": self.lbc_role_arn}
+        )
+
+    def _team_queues(self, name: str, args: AddonsArgs) -> list[pulumi.Resource]:
+        """A team's flavors (its pools, named after it) and ClusterQueues (one per tenant, and
+        its own spare queue), in the shared stack's cohort."""
+        if not args.team or args.scheduling is None:
+            raise ValueError("a team stack's queues need its team name and the shared scheduling")
+        child = pulumi.ResourceOptions(parent=self)
+        created: list[pulumi.Resource] = []
+        for flavor in kueue.resource_flavors(args.pools, cpu=False):
+            manifest = flavor.manifest()
+            created.append(self._custom(name, manifest, manifest["spec"], child))
+
+        def queues(names: dict[str, Any]) -> list[kueue.ClusterQueue]:
+            shared = kueue.Scheduling(
+                cohort=names["cohort"],
+                cpu_flavor=names["cpu_flavor"],
+                provisioning_check=names["provisioning_check"],
+            )
+            return [
+                *(kueue.tenant_cluster_queue(t, args.pools, shared) for t in args.tenants),
+                kueue.spare_cluster_queue(
+                    args.tenants, args.pools, shared, name=f"{args.team}-{kueue.SPARE_QUEUE}"
+                ),
+            ]
+
+        scheduling = pulumi.Output.from_input(args.scheduling)
+        defaults = vars(kueue.Scheduling())
+        # The names are the team's own, known now; the specs name the shared stack's objects.
+        for i, queue in enumerate(queues(defaults)):
+            spec = scheduling.apply(functools.partial(_queue_spec, queues, i))
+            created.append(self._custom(name, queue.manifest(), spec, child))
+        return created
+
+    def _custom(
+        self,
+        name: str,
+        manifest: dict[str, Any],
+        spec: pulumi.Input[dict[str, Any]],
+        opts: pulumi.ResourceOptions,
+    ) -> k8s.apiextensions.CustomResource:
+        return k8s.apiextensions.CustomResource(
+            f"{name}-{manifest['kind'].lower()}-{manifest['metadata']['name']}",
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            metadata=manifest["metadata"],
+            spec=spec,
+            opts=opts,
+        )
+
+    def _install(self, name: str, args: AddonsArgs) -> None:
+        """Everything cluster-wide: the releases, the cpu flavor, the checks, the queues."""
         on_system = pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes)
         self.releases = {}
 
@@ -598,7 +678,7 @@ class Addons(pulumi.ComponentResource):
                 | kueue.AdmissionCheck
                 | kueue.ProvisioningRequestConfig
             ] = [*flavors]
-            provisioning = kueue.provisioning_check(args.pools)
+            provisioning = kueue.provisioning_check(args.pools, args.provisioning_resources)
             if provisioning is not None:
                 objects += provisioning
             objects += queues
@@ -640,7 +720,3 @@ class Addons(pulumi.ComponentResource):
             ).apply(lambda v: lbc_values(v[0], region, v[1], v[2]))
             release(LBC, "kube-system", values, on_system)
             self.lbc_role_arn = role.arn
-
-        self.register_outputs(
-            {"releases": sorted(self.releases), "lbc_role_arn": self.lbc_role_arn}
-        )

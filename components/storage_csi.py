@@ -94,6 +94,12 @@ class StorageVolumesArgs:
     tenant_namespaces: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     """Namespaces owned by the tenancy component (name -> its name output): volumes go into
     them, but their namespace, quota and limits are the tenancy's. One owner per namespace."""
+    fsx_driver: bool | None = None
+    """Install the FSx CSI driver (None: where there is a Lustre volume). A shared stack
+    installs it for its team stacks; a team stack (`name_prefix` set) never does."""
+    name_prefix: str = ""
+    """On a shared cluster, the team stack's `TEAM-`: the namespaces it creates and its
+    PersistentVolumes (cluster-scoped) are named after it."""
 
 
 def fsx_driver_values() -> dict[str, Any]:
@@ -179,8 +185,11 @@ class StorageVolumes(pulumi.ComponentResource):
         s3_pin = _s3_addon_version(args.kubernetes_version) if weights else ""
 
         wanted = [*(lustre.namespaces if lustre else []), *(weights.namespaces if weights else [])]
+        prefix = args.name_prefix
         owned = {
-            ns: k8s.core.v1.Namespace(f"{name}-ns-{ns}", volumes.namespace(ns), opts=child)
+            ns: k8s.core.v1.Namespace(
+                f"{name}-ns-{ns}", volumes.namespace(f"{prefix}{ns}"), opts=child
+            )
             for ns in dict.fromkeys(wanted)
             if ns not in args.tenant_namespaces
         }
@@ -208,7 +217,8 @@ class StorageVolumes(pulumi.ComponentResource):
                 opts=child,
             )
 
-        if lustre is not None:
+        fsx_driver = lustre is not None if args.fsx_driver is None else args.fsx_driver
+        if fsx_driver and not prefix:
             pinned_release(
                 f"{name}-fsx-csi",
                 FSX_CHART,
@@ -217,11 +227,12 @@ class StorageVolumes(pulumi.ComponentResource):
                 values=fsx_driver_values(),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for),
             )
+        if lustre is not None:
             for ns in dict.fromkeys(lustre.namespaces):
                 pv = k8s.core.v1.PersistentVolume(
                     f"{name}-fsx-pv-{ns}",
                     volumes.lustre_persistent_volume(
-                        namespace=ns,
+                        namespace=f"{prefix}{ns}",
                         file_system_id=lustre.file_system_id,
                         dns_name=lustre.dns_name,
                         mount_name=lustre.mount_name,

@@ -344,6 +344,9 @@ class TenancyArgs:
     """None: no storage, so no workload S3 access."""
     kueue_ready: list[pulumi.Resource] = field(default_factory=list)
     """The Kueue release (CRDs); empty: Kueue is off and no LocalQueue is made."""
+    namespace_prefix: str = ""
+    """On a shared cluster, the team stack's `TEAM-`: each tenant's namespace (cluster-scoped),
+    ClusterQueue and Kubernetes group are `TEAM-TENANT`, so two teams never declare one."""
 
 
 class Tenancy(pulumi.ComponentResource):
@@ -359,7 +362,9 @@ class Tenancy(pulumi.ComponentResource):
         self.workload_role_arns = {}
         for tenant, cfg in args.tenants.items():
             prefix = f"{name}-{tenant}"
-            ns = k8s.core.v1.Namespace(f"{prefix}-ns", namespace_args(tenant), opts=child)
+            # The tenant's name on the cluster: its namespace, its ClusterQueue, its group.
+            ns_key = f"{args.namespace_prefix}{tenant}"
+            ns = k8s.core.v1.Namespace(f"{prefix}-ns", namespace_args(ns_key), opts=child)
             ns_name = ns.metadata.name
             self.namespaces[tenant] = ns_name
 
@@ -372,11 +377,11 @@ class Tenancy(pulumi.ComponentResource):
                 volumes.limit_range(namespace=ns_name, quota=volumes.NamespaceQuota()),
                 opts=child,
             )
-            for policy, policy_args in network_policies(ns_name, tenant, args.vpc_cidr).items():
+            for policy, policy_args in network_policies(ns_name, ns_key, args.vpc_cidr).items():
                 k8s.networking.v1.NetworkPolicy(f"{prefix}-{policy}", policy_args, opts=child)
             k8s.rbac.v1.Role(f"{prefix}-role", role_args(ns_name), opts=child)
             k8s.rbac.v1.RoleBinding(
-                f"{prefix}-role-binding", role_binding_args(ns_name, tenant), opts=child
+                f"{prefix}-role-binding", role_binding_args(ns_name, ns_key), opts=child
             )
             if cfg.admin_role_arn:
                 aws.eks.AccessEntry(
@@ -384,11 +389,11 @@ class Tenancy(pulumi.ComponentResource):
                     cluster_name=args.cluster_name,
                     principal_arn=cfg.admin_role_arn,
                     type="STANDARD",
-                    kubernetes_groups=[group(tenant)],
+                    kubernetes_groups=[group(ns_key)],
                     opts=child,
                 )
             if args.kueue_ready:
-                queue = kueue.local_queue(tenant).manifest()
+                queue = kueue.local_queue(ns_key).manifest()
                 k8s.apiextensions.CustomResource(
                     f"{prefix}-local-queue",
                     api_version=queue["apiVersion"],
@@ -430,7 +435,7 @@ class Tenancy(pulumi.ComponentResource):
                     policy=s3_access,
                     policy_name=f"{prefix}-workload-s3",
                     cluster_name=args.cluster_name,
-                    namespace=tenant,
+                    namespace=ns_key,
                     service_account=WORKLOAD_SERVICE_ACCOUNT,
                 )
                 self.workload_role_arns[tenant] = role.arn

@@ -196,7 +196,25 @@ def render(label: str, cost: dict[str, Any]) -> Iterator[Any]:
             left_out.add_row(f"{item['component']}:", what)
         yield left_out
         yield Text("")
+    yield from _not_billed(cost)
     yield Text(f"prices: {_as_of(cost['price_source'])}")
+
+
+def _not_billed(cost: dict[str, Any]) -> Iterator[Any]:
+    """What the stack adopts and someone else pays for (`cost.not_billed`), one dim line
+    each, wrapped at the console's width."""
+    from rich.text import Text
+
+    adopted = cost.get("not_billed") or []
+    if not adopted:
+        return
+    yield Text("not billed to this stack (adopted; its owner pays):", style="bold")
+    for item in adopted:
+        # "network: the VPC ... (not billed to this stack: its owner pays)": the heading says
+        # the last part once.
+        what = str(item).split(" (not billed", 1)[0]
+        yield Text(f"  - {what}", style="dim")
+    yield Text("")
 
 
 _CAPACITY_NAMES = {"capacity-block": "cap. block"}
@@ -208,7 +226,8 @@ def _pools_tables(cost: dict[str, Any]) -> Iterator[Any]:
     from rich.table import Table
 
     modes = cost["pricing_modes"]
-    rows = [("system", cost["system_pool"], None)]
+    # An adopted cluster's system nodes are its owner's: no row (they are not billed here).
+    rows = [("system", cost["system_pool"], None)] if cost.get("system_pool") else []
     rows += [(n, cost["node_pools"][n], modes.get(n)) for n in sorted(cost["node_pools"])]
 
     sizes = Table(

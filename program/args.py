@@ -103,8 +103,9 @@ def gpu_pool_args(name: str, pool: NodePoolConfig, **from_components: Any) -> Gp
     )
 
 
-def pool_capacities(cfg: PlatformConfig) -> list[kueue.PoolCapacity]:
-    """Each GPU pool at its max size, for Kueue's flavors and the cohort's capacity."""
+def pool_capacities(cfg: PlatformConfig, team: str = "") -> list[kueue.PoolCapacity]:
+    """Each GPU pool at its max size, for Kueue's flavors and the cohort's capacity; `team`:
+    a team stack's name on a shared cluster (its flavors are named after it)."""
     out = []
     for name, pool in cfg.node_pools.items():
         itype = catalog().instance(pool.instance_type)
@@ -123,15 +124,18 @@ def pool_capacities(cfg: PlatformConfig) -> list[kueue.PoolCapacity]:
                 cpu_per_gpu=itype.vcpus / count,
                 memory_gib_per_gpu=itype.memory_gib / count,
                 elastic=pool.elastic,
+                team=team,
             )
         )
     return out
 
 
-def tenant_shares(cfg: PlatformConfig) -> list[kueue.TenantShare]:
-    """Each tenant's guaranteed share, for its ClusterQueue."""
+def tenant_shares(cfg: PlatformConfig, prefix: str = "") -> list[kueue.TenantShare]:
+    """Each tenant's guaranteed share, for its ClusterQueue (named as its namespace)."""
     return [
-        kueue.TenantShare(name=name, gpu_quota=t.gpu_quota, cpu=t.cpu, memory_gib=t.memory_gib)
+        kueue.TenantShare(
+            name=f"{prefix}{name}", gpu_quota=t.gpu_quota, cpu=t.cpu, memory_gib=t.memory_gib
+        )
         for name, t in cfg.tenants.items()
     ]
 
@@ -148,26 +152,40 @@ def addons_args(
     vpc_id: pulumi.Input[str],
     system_nodes: Sequence[pulumi.Resource],
     kueue_after: Sequence[pulumi.Resource] = (),
+    team: str = "",
+    scheduling: pulumi.Input[dict[str, Any]] | None = None,
 ) -> AddonsArgs:
-    """`kueue_after`: the ProvisioningRequest API where a pool is elastic."""
+    """`kueue_after`: the ProvisioningRequest API where a pool is elastic. `team` and
+    `scheduling`: a team stack on a shared cluster, which declares only its queues.
+
+    A shared stack (`share_outputs`) installs what team stacks' pools need whatever its own
+    pools are: the EFA device plugin, NVSentinel, and a provisioning check for every
+    accelerator resource."""
+    sharing = cfg.share_outputs
     return shared(
         cfg.addons,
         AddonsArgs,
         efa_device_plugin=cfg.addons.efa_device_plugin
-        and any(p.efa for p in cfg.node_pools.values()),
+        and (sharing or any(p.efa for p in cfg.node_pools.values())),
         # NVSentinel watches NVIDIA GPUs through the GPU operator's DCGM, and its MongoDB
         # volumes take the gp3 class that monitoring brings (with the EBS CSI driver).
         nvsentinel=cfg.addons.nvsentinel
         and cfg.addons.gpu_operator
         and cfg.monitoring.enabled
-        and any(_nvidia(p.instance_type) for p in cfg.node_pools.values()),
+        and (sharing or any(_nvidia(p.instance_type) for p in cfg.node_pools.values())),
         cluster_name=cluster_name,
         region=cfg.region,
         vpc_id=vpc_id,
-        pools=pool_capacities(cfg),
-        tenants=tenant_shares(cfg),
+        pools=pool_capacities(cfg, team),
+        tenants=tenant_shares(cfg, f"{team}-" if team else ""),
         system_nodes=list(system_nodes),
         kueue_after=list(kueue_after),
+        provisioning_resources=sorted({k.resource for k in catalog().accelerator_kinds.values()})
+        if sharing
+        else [],
+        cluster_wide=not team,
+        team=team,
+        scheduling=scheduling,
     )
 
 
@@ -178,8 +196,9 @@ def node_autoscaler_args(
     system_nodes: Sequence[pulumi.Resource],
 ) -> NodeAutoscalerArgs | None:
     """The Cluster Autoscaler's args where some pool is elastic; None where every pool is
-    fixed (nothing to scale, so nothing installed)."""
-    if not any(p.elastic for p in cfg.node_pools.values()):
+    fixed (nothing to scale, so nothing installed). A shared stack installs it for the
+    elastic pools of its team stacks, which it discovers by their tags."""
+    if not cfg.share_outputs and not any(p.elastic for p in cfg.node_pools.values()):
         return None
     return NodeAutoscalerArgs(
         cluster_name=cluster_name, region=cfg.region, system_nodes=list(system_nodes)

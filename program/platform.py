@@ -37,8 +37,11 @@ from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
 from monitoring import rules
 from program import adoption, args, cost, ledger
 from spec.catalog import catalog
+from spec.labels import TEAM_LABEL
 from spec.platform import PlatformConfig
 from spec.tenancy import MODELS_BUCKET, TENANT_BUCKETS
+from workloads import kueue
+from workloads.scheduling import PRIORITIES
 
 
 def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, str]:
@@ -67,6 +70,10 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
 
     # A team stack reads the shared stack's network and cluster; an adopting stack, config.
     shared = adoption.reference(cfg)
+    # On a shared cluster the shared stack owns everything cluster-wide; this stack declares
+    # only what is its own, and every cluster-scoped name of it starts with its team's.
+    team = adoption.team_name(cfg, stack)
+    team_prefix = f"{team}-" if team else ""
     network = adoption.network(cfg, cluster_name, shared, on_aws)
     private_subnets = network.private_subnet_ids
     cluster, endpoint_source = adoption.cluster(
@@ -78,6 +85,8 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
 
     pools = {}
     for pool_name, pool in cfg.node_pools.items():
+        if team:
+            pool = pool.model_copy(update={"labels": {**pool.labels, TEAM_LABEL: team}})
         pools[pool_name] = GpuNodePool(
             f"gpu-{pool_name}",
             args.gpu_pool_args(
@@ -103,7 +112,8 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             "images", args.image_repository_args(cfg.images, cluster_name), on_aws
         )
 
-    PriorityClasses("priorities", pulumi.ResourceOptions(providers=[cluster.provider]))
+    if not team:
+        PriorityClasses("priorities", pulumi.ResourceOptions(providers=[cluster.provider]))
     on_cluster = pulumi.ResourceOptions(providers=[aws_provider, cluster.provider])
 
     # Only where some pool is elastic. It reads the pools' tags when it runs, so it waits for
@@ -112,7 +122,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     autoscaler_args = args.node_autoscaler_args(
         cfg, cluster_name=cluster.name, system_nodes=system_nodes
     )
-    if autoscaler_args is not None:
+    if autoscaler_args is not None and not team:
         autoscaler = NodeAutoscaler("node-autoscaler", autoscaler_args, on_cluster)
         provisioning_api = autoscaler.provisioning_api
 
@@ -124,6 +134,8 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             vpc_id=network.vpc_id,
             system_nodes=system_nodes,
             kueue_after=provisioning_api,
+            team=team,
+            scheduling=shared.require_output("scheduling") if shared is not None and team else None,
         ),
         on_cluster,
     )
@@ -167,6 +179,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             if buckets is not None
             else None,
             kueue_ready=addons.kueue_ready,
+            namespace_prefix=team_prefix,
         ),
         on_cluster,
     )
@@ -231,7 +244,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 region=cfg.region,
                 namespaces=weights.namespaces,
             )
-        if lustre_volume or weights_volume:
+        if lustre_volume or weights_volume or cfg.share_outputs:
             StorageVolumes(
                 "volumes",
                 StorageVolumesArgs(
@@ -243,6 +256,9 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                     # DaemonSets follow GPU nodes whenever those join.
                     wait_for=system_nodes,
                     tenant_namespaces=dict(tenancy.namespaces),
+                    # A shared stack's FSx driver serves its team stacks' file systems.
+                    fsx_driver=True if cfg.share_outputs else None,
+                    name_prefix=team_prefix,
                 ),
                 on_cluster,
             )
@@ -260,8 +276,22 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                     for k, b in buckets.replicas.items()
                 },
             )
+    elif cfg.share_outputs:
+        # No storage of its own, but its team stacks' FSx file systems need the driver.
+        StorageVolumes(
+            "volumes",
+            StorageVolumesArgs(
+                cluster_name=cluster.name,
+                kubernetes_version=cfg.cluster.version,
+                lustre=None,
+                model_weights=None,
+                wait_for=system_nodes,
+                fsx_driver=True,
+            ),
+            on_cluster,
+        )
 
-    if cfg.monitoring.enabled:
+    if cfg.monitoring.enabled and not team:
         mon = cfg.monitoring
         lustre_cfg = storage.lustre if storage is not None else None
         monitoring = Monitoring(
@@ -359,3 +389,13 @@ def _share(network: Network | AdoptedNetwork, cluster: Cluster) -> None:
     pulumi.export("node_role_arn", cluster.node_role_arn)
     pulumi.export("cluster_version", cluster.version)
     pulumi.export("cluster_addons", cluster.addon_versions)
+    # The cluster-wide names a team stack's queues and jobs attach to.
+    pulumi.export(
+        "scheduling",
+        {
+            "cohort": kueue.COHORT,
+            "cpu_flavor": kueue.CPU_FLAVOR,
+            "provisioning_check": kueue.PROVISIONING_CHECK,
+            "priority_classes": [p.name for p in PRIORITIES],
+        },
+    )

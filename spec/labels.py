@@ -9,6 +9,9 @@ from __future__ import annotations
 
 POOL_LABEL = "llm-platform/pool"
 """Node label (and launch-template tag): the pool a node belongs to; `system` for the CPU pool."""
+TEAM_LABEL = "llm-platform/team"
+"""Node label of a team stack's pools on a shared cluster (`shared_stack.team`): its Kueue
+flavors select it, so a team's jobs land on its own nodes only."""
 ACCELERATOR_LABEL = "llm-platform/accelerator"
 """Node label: the accelerator model (H100, A100, ...) of a GPU pool's nodes."""
 EFA_LABEL = "llm-platform/efa"

@@ -130,8 +130,41 @@ class PlatformConfig(Section):
         shared = self.shared_stack is not None and self.shared_stack.cluster
         return self.cluster.existing is not None or shared
 
+    @property
+    def on_shared_cluster(self) -> bool:
+        """A team stack on a shared stack's cluster: the shared stack owns what is
+        cluster-wide (add-ons, Kueue's cohort, priority classes, monitoring)."""
+        return self.shared_stack is not None and self.shared_stack.cluster
+
+    def _team(self) -> None:
+        """What a team stack cannot bring to a shared cluster: the cluster-wide parts."""
+        shared = self.shared_stack
+        assert shared is not None
+        if self.serving is not None:
+            raise FieldError(
+                ("serving",),
+                "set",
+                f"model serving needs KEDA, which is cluster-wide: serve from the shared "
+                f"stack ({shared.name}) or a stack with its own cluster; remove it here",
+            )
+        if self.storage is not None and self.storage.model_weights is not None:
+            raise FieldError(
+                ("storage", "model_weights"),
+                self.storage.model_weights.bucket,
+                "the S3 CSI driver is cluster-wide and its role reads one bucket: mount "
+                "model weights on a stack with its own cluster; remove it here",
+            )
+        if self.monitoring.enabled and "enabled" in self.monitoring.model_fields_set:
+            raise FieldError(
+                ("monitoring", "enabled"),
+                True,
+                f"monitoring is cluster-wide and the shared stack's ({shared.name}); set false",
+            )
+
     def _adoption(self) -> None:
         shared = self.shared_stack
+        if self.on_shared_cluster:
+            self._team()
         if shared is not None and shared.network and self.network.existing is not None:
             raise FieldError(
                 ("network", "existing"),

@@ -24,9 +24,15 @@ SHARED_CLUSTER_OUTPUTS = (
     "node_role_arn",
     "cluster_version",
     "cluster_addons",
+    "scheduling",
 )
 """What a team stack reads of a shared cluster (Pod Identity needs only its name and the
-agent add-on the shared stack installs)."""
+agent add-on the shared stack installs; `scheduling`: the cluster-wide Kueue and priority
+names its queues attach to)."""
+SCHEDULING_KEYS = ("cohort", "cpu_flavor", "provisioning_check", "priority_classes")
+"""The shared stack's `scheduling` output: Kueue's cohort, the `cpu` ResourceFlavor, the
+ProvisioningRequest AdmissionCheck (elastic pools), and the PriorityClass names."""
+TEAM_NAME = r"^[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?$"
 
 
 class SharedStackConfig(Section):
@@ -39,6 +45,13 @@ class SharedStackConfig(Section):
     )
     network: bool = Field(True, description="Use its VPC and subnets.")
     cluster: bool = Field(False, description="Use its EKS cluster too.")
+    team: str | None = Field(
+        None,
+        pattern=TEAM_NAME,
+        description="On its cluster: this team's name, the prefix of every cluster-scoped "
+        "object the stack creates (namespaces `TEAM-TENANT`, Kueue flavors and queues, "
+        "volumes) and its pools' `llm-platform/team` label (default the stack's name).",
+    )
 
     @model_validator(mode="after")
     def _cluster_in_network(self) -> SharedStackConfig:

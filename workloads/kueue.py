@@ -37,7 +37,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from spec.labels import POOL_LABEL
+from spec.labels import POOL_LABEL, TEAM_LABEL
 
 API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 COHORT = "llm-platform"
@@ -231,6 +231,23 @@ class PoolCapacity:
     memory_gib_per_gpu: float
     elastic: bool = False
     """The Cluster Autoscaler sizes the pool: its nodes are provisioned before admission."""
+    team: str = ""
+    """On a shared cluster, the team stack that owns the pool: its flavor is named after the
+    team and also selects the team's label, so two teams' pools of one name stay apart."""
+
+    @property
+    def flavor(self) -> str:
+        return f"{self.team}-{flavor_name(self.name)}" if self.team else flavor_name(self.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scheduling:
+    """The cluster-wide names a ClusterQueue attaches to: the shared stack's on a shared
+    cluster (its `scheduling` output), these defaults on a stack that owns its cluster."""
+
+    cohort: str = COHORT
+    cpu_flavor: str = CPU_FLAVOR
+    provisioning_check: str = PROVISIONING_CHECK
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,20 +263,22 @@ def flavor_name(pool: str) -> str:
     return f"pool-{pool}"
 
 
-def resource_flavors(pools: list[PoolCapacity]) -> list[ResourceFlavor]:
-    """A flavor per GPU pool (its node label, its taint tolerated) and a `cpu` flavor."""
+def resource_flavors(pools: list[PoolCapacity], cpu: bool = True) -> list[ResourceFlavor]:
+    """A flavor per GPU pool (its node label, its taint tolerated) and, unless `cpu` is
+    false (a team stack: the shared stack owns it), a `cpu` flavor."""
     flavors = [
         ResourceFlavor(
-            metadata=Metadata(name=flavor_name(p.name)),
+            metadata=Metadata(name=p.flavor),
             spec=ResourceFlavorSpec(
-                node_labels={POOL_LABEL: p.name},
+                node_labels={POOL_LABEL: p.name, **({TEAM_LABEL: p.team} if p.team else {})},
                 tolerations=[Toleration(key=p.taint_key, operator="Exists", effect="NoSchedule")],
             ),
         )
         for p in pools
     ]
-    cpu = ResourceFlavor(metadata=Metadata(name=CPU_FLAVOR), spec=ResourceFlavorSpec())
-    return [cpu, *flavors]
+    if not cpu:
+        return flavors
+    return [ResourceFlavor(metadata=Metadata(name=CPU_FLAVOR), spec=ResourceFlavorSpec()), *flavors]
 
 
 def _cpu(value: float) -> str:
@@ -271,7 +290,11 @@ def _gib(value: float) -> str:
 
 
 def _group(
-    pools: list[PoolCapacity], gpus: dict[str, int], cpu: int, memory_gib: int
+    pools: list[PoolCapacity],
+    gpus: dict[str, int],
+    cpu: int,
+    memory_gib: int,
+    cpu_flavor: str = CPU_FLAVOR,
 ) -> list[ResourceGroup]:
     """One group covering cpu, memory and every GPU resource: the `cpu` flavor first (no
     GPUs, so GPU work moves on to a pool flavor), then a flavor per pool."""
@@ -285,12 +308,12 @@ def _group(
             *(ResourceQuota(name=r, nominal_quota=str(gpu.get(r, 0))) for r in gpu_resources),
         ]
 
-    flavors = [FlavorQuotas(name=CPU_FLAVOR, resources=quotas(str(cpu), f"{memory_gib}Gi", {}))]
+    flavors = [FlavorQuotas(name=cpu_flavor, resources=quotas(str(cpu), f"{memory_gib}Gi", {}))]
     for p in pools:
         n = gpus.get(p.name, 0)
         flavors.append(
             FlavorQuotas(
-                name=flavor_name(p.name),
+                name=p.flavor,
                 resources=quotas(
                     _cpu(n * p.cpu_per_gpu), _gib(n * p.memory_gib_per_gpu), {p.gpu_resource: n}
                 ),
@@ -300,11 +323,11 @@ def _group(
 
 
 def elastic_flavors(pools: list[PoolCapacity]) -> list[str]:
-    return [flavor_name(p.name) for p in pools if p.elastic]
+    return [p.flavor for p in pools if p.elastic]
 
 
 def provisioning_check(
-    pools: list[PoolCapacity],
+    pools: list[PoolCapacity], resources: Sequence[str] = ()
 ) -> tuple[AdmissionCheck, ProvisioningRequestConfig] | None:
     """The provisioning admission check and its configuration, where some pool is elastic.
 
@@ -322,8 +345,11 @@ def provisioning_check(
       (the job keeps its reserved quota); a request fails only when it expires or its pods
       cannot be created, and then the job is requeued with this backoff, and deactivated
       (`spec.active: false`) after the third.
+
+    `resources`: accelerator resources to manage beside the elastic pools' own (a shared
+    stack's check serves the elastic pools team stacks bring).
     """
-    resources = sorted({p.gpu_resource for p in pools if p.elastic})
+    resources = sorted({p.gpu_resource for p in pools if p.elastic} | set(resources))
     if not resources:
         return None
     config = ProvisioningRequestConfig(
@@ -347,47 +373,60 @@ def provisioning_check(
     return check, config
 
 
-def _checks_on_elastic_flavors(pools: list[PoolCapacity]) -> AdmissionChecksStrategy | None:
+def _checks_on_elastic_flavors(
+    pools: list[PoolCapacity], check: str = PROVISIONING_CHECK
+) -> AdmissionChecksStrategy | None:
     """The provisioning check on the elastic pools' flavors only: on a fixed pool the nodes
     exist, and quota alone admits."""
     flavors = elastic_flavors(pools)
     if not flavors:
         return None
     return AdmissionChecksStrategy(
-        admission_checks=[AdmissionCheckStrategyRule(name=PROVISIONING_CHECK, on_flavors=flavors)]
+        admission_checks=[AdmissionCheckStrategyRule(name=check, on_flavors=flavors)]
     )
 
 
-def tenant_cluster_queue(tenant: TenantShare, pools: list[PoolCapacity]) -> ClusterQueue:
+def tenant_cluster_queue(
+    tenant: TenantShare, pools: list[PoolCapacity], scheduling: Scheduling | None = None
+) -> ClusterQueue:
     """The tenant's ClusterQueue: its nominal share, borrowing from the cohort, preemption,
     and the provisioning check on elastic flavors."""
+    names = scheduling or Scheduling()
     return ClusterQueue(
         metadata=Metadata(name=tenant.name),
         spec=ClusterQueueSpec(
-            cohort_name=COHORT,
+            cohort_name=names.cohort,
             # Only the tenant's own namespace may point a LocalQueue at it.
             namespace_selector={"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
-            resource_groups=_group(pools, tenant.gpu_quota, tenant.cpu, tenant.memory_gib),
+            resource_groups=_group(
+                pools, tenant.gpu_quota, tenant.cpu, tenant.memory_gib, names.cpu_flavor
+            ),
             preemption=Preemption(
                 reclaim_within_cohort="Any",
                 borrow_within_cohort=BorrowWithinCohort(policy="LowerPriority"),
                 within_cluster_queue="LowerPriority",
             ),
-            admission_checks_strategy=_checks_on_elastic_flavors(pools),
+            admission_checks_strategy=_checks_on_elastic_flavors(pools, names.provisioning_check),
         ),
     )
 
 
-def spare_cluster_queue(tenants: list[TenantShare], pools: list[PoolCapacity]) -> ClusterQueue:
+def spare_cluster_queue(
+    tenants: list[TenantShare],
+    pools: list[PoolCapacity],
+    scheduling: Scheduling | None = None,
+    name: str = SPARE_QUEUE,
+) -> ClusterQueue:
     """What no tenant was promised, lent to the cohort; no namespace may submit to it."""
+    names = scheduling or Scheduling()
     spare = {p.name: p.gpus - sum(t.gpu_quota.get(p.name, 0) for t in tenants) for p in pools}
     return ClusterQueue(
-        metadata=Metadata(name=SPARE_QUEUE),
+        metadata=Metadata(name=name),
         spec=ClusterQueueSpec(
-            cohort_name=COHORT,
+            cohort_name=names.cohort,
             # No namespace carries this label (tenants cannot label namespaces).
-            namespace_selector={"matchLabels": {"llm-platform/queue": SPARE_QUEUE}},
-            resource_groups=_group(pools, spare, 0, 0),
+            namespace_selector={"matchLabels": {"llm-platform/queue": name}},
+            resource_groups=_group(pools, spare, 0, 0, names.cpu_flavor),
         ),
     )
 

@@ -17,6 +17,7 @@ from llmp.errors import BadInput
 from llmp.plan import StackOutputs
 from spec.keys import NAMESPACE, REGION_KEY
 from spec.platform import PlatformConfig
+from spec.sharing import SharedStackConfig
 from spec.stackfile import load_config
 from spec.storage import AdoptionConfig, StorageConfig
 
@@ -161,10 +162,7 @@ def build_recovery_config(
     )
     rc.rewrites.append(Rewrite(REGION_KEY, source.region, region, "the recovery region"))
     if source.shared_stack is not None:
-        raise DrError(
-            f"{options.source_stack} deploys into shared stack {source.shared_stack.name}: "
-            "recover that stack first (`llmp dr plan` of it), then point this one at it"
-        )
+        raise DrError(team_stack_steps(options.source_stack, source.shared_stack, region))
     _zones(rc, options)
     _adopted(rc)
     _cluster_name(rc, options)
@@ -551,4 +549,19 @@ def _serving(rc: RecoveryConfig, options: RecoveryOptions) -> None:
         "action",
         f"point {serving.hostname} at the recovery ALB once it serves (DNS), and re-set the "
         "API client keys (secrets are not copied)",
+    )
+
+
+def team_stack_steps(team: str, shared: SharedStackConfig, region: str) -> str:
+    """Why a team stack is not recovered alone, and the steps that recover it: its network
+    and cluster are the shared stack's, so its recovery waits for the shared stack's and
+    names it (a stack only the operator's `pulumi up` of the shared recovery makes)."""
+    recovered = f"{shared.stack}-dr"
+    org = shared.name.rsplit("/", 1)[0] + "/" if "/" in shared.name else ""
+    return (
+        f"{team} deploys into shared stack {shared.name}, which is recovered first: "
+        f"1. `llmp dr plan --from {shared.stack} --region {region}`, then `pulumi up` its "
+        f"recovery stack {recovered}; 2. copy this stack's file to Pulumi.{team}-dr.yaml "
+        f"with aws:region {region}, the recovered stack's network.availability_zones and "
+        f"shared_stack.name {org}{recovered}; 3. `llmp synth {team}-dr`, then `pulumi up` it"
     )

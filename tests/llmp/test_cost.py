@@ -386,3 +386,29 @@ def test_cli_live_fails_with_exit_1_when_the_price_list_refuses(cached_synth, pr
     _, stubber = pricing_stub
     stubber.add_client_error("get_products", service_error_code="AccessDeniedException")
     one_line_error(cli("inference", "--prices", "live"), 1, "pricing:GetProducts")
+
+
+def test_cli_shows_the_adopted_parts_not_billed_in_80_columns_and_json(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples/stacks"
+    plan = synth.synthesize_stack(
+        "existing-cluster", examples / "Pulumi.existing-cluster.yaml", quiet=True
+    )
+    target = tmp_path / "plan.json"
+    target.write_text(json.dumps(plan.to_dict()))
+    not_billed = plan.outputs["cost"]["not_billed"]
+    assert len(not_billed) == 2
+    result = CliRunner().invoke(app, ["cost", "--plan", str(target)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "not billed to this stack (adopted; its owner pays):" in text
+    assert "- network: the VPC, its subnets, route tables and NAT" in text
+    assert "- cluster: the EKS control plane and its system nodes" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    as_json = json.loads(cli("--plan", str(target), "--json").stdout)
+    assert as_json["cost"]["not_billed"] == not_billed
+
+
+def test_a_stack_that_owns_everything_shows_no_not_billed_section(plan_file) -> None:
+    result = cli("--plan", str(plan_file("pretrain")))
+    assert result.exit_code == 0, result.output
+    assert "not billed" not in result.stdout

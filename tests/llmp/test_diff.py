@@ -732,8 +732,17 @@ def test_a_new_vpc_cidr_replaces_the_network_and_what_lives_in_it(
     edit(stack_file, "vpc_cidr: 10.10.0.0/16", "vpc_cidr: 10.11.0.0/16")
     markdown = repo / "out" / "vpc.md"
     done = subprocess.run(
-        [sys.executable, "-m", "llmp.cli", "diff", "--base", "HEAD", "pretrain"]
-        + ["--markdown", str(markdown)],
+        [
+            sys.executable,
+            "-m",
+            "llmp.cli",
+            "diff",
+            "--base",
+            "HEAD",
+            "pretrain",
+            "--markdown",
+            str(markdown),
+        ],
         cwd=repo,
         capture_output=True,
         text=True,

@@ -60,6 +60,18 @@ def test_every_example_stack_synthesizes_and_is_priced(name: str) -> None:
     assert not plan.outputs["cost"].get("not_priced")
 
 
+@pytest.mark.parametrize(
+    "name", sorted(p.name.split(".")[1] for p in EXAMPLES.glob("Pulumi.*.yaml"))
+)
+def test_every_input_of_an_example_stack_is_classified_for_llmp_diff(name: str) -> None:
+    from llmp.compare import leaves
+    from spec.replacement import replacement_table
+
+    plan = plan_of(name)
+    found = {(r.type, path) for r in plan.resources if r.custom for path in leaves(r.inputs)}
+    assert replacement_table().unclassified(sorted(found)) == []
+
+
 def test_the_existing_vpc_stack_creates_no_vpc_subnet_route_or_nat() -> None:
     plan = plan_of("existing-vpc")
     assert not OWNED_BY_THE_NETWORK_TEAM & set(counts(plan))
@@ -211,3 +223,123 @@ def test_dr_says_the_adopted_parts_must_exist_in_the_recovery_region_first() -> 
     assert any(a.startswith("adopted first: the VPC") and "us-west-2a" in a for a in actions)
     assert any(a.startswith("adopted first: EKS cluster platform-eks") for a in actions)
     assert sorted(rc.cfg.network.existing.private_subnets) == ["us-west-2a", "us-west-2b"]
+
+
+CLUSTER_SCOPED_KINDS = {
+    "Namespace",
+    "PriorityClass",
+    "PersistentVolume",
+    "StorageClass",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "IngressClass",
+    "ResourceFlavor",
+    "ClusterQueue",
+    "Cohort",
+    "AdmissionCheck",
+    "ProvisioningRequestConfig",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+}
+CLUSTER_WIDE_TYPES = {
+    "kubernetes:helm.sh/v3:Release",
+    "kubernetes:helm.sh/v4:Chart",
+    "kubernetes:kustomize/v2:Directory",
+    "kubernetes:yaml/v2:ConfigFile",
+    "kubernetes:yaml/v2:ConfigGroup",
+    ADDON,
+}
+"""Releases, manifests and EKS add-ons: each installs cluster-wide controllers or CRDs."""
+
+
+def cluster_scoped(plan: Plan) -> set[tuple[str, str]]:
+    """(kind, name) of every cluster-scoped Kubernetes object, and every cluster-wide
+    release or add-on by its type and name."""
+    out = set()
+    for r in plan.resources:
+        kind = r.type.rsplit(":", 1)[-1]
+        if r.type.startswith("kubernetes:") and kind in CLUSTER_SCOPED_KINDS:
+            out.add((kind, r.inputs["metadata"]["name"]))
+        elif r.type in CLUSTER_WIDE_TYPES:
+            name = r.inputs.get("name") or r.inputs.get("addonName") or r.name
+            out.add((r.type, str(name)))
+    return out
+
+
+def test_two_team_stacks_on_one_shared_cluster_declare_no_cluster_scoped_object_twice() -> None:
+    outputs_file = EXAMPLES / "shared.outputs.json"
+    shared = plan_of("shared")
+    code, vision = plan_of("team", outputs_file), plan_of("team-vision", outputs_file)
+    ours, theirs, platform = cluster_scoped(code), cluster_scoped(vision), cluster_scoped(shared)
+    assert ours and theirs
+    assert not ours & theirs
+    assert not (ours | theirs) & platform
+    # A team stack installs nothing cluster-wide: no release, manifest, add-on or priority.
+    for plan in (code, vision):
+        assert not {t for t, _ in cluster_scoped(plan)} & CLUSTER_WIDE_TYPES
+        assert not plan.by_type("kubernetes:scheduling.k8s.io/v1:PriorityClass")
+    assert ("ClusterQueue", "vision-vision") in theirs
+    assert ("ResourceFlavor", "vision-pool-h100") in theirs
+    assert ("Namespace", "team-code") in ours  # the stack's name, where `team` is unset
+    # What the shared stack owns: Kueue and its cpu flavor, the checks, the autoscaler.
+    kinds = {k for k, _ in platform}
+    assert {"PriorityClass", "ResourceFlavor", "AdmissionCheck"} <= kinds
+    releases = {n for t, n in platform if t == "kubernetes:helm.sh/v3:Release"}
+    assert {"kueue", "cluster-autoscaler", "aws-efa-k8s-device-plugin"} <= releases
+
+
+def test_a_team_stack_s_queues_join_the_shared_stack_s_cohort_on_its_own_nodes() -> None:
+    shared = plan_of("shared").outputs["scheduling"]
+    plan = plan_of("team-vision")
+    queues = {
+        r.inputs["metadata"]["name"]: r.inputs["spec"]
+        for r in plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
+    }
+    assert set(queues) == {"vision-vision", "vision-spare"}
+    for spec in queues.values():
+        assert spec["cohortName"] == shared["cohort"]
+        flavors = [f["name"] for f in spec["resourceGroups"][0]["flavors"]]
+        assert flavors == [shared["cpu_flavor"], "vision-pool-h100"]
+    checks = queues["vision-vision"]["admissionChecksStrategy"]["admissionChecks"]
+    assert checks == [{"name": shared["provisioning_check"], "onFlavors": ["vision-pool-h100"]}]
+    (flavor,) = plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor")
+    (group,) = plan.by_type(NODE_GROUP)
+    labels = flavor.inputs["spec"]["nodeLabels"]
+    assert labels == {"llm-platform/pool": "h100", "llm-platform/team": "vision"}
+    assert labels.items() <= group.inputs["labels"].items()
+    (local,) = plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue")
+    assert local.inputs["metadata"]["namespace"] == "vision-vision"
+    assert local.inputs["spec"]["clusterQueue"] == "vision-vision"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (
+            {"monitoring": {"enabled": True}},
+            "monitoring.enabled = True: monitoring is cluster-wide",
+        ),
+        ({"shared_stack": {"team": "Code_Models"}}, "shared_stack.team"),
+    ],
+)
+def test_a_team_stack_bringing_cluster_wide_parts_is_one_line(
+    overrides: dict[str, Any], fragment: str
+) -> None:
+    raw = example("team-vision")
+    for section, value in overrides.items():
+        key = f"llm-platform:{section}"
+        raw[key] = merge(raw.get(key, {}), value)
+    assert fragment in config_error(raw)
+
+
+def test_dr_of_a_team_stack_says_the_steps_through_the_shared_stack() -> None:
+    from llmp.dr.config import DrError, RecoveryOptions, build_recovery_config
+
+    with pytest.raises(DrError) as info:
+        build_recovery_config(example("team"), RecoveryOptions("team", "us-west-2"))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "1. `llmp dr plan --from shared --region us-west-2`" in message
+    assert "shared_stack.name acme/llm-platform/shared-dr" in message
+    assert "3. `llmp synth team-dr`" in message
