@@ -51,6 +51,7 @@ take AWS credentials after their Pod Identity association; the FSx rules after t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +71,8 @@ from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 from components.cluster import managed_addon
 from components.helm import pinned_release
 from components.iam import addon_role, allow, pod_identity_role, policy_document
-from monitoring import rules
+from monitoring import alertmanager as am
+from monitoring import log_queries, rules
 from monitoring.charts import (
     CLOUDWATCH_EXPORTER,
     CLOUDWATCH_EXPORTER_SERVICE_ACCOUNT,
@@ -81,6 +83,7 @@ from monitoring.charts import (
     OTEL,
     OTEL_SERVICE_ACCOUNT,
     STORAGE_CLASS,
+    alertmanager_values,
     cloudwatch_exporter_values,
     fluent_bit_values,
     kube_prometheus_stack_values,
@@ -149,6 +152,59 @@ def cloudwatch_read_policy() -> str:
     return policy_document(allow("ReadMetrics", actions, "*"))
 
 
+SLACK_KEY = "slackWebhookUrl"
+PAGERDUTY_KEY = "pagerdutyRoutingKey"
+
+
+def receiver_secret_key(kind: str, audience: str) -> str:
+    """The secret config key of an audience's Slack webhook URL or PagerDuty routing key:
+    `slackWebhookUrl` for the platform, `slackWebhookUrl-<team>` for a team."""
+    return kind if audience == am.PLATFORM else f"{kind}-{audience}"
+
+
+def receiver_warning(audience: str, what: str, kind: str) -> str:
+    key = f"{SECRET_CONFIG_NAMESPACE}:{receiver_secret_key(kind, audience)}"
+    return (
+        f"monitoring: alerts of {audience} reach no {what}: {key} is not set; set it with "
+        f"`pulumi config set --secret {key} <value>`"
+    )
+
+
+def sns_key_policy(key_arn: str) -> str:
+    """The alert topics' key: the account's IAM delegation, plus CloudWatch alarms, which
+    publish to an encrypted topic only if the key policy lets the service use the key."""
+    _, partition, _, _, account, _ = key_arn.split(":", 5)
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "EnableIamPolicies",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": f"arn:{partition}:iam::{account}:root"},
+                    "Action": "kms:*",
+                    "Resource": "*",
+                },
+                {
+                    "Sid": "CloudWatchAlarms",
+                    "Effect": "Allow",
+                    "Principal": {"Service": "cloudwatch.amazonaws.com"},
+                    "Action": ["kms:Decrypt", "kms:GenerateDataKey*"],
+                    "Resource": "*",
+                    "Condition": {"StringEquals": {"aws:SourceAccount": account}},
+                },
+            ],
+        }
+    )
+
+
+def sns_publish_policy(topic_arns: list[str], key_arn: str) -> str:
+    return policy_document(
+        allow("PublishAlerts", ["sns:Publish"], topic_arns),
+        allow("EncryptAlerts", ["kms:GenerateDataKey*", "kms:Decrypt"], key_arn),
+    )
+
+
 def dashboard_files(directory: Path = DASHBOARDS_DIR) -> list[Path]:
     """The dashboards Grafana gets, one ConfigMap each (none is fine)."""
     return sorted(directory.glob("*.json")) if directory.is_dir() else []
@@ -185,6 +241,28 @@ class FileSystemMetrics:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AlertReceivers:
+    """Who alerts reach (monitoring/alertmanager.py): the receivers asked for; each is used
+    only once its secret config is set."""
+
+    sns: bool = True
+    """SNS topics per paging severity (critical, warning), KMS-encrypted."""
+    platform: am.Audience = field(default_factory=lambda: am.Audience(name=am.PLATFORM))
+    teams: Sequence[am.Audience] = ()
+    info_slack_channel: str | None = None
+    group_wait: str = "30s"
+    group_interval: str = "5m"
+    repeat_interval: str = "4h"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogQueries:
+    """Saved CloudWatch Logs Insights queries on the container log group."""
+
+    slow_request_seconds: float = 10
+
+
+@dataclass(frozen=True, kw_only=True)
 class MonitoringArgs:
     rules: Sequence[PrometheusRule]
     """The alert rules to deploy (`monitoring.rules.prometheus_rules`); the storage ones wait
@@ -209,9 +287,14 @@ class MonitoringArgs:
     """What a controller Deployment needs first (the system node group)."""
     file_system: FileSystemMetrics | None = None
     """The stack's FSx for Lustre file system; None: no CloudWatch exporter, no storage rules."""
+    alerting: AlertReceivers = field(default_factory=AlertReceivers)
+    log_queries: LogQueries | None = field(default_factory=LogQueries)
+    """None: no saved queries (they need `logs`)."""
 
 
 class Monitoring(pulumi.ComponentResource):
+    alert_topics: dict[str, pulumi.Output[str]]
+    """Severity -> SNS topic ARN (empty without SNS): where CloudWatch alarms send too."""
     namespace: pulumi.Output[str]
     releases: dict[str, k8s.helm.v3.Release]
     log_group_name: pulumi.Output[str] | None
@@ -330,16 +413,26 @@ class Monitoring(pulumi.ComponentResource):
                     opts=child,
                 )
 
+        alertmanager, alerting_deps = self._alerting(name, args, namespace)
         values = kube_prometheus_stack_values(
             retention=args.retention,
             storage_gib=args.storage_gib,
             grafana=args.grafana,
             admin_secret=admin_secret,
+            alertmanager=alertmanager,
         )
         release(
             KPS,
             values,
-            [ns, *after_crds, storage_class, ebs_addon, *secrets, *args.system_nodes],
+            [
+                ns,
+                *after_crds,
+                storage_class,
+                ebs_addon,
+                *secrets,
+                *alerting_deps,
+                *args.system_nodes,
+            ],
         )
 
         # The FSx rules arrive with their exporter: FsxMetricsMissing would otherwise fire
@@ -406,6 +499,15 @@ class Monitoring(pulumi.ComponentResource):
                 [ns, group, association],
             )
             self.log_group_name = group.name
+            if args.log_queries is not None:
+                for query in log_queries.queries(args.log_queries.slow_request_seconds):
+                    aws.cloudwatch.QueryDefinition(
+                        f"{name}-query-{query.key}",
+                        name=f"llm-platform/{args.stack}/{query.title}",
+                        log_group_names=[group.name],
+                        query_string=query.text,
+                        opts=child,
+                    )
 
         if args.traces:
             deps: list[pulumi.Resource] = [ns, *args.system_nodes]
@@ -427,5 +529,125 @@ class Monitoring(pulumi.ComponentResource):
                 "namespace": self.namespace,
                 "releases": sorted(self.releases),
                 "log_group_name": self.log_group_name,
+                "alert_topics": self.alert_topics,
             }
         )
+
+    def _alerting(
+        self, name: str, args: MonitoringArgs, namespace: pulumi.Input[str]
+    ) -> tuple[dict[str, Any], list[pulumi.Resource]]:
+        """Alertmanager's values: the SNS topics and their publisher role, the receivers'
+        Secret from secret config, and the routing tree of what is configured."""
+        child = pulumi.ResourceOptions(parent=self)
+        alerting = args.alerting
+        deps: list[pulumi.Resource] = []
+        self.alert_topics = {}
+        if alerting.sns:
+            key = aws.kms.Key(
+                f"{name}-alerts",
+                description=f"SNS alert topics of {args.stack}",
+                enable_key_rotation=True,
+                deletion_window_in_days=30,
+                opts=child,
+            )
+            aws.kms.KeyPolicy(
+                f"{name}-alerts-key-policy",
+                key_id=key.key_id,
+                policy=key.arn.apply(sns_key_policy),
+                opts=child,
+            )
+            for severity in am.PAGED:
+                topic = aws.sns.Topic(
+                    f"{name}-alerts-{severity}",
+                    name=f"{args.stack}-alerts-{severity}",
+                    kms_master_key_id=key.arn,
+                    opts=child,
+                )
+                self.alert_topics[severity] = topic.arn
+            topics = list(self.alert_topics.values())
+            _, association = pod_identity_role(
+                f"{name}-alertmanager",
+                parent=self,
+                description="Alertmanager publishing alerts to the SNS alert topics",
+                policy=pulumi.Output.all(key.arn, *topics).apply(
+                    lambda v: sns_publish_policy(list(v[1:]), v[0])
+                ),
+                cluster_name=args.cluster_name,
+                namespace=NAMESPACE,
+                service_account=am.SERVICE_ACCOUNT,
+            )
+            deps.append(association)
+
+        config = pulumi.Config(SECRET_CONFIG_NAMESPACE)
+        files: dict[str, pulumi.Output[str]] = {}
+
+        def usable(wanted: am.Audience) -> am.Audience:
+            channel, pager = wanted.slack_channel, wanted.pagerduty
+            if channel is not None:
+                url = config.get_secret(receiver_secret_key(SLACK_KEY, wanted.name))
+                if url is None:
+                    pulumi.log.warn(receiver_warning(wanted.name, f"Slack ({channel})", SLACK_KEY))
+                    channel = None
+                else:
+                    files[am.slack_key(wanted.name)] = url
+            if pager:
+                routing_key = config.get_secret(receiver_secret_key(PAGERDUTY_KEY, wanted.name))
+                if routing_key is None:
+                    pulumi.log.warn(receiver_warning(wanted.name, "PagerDuty", PAGERDUTY_KEY))
+                    pager = False
+                else:
+                    files[am.pagerduty_key(wanted.name)] = routing_key
+            return am.Audience(
+                name=wanted.name,
+                slack_channel=channel,
+                pagerduty=pager,
+                namespaces=wanted.namespaces,
+            )
+
+        platform = usable(alerting.platform)
+        teams = [usable(t) for t in alerting.teams]
+        if not alerting.sns and not files:
+            pulumi.log.warn(
+                "monitoring: no alert receiver is configured (no SNS, Slack or PagerDuty): "
+                "alerts stay in Alertmanager"
+            )
+        elif not platform.pagerduty:
+            where = f"the SNS topic {args.stack}-alerts-critical" if alerting.sns else "no pager"
+            pulumi.log.warn(
+                "monitoring: critical alerts page nobody: the platform has no PagerDuty "
+                "(monitoring.alerting.platform.pagerduty and the secret config "
+                f"{SECRET_CONFIG_NAMESPACE}:{PAGERDUTY_KEY}); they reach {where}"
+            )
+        secret_names: list[str] = []
+        if files:
+            receivers_secret = k8s.core.v1.Secret(
+                f"{name}-alert-receivers",
+                metadata=ObjectMetaArgs(name=am.SECRET_NAME, namespace=namespace, labels=PART_OF),
+                string_data=files,
+                opts=child,
+            )
+            deps.append(receivers_secret)
+            secret_names.append(am.SECRET_NAME)
+
+        region = args.region
+
+        def render(arns: list[str]) -> dict[str, Any]:
+            return am.alertmanager_config(
+                am.AlertRouting(
+                    platform=platform,
+                    teams=teams,
+                    sns_topics=dict(zip(am.PAGED, arns, strict=True)) if arns else {},
+                    region=region,
+                    info_slack_channel=alerting.info_slack_channel,
+                    group_wait=alerting.group_wait,
+                    group_interval=alerting.group_interval,
+                    repeat_interval=alerting.repeat_interval,
+                )
+            )
+
+        routed: Any = (
+            pulumi.Output.all(*self.alert_topics.values()).apply(render)
+            if self.alert_topics
+            else render([])
+        )
+        return alertmanager_values(routed, secret_names, am.SERVICE_ACCOUNT), deps

@@ -14,7 +14,8 @@ namespace that the tenancy component creates):
   (queue depth from Prometheus, serving hours by cron);
 - the gateway **Secret**: Envoy's configuration with the clients' API keys,
   from secret stack config `llm-platform-serving:<client>`, secret in every
-  plan;
+  plan, and per model its shed point (max_num_seqs + queue, then 429), the
+  clients allowed and each one's rate limit;
 - the **Ingress** (AWS Load Balancer Controller): HTTPS on 443 only with the
   ACM certificate of the config, internal or internet-facing, a path
   `/<model>/` per model, and the WAF attached;
@@ -40,7 +41,7 @@ import pulumi_kubernetes as k8s
 from components.helm import pinned_release
 from spec.catalog import catalog
 from spec.labels import PART_OF
-from workloads.serving import ServedModel, ServingHours, gateway, keda, vllm
+from workloads.serving import EngineSettings, ServedModel, ServingHours, gateway, keda, vllm
 
 KEDA = "keda"
 KEY_CONFIG_NAMESPACE = "llm-platform-serving"
@@ -134,6 +135,12 @@ def web_acl_rules(
 class ServingArgs:
     models: Sequence[ServedModel]
     """Each a vLLM Deployment, Service, PodDisruptionBudget and ScaledObject."""
+    engines: Mapping[str, EngineSettings]
+    """Model -> vLLM's resolved engine settings (checked against its pool's GPU memory)."""
+    model_clients: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Model -> the clients that may call it; a model missing here: every client."""
+    client_rates: Mapping[str, gateway.ClientRate] = field(default_factory=dict)
+    """Client -> its token bucket in each replica's gateway; missing: the default."""
     hostname: str
     """DNS name of the API (the ALB's rule host)."""
     certificate_arn: str
@@ -179,11 +186,18 @@ class Serving(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes),
         )
 
+        routes = [
+            gateway.gateway_model(
+                m,
+                args.engines[m.name],
+                args.model_clients.get(m.name, args.clients),
+                args.client_rates,
+            )
+            for m in args.models
+        ]
         k8s.core.v1.Secret(
             f"{name}-gateway",
-            gateway.gateway_secret_args(
-                ns, [m.name for m in args.models], api_keys(list(args.clients)), PART_OF
-            ),
+            gateway.gateway_secret_args(ns, routes, api_keys(list(args.clients)), PART_OF),
             opts=child,
         )
 
@@ -195,7 +209,9 @@ class Serving(pulumi.ComponentResource):
                 raise ValueError(f"pool {model.node_pool} has no accelerator")
             k8s.apps.v1.Deployment(
                 f"{name}-{model.name}",
-                vllm.deployment_args(ns, model, itype, kind.resource, kind.taint_key),
+                vllm.deployment_args(
+                    ns, model, args.engines[model.name], itype, kind.resource, kind.taint_key
+                ),
                 opts=child,
             )
             k8s.core.v1.Service(

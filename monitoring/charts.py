@@ -15,6 +15,7 @@ from monitoring.models import (
     Monitor,
     MonitorSpec,
     NamespaceSelector,
+    Relabeling,
 )
 from spec.catalog import MonitoringPins, catalog
 from spec.labels import JOB_KIND_LABEL, PART_OF, SCRAPE_LABEL
@@ -155,8 +156,28 @@ def grafana_values(enabled: bool, admin_secret: str | None) -> dict[str, Any]:
     return values
 
 
+def alertmanager_values(
+    config: Any, secrets: list[str], service_account: str = "alertmanager"
+) -> dict[str, Any]:
+    """Alertmanager with our configuration (monitoring/alertmanager.py), the receivers'
+    Secret mounted under /etc/alertmanager/secrets/, and a service account of a fixed name
+    (its Pod Identity role publishes to SNS)."""
+    spec: dict[str, Any] = {"secrets": list(secrets)} if secrets else {}
+    return {
+        "enabled": True,
+        "config": config,
+        "serviceAccount": {"create": True, "name": service_account},
+        "alertmanagerSpec": spec,
+    }
+
+
 def kube_prometheus_stack_values(
-    *, retention: str, storage_gib: int, grafana: bool, admin_secret: str | None = None
+    *,
+    retention: str,
+    storage_gib: int,
+    grafana: bool,
+    admin_secret: str | None = None,
+    alertmanager: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     claim = {
         "spec": {
@@ -165,7 +186,7 @@ def kube_prometheus_stack_values(
             "resources": {"requests": {"storage": f"{storage_gib}Gi"}},
         }
     }
-    return {
+    values: dict[str, Any] = {
         "crds": {"enabled": False},
         "prometheus": {
             "prometheusSpec": {
@@ -187,6 +208,9 @@ def kube_prometheus_stack_values(
             "tolerations": catalog().accelerator_tolerations(),
         },
     }
+    if alertmanager is not None:
+        values["alertmanager"] = alertmanager
+    return values
 
 
 def fluent_bit_values(region: str, log_group: str) -> dict[str, Any]:
@@ -256,7 +280,23 @@ def monitors(namespace: str) -> list[Monitor]:
             spec=MonitorSpec(
                 selector=LabelSelector(match_labels={"app": "nvidia-dcgm-exporter"}),
                 namespace_selector=NamespaceSelector(match_names=["gpu-operator"]),
-                endpoints=[Endpoint(port="gpu-metrics", honor_labels=True)],
+                # `node` from dcgm-exporter's Hostname (the node's name): Alertmanager's
+                # node-down inhibition matches on `node`.
+                endpoints=[
+                    Endpoint(
+                        port="gpu-metrics",
+                        honor_labels=True,
+                        metric_relabelings=[
+                            Relabeling(
+                                source_labels=["Hostname"],
+                                target_label="node",
+                                regex="(.+)",
+                                replacement="$1",
+                                action="replace",
+                            )
+                        ],
+                    )
+                ],
             ),
         ),
         Monitor(

@@ -25,7 +25,8 @@
 - **training**: the `llmp_*` exporter of training jobs (port `metrics`; rank 0 of
   `workloads.training.train`): per rank `llmp_train_step_seconds{job,rank,node}` and
   `llmp_train_phase_seconds{job,rank,node,phase}` (the five phases of
-  `workloads.diagnosis.trace.PHASES`: 5 series a rank), per job the rest.
+  `workloads.diagnosis.trace.PHASES`: 5 series a rank), per job the rest: loss, tokens/s,
+  TFLOPS per GPU, MFU (pretraining only: full windows) and the checkpoint's times.
 - **straggler-watch**: the straggler watcher (workloads/diagnosis/watch.py, port `metrics`,
   scraped with honorLabels: `job` is the training job's), labels `job`, `node`, `kind`,
   `action`.
@@ -102,6 +103,7 @@ INVENTORY: dict[str, frozenset[str]] = {
             "kube_pod_status_phase",
             "kube_pod_container_status_restarts_total",
             "kube_node_labels",
+            "kube_node_spec_taint",
         }
     ),
     "vllm": frozenset(
@@ -111,7 +113,11 @@ INVENTORY: dict[str, frozenset[str]] = {
             "vllm:gpu_cache_usage_perc",
             "vllm:e2e_request_latency_seconds_bucket",
             "vllm:time_to_first_token_seconds_bucket",
+            "vllm:time_to_first_token_seconds_count",
             "vllm:time_per_output_token_seconds_bucket",
+            # v0.11.0's name of the inter-token histogram (the serving SLOs read it).
+            "vllm:inter_token_latency_seconds_bucket",
+            "vllm:inter_token_latency_seconds_count",
             "vllm:request_success_total",
             "vllm:prompt_tokens_total",
             "vllm:generation_tokens_total",
@@ -122,6 +128,9 @@ INVENTORY: dict[str, frozenset[str]] = {
         {
             "llmp_train_step_seconds",
             "llmp_train_tokens_per_second",
+            "llmp_train_loss",
+            "llmp_train_tflops_per_gpu",
+            "llmp_train_mfu",
             "llmp_train_phase_seconds",
             "llmp_checkpoint_last_success_timestamp_seconds",
             "llmp_checkpoint_stall_seconds",

@@ -31,11 +31,20 @@ class NamespaceSelector(_Model):
     match_names: list[str] | None = Field(None, alias="matchNames")
 
 
+class Relabeling(_Model):
+    source_labels: list[str] = Field(alias="sourceLabels")
+    target_label: str = Field(alias="targetLabel")
+    regex: str = "(.*)"
+    replacement: str = "$1"
+    action: Literal["replace"] = "replace"
+
+
 class Endpoint(_Model):
     port: str
     path: str = "/metrics"
     interval: str = "30s"
     honor_labels: bool | None = Field(None, alias="honorLabels")
+    metric_relabelings: list[Relabeling] | None = Field(None, alias="metricRelabelings")
 
 
 class MonitorSpec(_Model):

@@ -39,6 +39,7 @@ import yaml
 
 from monitoring.models import Metadata, PrometheusRule, Rule, RuleGroup, RuleSpec
 from spec.catalog import GpuXids, catalog
+from spec.labels import QUARANTINE_TAINT
 from spec.monitoring import AlertThresholds, StragglerWatchConfig
 from spec.storage import LustreConfig
 
@@ -237,12 +238,68 @@ def storage_rules(t: AlertThresholds, capacity_gib: int = DEFAULT_FSX_CAPACITY_G
     )
 
 
+TFLOPS_PER_GPU = "llmp_train_tflops_per_gpu"
+"""Achieved model TFLOPS per GPU of a training job's last step (train.py)."""
+TRAINING_RUNNING = (
+    'kube_pod_labels{label_llm_platform_job_kind="training"} and on (namespace, pod) '
+    '(kube_pod_status_phase{phase="Running"} == 1)'
+)
+
+
+def node_rules() -> RuleGroup:
+    """A node out of service: Alertmanager mutes that node's other alerts while it fires."""
+    return RuleGroup(
+        name="nodes",
+        rules=[
+            _alert(
+                "NodeQuarantined",
+                f'max by (node) (kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}}) > 0',
+                "0s",
+                "warning",
+                "A node is quarantined (GPU fault or persistently slow): its other alerts are "
+                "muted.",
+                "`kubectl describe node`: the taint's value says who (gpu-fault: NVSentinel, "
+                "slow: the straggler watcher); EKS auto-repair replaces a faulty node, "
+                "`kubectl uncordon` and removing the taint return a repaired one.",
+            )
+        ],
+    )
+
+
+def training_performance_rules(t: AlertThresholds) -> list[Rule]:
+    """The seed's targets as alerts: TFLOPS per GPU and GPU utilisation of training pods."""
+    util = _num(t.min_gpu_utilization * 100)
+    return [
+        _alert(
+            "TrainingTflopsLow",
+            f"{TFLOPS_PER_GPU} < {_num(t.min_tflops_per_gpu)}",
+            t.training_performance_for,
+            "warning",
+            f"A training job achieves under {_num(t.min_tflops_per_gpu)} TFLOPS per GPU.",
+            "Compare llmp_train_phase_seconds: data_wait (loader, FSx), collective (EFA, "
+            "NCCL fell back to sockets), checkpoint stalls; then the MFU against the "
+            "model's parallel layout.",
+        ),
+        _alert(
+            "TrainingGpuUtilizationLow",
+            f"avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL) < {util} "
+            f"and on (namespace, pod) ({TRAINING_RUNNING})",
+            t.training_performance_for,
+            "warning",
+            f"A training pod's GPUs average under {util}% utilisation.",
+            "Look at the job's step phases (data_wait, collective, checkpoint) and its "
+            "node's GPU clocks; a hung rank shows as GpuIdleOnTrainingPod.",
+        ),
+    ]
+
+
 def training_rules(t: AlertThresholds) -> RuleGroup:
     keep = 1 - t.throughput_drop_ratio
     step = "avg_over_time(llmp_train_step_seconds[5m])"
     return RuleGroup(
         name="training",
         rules=[
+            *training_performance_rules(t),
             _alert(
                 "CheckpointStale",
                 "time() - llmp_checkpoint_last_success_timestamp_seconds "
@@ -385,7 +442,7 @@ def rule_files(
 ) -> dict[str, list[RuleGroup]]:
     """File stem -> the rule groups it holds; no `storage` without a file system (None), no
     `stragglers` without the watcher (None)."""
-    files = {"gpu": [gpu_rules(t)]}
+    files = {"gpu": [gpu_rules(t)], "nodes": [node_rules()]}
     if fsx_capacity_gib is not None:
         files["storage"] = [storage_rules(t, fsx_capacity_gib)]
     files["training"] = [training_rules(t)]

@@ -26,20 +26,24 @@ from components.gpu_node_pool import GpuNodePoolArgs
 from components.image_repository import ImageRepositoryArgs
 from components.lustre import LustreFileSystemArgs
 from components.managed_nodes import PoolSize
+from components.monitoring import AlertReceivers, LogQueries
 from components.network import NetworkArgs
 from components.node_autoscaler import NodeAutoscalerArgs
 from components.storage import Bucket, LifecycleRule, Replication, StorageArgs, Transition
 from components.straggler_watch import StragglerWatchArgs
 from components.tenancy import Tenant
+from monitoring.alertmanager import PLATFORM, Audience
 from spec.catalog import catalog
 from spec.errors import MISSING, ConfigError
 from spec.images import RELEASE_TAG_PREFIX, ImagesConfig, TrainerImageRef, is_repository_name
-from spec.monitoring import StragglerWatchConfig
+from spec.monitoring import MonitoringConfig, StragglerWatchConfig
 from spec.platform import PlatformConfig
 from spec.pools import NodePoolConfig, PoolSizes
+from spec.serving import EnginePlan, ServingConfig, engine_plan
 from spec.storage import BucketConfig, LustreConfig, StorageConfig
 from spec.tenancy import TenantConfig
 from workloads import kueue
+from workloads.serving.gateway import ClientRate
 
 A = TypeVar("A")
 
@@ -334,3 +338,48 @@ def trainer_image(
         )
     tag = ref.image_tag
     return trainer_repository_url.apply(lambda url: f"{url}:{tag}")
+
+
+def alert_receivers(mon: MonitoringConfig) -> AlertReceivers:
+    """The receivers asked for in `monitoring.alerting` (each used once its secret is set)."""
+    a = mon.alerting
+    return shared(
+        a,
+        AlertReceivers,
+        platform=Audience(
+            name=PLATFORM, slack_channel=a.platform.slack_channel, pagerduty=a.platform.pagerduty
+        ),
+        teams=[
+            Audience(
+                name=team,
+                slack_channel=t.slack_channel,
+                pagerduty=t.pagerduty,
+                namespaces=a.team_namespaces(team),
+            )
+            for team, t in sorted(a.teams.items())
+        ],
+    )
+
+
+def log_queries(mon: MonitoringConfig) -> LogQueries | None:
+    """The saved Logs Insights queries, where the container logs go to CloudWatch."""
+    q = mon.log_queries
+    return shared(q, LogQueries) if q.enabled and mon.logs else None
+
+
+def serving_engines(cfg: PlatformConfig, serving: ServingConfig) -> dict[str, EnginePlan]:
+    """Each served model's vLLM settings on its pool (the config check already passed them)."""
+    return {
+        m.name: engine_plan(m, cfg.node_pools[m.node_pool].instance_type) for m in serving.models
+    }
+
+
+def client_rates(serving: ServingConfig) -> dict[str, ClientRate]:
+    """Each API client's token bucket in the gateways."""
+    return {
+        c: ClientRate(
+            requests_per_second=serving.api.rate(c).requests_per_second,
+            burst=serving.api.rate(c).burst,
+        )
+        for c in serving.api.clients
+    }

@@ -34,7 +34,7 @@ from components.storage_csi import (
 )
 from components.straggler_watch import StragglerWatch
 from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
-from monitoring import rules
+from monitoring import rules, serving_slo
 from program import adoption, args, cost, ledger
 from spec.catalog import catalog
 from spec.labels import TEAM_LABEL
@@ -306,6 +306,12 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                     if lustre_cfg is not None and fsx_metrics is not None
                     else None,
                     stragglers=mon.stragglers if mon.stragglers.enabled else None,
+                )
+                # The served models' latency SLOs, burn-rate alerted (monitoring.serving_slo).
+                + (
+                    [serving_slo.prometheus_rule(cfg.serving, MONITORING_NAMESPACE)]
+                    if cfg.serving is not None
+                    else []
                 ),
                 otlp_endpoint=mon.otlp_endpoint if mon.traces_exporter == "otlp" else None,
                 stack=stack,
@@ -314,6 +320,8 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 region=cfg.region,
                 system_nodes=system_nodes,
                 file_system=fsx_metrics,
+                alerting=args.alert_receivers(mon),
+                log_queries=args.log_queries(mon),
             ),
             on_cluster,
         )
@@ -332,7 +340,11 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             )
         pulumi.export(
             "monitoring",
-            {"namespace": monitoring.namespace, "log_group": monitoring.log_group_name},
+            {
+                "namespace": monitoring.namespace,
+                "log_group": monitoring.log_group_name,
+                "alert_topics": monitoring.alert_topics,
+            },
         )
 
     if cfg.serving is not None:
@@ -343,6 +355,9 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             args.shared(
                 serve,
                 ServingArgs,
+                engines=args.serving_engines(cfg, serve),
+                model_clients={m.name: serve.model_clients(m) for m in serve.models},
+                client_rates=args.client_rates(serve),
                 clients=serve.api.clients,
                 rate_limit_per_key=serve.api.rate_limit_per_key,
                 rate_limit_per_ip=serve.api.rate_limit_per_ip,

@@ -9,6 +9,20 @@ SERVING_KEYS_NAMESPACE = "llm-platform-serving"
 MONITORING_SECRETS_NAMESPACE = "llm-platform-monitoring"
 """Secrets of the monitoring stack: `llm-platform-monitoring:grafanaAdminPassword`."""
 GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"
+SLACK_WEBHOOK_KEY = "slackWebhookUrl"
+"""Alertmanager's Slack webhook URL: the platform's, or `slackWebhookUrl-<team>` a team's."""
+PAGERDUTY_ROUTING_KEY = "pagerdutyRoutingKey"
+"""Alertmanager's PagerDuty routing key: the platform's, or `pagerdutyRoutingKey-<team>`."""
+RECEIVER_KEYS = (SLACK_WEBHOOK_KEY, PAGERDUTY_ROUTING_KEY)
+
+
+def monitoring_secret_key(name: str) -> bool:
+    """A key the monitoring stack reads in `llm-platform-monitoring`."""
+    if name == GRAFANA_PASSWORD_KEY or name in RECEIVER_KEYS:
+        return True
+    base, dash, team = name.partition("-")
+    return bool(dash) and base in RECEIVER_KEYS and team.replace("-", "").isalnum()
+
 
 CONFIG_NAMESPACES: dict[str, str] = {
     NAMESPACE: "the platform's settings: PlatformConfig, the schema below",
@@ -17,7 +31,10 @@ CONFIG_NAMESPACES: dict[str, str] = {
         "`aws:*` setting (credentials and profiles come from the environment)"
     ),
     SERVING_KEYS_NAMESPACE: "secret API keys, `llm-platform-serving:<client>` per serving client",
-    MONITORING_SECRETS_NAMESPACE: f"the secret `{GRAFANA_PASSWORD_KEY}` of Grafana's admin",
+    MONITORING_SECRETS_NAMESPACE: (
+        f"the secret `{GRAFANA_PASSWORD_KEY}` of Grafana's admin, and Alertmanager's "
+        f"`{SLACK_WEBHOOK_KEY}` and `{PAGERDUTY_ROUTING_KEY}` (a team's: `-<team>` appended)"
+    ),
     "pulumi": "Pulumi's own settings (`pulumi:tags`, `pulumi:disable-default-providers`, ...)",
 }
 """The namespaces a stack file's `config:` may use, and what each holds: the one list.

@@ -58,6 +58,158 @@ class AlertThresholds(Section):
     inference_availability: float = Field(
         0.999, gt=0, lt=1, description="Inference SLO: share of successful requests."
     )
+    min_tflops_per_gpu: float = Field(
+        120,
+        gt=0,
+        description="Training: achieved TFLOPS per GPU under which a job underperforms "
+        "(the seed's 120 on H100/H200).",
+    )
+    min_gpu_utilization: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description="Training: average GPU utilisation of a job's GPUs (0-1) under which it "
+        "underperforms (the seed's 85%).",
+    )
+    training_performance_for: str = Field(
+        "15m",
+        description="How long a training job stays under min_tflops_per_gpu or "
+        "min_gpu_utilization before it alerts (a Prometheus duration).",
+    )
+
+    @field_validator("training_performance_for")
+    @classmethod
+    def _for(cls, v: str) -> str:
+        try:
+            duration_seconds(v)
+        except ValueError:
+            raise FieldError((), v, "a duration in s, m or h, such as 15m") from None
+        return v
+
+
+SEVERITIES = ("critical", "warning", "info")
+"""Alert severities the rules use, most urgent first."""
+TEAM_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+_SLACK_CHANNEL = re.compile(r"^[#@][A-Za-z0-9._-]{1,80}$")
+
+
+class ReceiverConfig(Section):
+    """Where one audience's alerts go. A receiver's secret lives in secret config; it is off
+    (its alerts fall through to the platform's) until that secret is set."""
+
+    slack_channel: str | None = Field(
+        None,
+        description="Slack channel of warnings (critical too without PagerDuty), e.g. "
+        "#llm-alerts; the webhook URL is the secret config "
+        "`llm-platform-monitoring:slackWebhookUrl` (a team's: `slackWebhookUrl-<team>`).",
+    )
+    pagerduty: bool = Field(
+        False,
+        description="Page critical alerts through PagerDuty (Events API v2); the routing key "
+        "is the secret config `llm-platform-monitoring:pagerdutyRoutingKey` (a team's: "
+        "`pagerdutyRoutingKey-<team>`).",
+    )
+
+    @field_validator("slack_channel")
+    @classmethod
+    def _channel(cls, v: str | None) -> str | None:
+        if v is not None and not _SLACK_CHANNEL.match(v):
+            raise FieldError((), v, "a Slack channel such as #llm-alerts")
+        return v
+
+
+class TeamReceiverConfig(ReceiverConfig):
+    """One team's receivers (`monitoring.alerting.teams.<team>`): its alerts are those with
+    `team: <team>` or from its namespaces."""
+
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose alerts are the team's (default: the tenant namespace "
+        "of the team's name).",
+    )
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        for i, ns in enumerate(v):
+            if not TEAM_NAME.match(ns):
+                raise FieldError((i,), ns, "a namespace name (lower case, digits, -)")
+        return v
+
+
+class AlertingConfig(Section):
+    """Alertmanager's routes: critical pages, warnings go to chat and SNS, info nowhere; a
+    team's alerts go to its own receivers first. Child alerts of a node that is down,
+    cordoned for a GPU fault or being replaced are inhibited."""
+
+    sns: bool = Field(
+        True,
+        description="SNS topics (KMS-encrypted) per severity, `<stack>-alerts-critical` and "
+        "`-warning`, which Alertmanager publishes to; subscribe to them (email, chat, a "
+        "pager) outside the stack.",
+    )
+    platform: ReceiverConfig = Field(
+        default_factory=ReceiverConfig,
+        description="The platform team's receivers: every alert no team route takes.",
+    )
+    info_slack_channel: str | None = Field(
+        None,
+        description="Slack channel of info alerts (the platform webhook); none: info alerts "
+        "go nowhere.",
+    )
+    teams: dict[str, TeamReceiverConfig] = Field(
+        default_factory=dict, description="Routes per team, each with its own receivers."
+    )
+    group_wait: str = Field("30s", description="Alertmanager group_wait.")
+    group_interval: str = Field("5m", description="Alertmanager group_interval.")
+    repeat_interval: str = Field("4h", description="Alertmanager repeat_interval.")
+
+    @field_validator("teams")
+    @classmethod
+    def _teams(cls, v: dict[str, TeamReceiverConfig]) -> dict[str, TeamReceiverConfig]:
+        for name in v:
+            if not TEAM_NAME.match(name) or name == "platform":
+                raise FieldError((name,), name, "a team name (lower case, digits, -), not platform")
+        return v
+
+    @field_validator("info_slack_channel")
+    @classmethod
+    def _info_channel(cls, v: str | None) -> str | None:
+        return ReceiverConfig._channel(v)
+
+    @field_validator("group_wait", "group_interval", "repeat_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        if not _DURATION.match(v):
+            raise FieldError((), v, "a duration such as 30s, 5m or 4h")
+        return v
+
+    def team_namespaces(self, team: str) -> list[str]:
+        return list(self.teams[team].namespaces) or [team]
+
+
+class RequestLogsConfig(Section):
+    """The serving ALB's access logs and the WAF's logs in S3 (stacks with `serving`)."""
+
+    enabled: bool = Field(
+        True,
+        description="ALB access logs into the `logs` bucket (prefix alb/) and WAF logs into "
+        "a bucket `aws-waf-logs-<bucket prefix>`.",
+    )
+    expire_days: int = Field(90, ge=1, le=3650, description="Days the ALB and WAF logs are kept.")
+
+
+class LogQueriesConfig(Section):
+    """Saved CloudWatch Logs Insights queries on the container log group."""
+
+    enabled: bool = Field(
+        True,
+        description="Errors by pod, slow requests, OOM kills and GPU XIDs as saved queries "
+        "(needs `logs`).",
+    )
+    slow_request_seconds: float = Field(
+        10, gt=0, description="A request slower than this is slow (the slow-requests query)."
+    )
 
 
 class StragglerWatchConfig(TrainerImageRef):
@@ -127,6 +279,18 @@ class StragglerWatchConfig(TrainerImageRef):
         return self
 
 
+OTEL_COLLECTOR_HOST = "opentelemetry-collector.monitoring.svc.cluster.local"
+"""The OpenTelemetry collector's Service (release `opentelemetry-collector` in `monitoring`)."""
+OTLP_GRPC_PORT = 4317
+OTLP_HTTP_PORT = 4318
+
+
+def collector_otlp_endpoint() -> str:
+    """Where an in-cluster process sends OTLP traces over gRPC (vLLM's
+    `--otlp-traces-endpoint`; Envoy's OpenTelemetry tracer takes the host and port)."""
+    return f"http://{OTEL_COLLECTOR_HOST}:{OTLP_GRPC_PORT}"
+
+
 class MonitoringConfig(Section):
     """Metrics (kube-prometheus-stack), logs (Fluent Bit to CloudWatch), traces (OTel)."""
 
@@ -140,6 +304,9 @@ class MonitoringConfig(Section):
     traces_exporter: Literal["xray", "otlp"] = Field("xray", description="Where traces go.")
     otlp_endpoint: str | None = Field(None, description="OTLP endpoint when exporter is otlp.")
     alerts: AlertThresholds = Field(default_factory=AlertThresholds)
+    alerting: AlertingConfig = Field(default_factory=AlertingConfig)
+    request_logs: RequestLogsConfig = Field(default_factory=RequestLogsConfig)
+    log_queries: LogQueriesConfig = Field(default_factory=LogQueriesConfig)
     stragglers: StragglerWatchConfig = Field(default_factory=StragglerWatchConfig)
 
     @field_validator("retention")
@@ -150,6 +317,12 @@ class MonitoringConfig(Section):
         return v
 
     _log_retention = field_validator("log_retention_days")(cloudwatch_retention)
+
+    @property
+    def traces_endpoint(self) -> str | None:
+        """The collector's OTLP gRPC endpoint where traces are on, else None: what the
+        model servers and their gateways send spans to."""
+        return collector_otlp_endpoint() if self.enabled and self.traces else None
 
     @model_validator(mode="after")
     def _exporter(self) -> MonitoringConfig:

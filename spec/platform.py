@@ -18,7 +18,7 @@ from spec.keys import REGION_KEY
 from spec.monitoring import MonitoringConfig
 from spec.network import NetworkConfig, TagsConfig
 from spec.pools import NodePoolConfig, SystemPoolConfig
-from spec.serving import ServingConfig
+from spec.serving import ServingConfig, engine_plan
 from spec.sharing import SharedStackConfig
 from spec.storage import AdoptionConfig, StorageConfig
 from spec.tenancy import (
@@ -237,6 +237,10 @@ class PlatformConfig(Section):
                     model.gpus_per_replica,
                     f"must divide the {gpus} GPUs of {pool.instance_type} (tensor parallel size)",
                 )
+            try:
+                engine_plan(model, pool.instance_type)
+            except FieldError as e:
+                raise FieldError((*here, *e.path), e.value, e.expected) from None
         self._serving_capacity(serving)
         cert_region = serving.certificate_arn.split(":")[3]
         if cert_region != self.region:

@@ -1,14 +1,26 @@
-"""`serving`: the model servers, their hours, the API's clients and its front door."""
+"""`serving`: the model servers, their hours, the API's clients and its front door.
+
+Per model, beside where it runs: its shape (`architecture`, the numbers of its
+`config.json`), the vLLM engine's settings (`engine`), how many requests a replica
+admits before the gateway sheds (`admission`), which clients may call it (`clients`)
+and its latency objectives (`slo`). `engine_plan` turns a model and its pool's
+instance type into the settings vLLM is started with, checked against the GPU memory
+(`spec.serving_memory` has the arithmetic).
+"""
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from spec.base import Section
-from spec.errors import FieldError
+from spec.catalog import catalog
+from spec.errors import MISSING, FieldError
+from spec.serving_memory import GIB, ModelShape, memory_need
 
 _MODEL_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
 _CLIENT_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -16,6 +28,284 @@ _REVISION = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _CERT_ARN = re.compile(r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]{36}$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 _HOUR = re.compile(r"^([01]?\d|2[0-3]) \* \* [0-7*,-]+$")
+
+
+def _relative_path(v: str) -> bool:
+    return bool(_REVISION.match(v)) and not any(part in (".", "..") for part in v.split("/"))
+
+
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+"""vLLM v0.11.0's max_num_seqs for its OpenAI server on GPUs under 70 GiB; the most sequences
+a derived default admits (`EngineConfig.max_num_seqs`)."""
+LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+"""The max_lora_rank values vLLM v0.11.0 accepts (vllm/config/lora.py)."""
+TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25)
+TTFT_BUCKETS += (0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+"""Bucket bounds of vLLM v0.11.0's `vllm:time_to_first_token_seconds` (v1/metrics/loggers.py):
+a latency target must be one, since the SLO counts the requests in the bucket `le` it."""
+ITL_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
+ITL_BUCKETS += (0.75, 1.0, 2.5, 5.0)
+ITL_BUCKETS += (7.5, 10.0, 20.0, 40.0, 80.0)
+"""Bucket bounds of vLLM v0.11.0's `vllm:inter_token_latency_seconds`."""
+
+
+class ModelArchitectureConfig(Section):
+    """The served model's shape, copied from its `config.json` (the names are Hugging Face's).
+
+    The weights live in S3 and a preview reads nothing from there, so the memory check
+    needs these numbers in the stack. Parameters are counted for a dense decoder with a
+    gated MLP (Llama, Mistral, Qwen); set `parameters` for any other (mixture of experts).
+    """
+
+    hidden_size: int = Field(ge=64, le=65536, description="config.json hidden_size.")
+    num_hidden_layers: int = Field(ge=1, le=512, description="config.json num_hidden_layers.")
+    num_attention_heads: int = Field(ge=1, le=1024, description="config.json num_attention_heads.")
+    num_key_value_heads: int | None = Field(
+        None, ge=1, le=1024, description="config.json num_key_value_heads; none: no GQA."
+    )
+    head_dim: int | None = Field(
+        None, ge=8, le=1024, description="config.json head_dim; none: hidden / heads."
+    )
+    intermediate_size: int = Field(ge=64, le=1048576, description="config.json intermediate_size.")
+    vocab_size: int = Field(ge=256, le=4194304, description="config.json vocab_size.")
+    tie_word_embeddings: bool = Field(False, description="config.json tie_word_embeddings.")
+    parameters: int | None = Field(
+        None,
+        ge=1_000_000,
+        le=10_000_000_000_000,
+        description="Total parameters, where the dense-decoder count is wrong (MoE).",
+    )
+    weight_bits: Literal[4, 8, 16] | None = Field(
+        None,
+        description="Bits per weight as stored; none: from `quantization` (awq/gptq 4, fp8 "
+        "8, none 16). Set it for a checkpoint quantized in its files (compressed-tensors).",
+    )
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelArchitectureConfig:
+        kv = self.num_key_value_heads or self.num_attention_heads
+        if self.num_attention_heads % kv:
+            raise FieldError(
+                ("num_key_value_heads",),
+                kv,
+                f"must divide num_attention_heads ({self.num_attention_heads})",
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise FieldError(
+                ("head_dim",),
+                MISSING,
+                f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+                f"{self.num_attention_heads}: set head_dim from config.json",
+            )
+        return self
+
+    def shape(self, quantization: str) -> ModelShape:
+        bits = self.weight_bits or {"awq": 4, "gptq": 4, "fp8": 8}.get(quantization, 16)
+        return ModelShape(
+            hidden_size=self.hidden_size,
+            layers=self.num_hidden_layers,
+            heads=self.num_attention_heads,
+            kv_heads=self.num_key_value_heads or self.num_attention_heads,
+            head_dim=self.head_dim or self.hidden_size // self.num_attention_heads,
+            intermediate_size=self.intermediate_size,
+            vocab_size=self.vocab_size,
+            tied_embeddings=self.tie_word_embeddings,
+            parameters=self.parameters,
+            weight_bits=bits,
+        )
+
+
+class SpeculativeDecodingConfig(Section):
+    """Speculative decoding, rendered as vLLM's `--speculative-config` JSON.
+
+    `ngram` proposes tokens found in the prompt (no extra weights); `eagle`/`eagle3` run an
+    EAGLE draft head trained for the model (`model`: its path under the models prefix).
+    A separate small draft LM (`draft_model`) is refused by vLLM v0.11.0's V1 engine
+    ("Draft model speculative decoding is not supported yet"), so it is not offered.
+    """
+
+    method: Literal["ngram", "eagle", "eagle3"] = Field(description="Proposer.")
+    num_speculative_tokens: int = Field(4, ge=1, le=16, description="Tokens proposed per step.")
+    model: str | None = Field(
+        None, description="eagle/eagle3: the draft head's path under the models prefix."
+    )
+    prompt_lookup_min: int = Field(2, ge=1, le=32, description="ngram: shortest n-gram.")
+    prompt_lookup_max: int = Field(4, ge=1, le=32, description="ngram: longest n-gram.")
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _method(cls, v: object) -> object:
+        if v == "draft_model":
+            raise ValueError(
+                "vLLM v0.11.0 (the catalog's) refuses a separate draft model in its V1 engine; "
+                "use ngram, or eagle/eagle3 with a draft head trained for the model"
+            )
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None and not _relative_path(v):
+            raise ValueError("a relative path like eagle-llama-3.1-8b/1 (no .., no leading /)")
+        return v
+
+    @model_validator(mode="after")
+    def _needs(self) -> SpeculativeDecodingConfig:
+        if self.method == "ngram":
+            if self.model is not None:
+                raise FieldError(("model",), self.model, "ngram reads the prompt; remove model")
+            if self.prompt_lookup_min > self.prompt_lookup_max:
+                raise FieldError(
+                    ("prompt_lookup_min",),
+                    self.prompt_lookup_min,
+                    f"must not exceed prompt_lookup_max ({self.prompt_lookup_max})",
+                )
+        elif self.model is None:
+            raise FieldError(("model",), MISSING, f"{self.method} needs its draft head's path")
+        return self
+
+    def vllm_json(self) -> dict[str, object]:
+        if self.method == "ngram":
+            return {
+                "method": "ngram",
+                "num_speculative_tokens": self.num_speculative_tokens,
+                "prompt_lookup_max": self.prompt_lookup_max,
+                "prompt_lookup_min": self.prompt_lookup_min,
+            }
+        return {
+            "method": self.method,
+            "model": self.model,
+            "num_speculative_tokens": self.num_speculative_tokens,
+        }
+
+
+class LoraConfig(Section):
+    """LoRA adapters served beside the base weights (`--enable-lora`): a client asks for an
+    adapter by its name in the request's `model` field."""
+
+    adapters: dict[str, str] = Field(
+        min_length=1,
+        description="Adapter name -> its path under the models prefix (read-only).",
+    )
+    max_loras: int | None = Field(
+        None, ge=1, le=64, description="Adapters on the GPU at once; none: all, up to 4."
+    )
+    max_lora_rank: int = Field(16, description=f"Highest adapter rank, one of {LORA_RANKS}.")
+
+    @field_validator("adapters")
+    @classmethod
+    def _adapters(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, path in v.items():
+            if not _MODEL_NAME.match(name):
+                raise FieldError((name,), name, "an adapter name: lowercase letters, digits, '-'")
+            if not _relative_path(path):
+                raise FieldError((name,), path, "a relative path like llama-8b-sql/1 (no ..)")
+        return v
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _rank(cls, v: int) -> int:
+        if v not in LORA_RANKS:
+            raise ValueError(f"vLLM v0.11.0 takes one of {', '.join(map(str, LORA_RANKS))}")
+        return v
+
+    @property
+    def slots(self) -> int:
+        return self.max_loras or min(len(self.adapters), 4)
+
+
+class EngineConfig(Section):
+    """vLLM's engine settings for one model; what is left out is derived (`engine_plan`)."""
+
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Sequences in a batch. none: as many as fit in the GPUs' memory at "
+        f"max_model_len each, up to {VLLM_DEFAULT_MAX_NUM_SEQS}.",
+    )
+    max_num_batched_tokens: int | None = Field(
+        None,
+        ge=64,
+        le=1048576,
+        description="Tokens per engine step. none: vLLM's server default for the GPU "
+        "(8192 on GPUs of 70 GiB or more but A100, else 2048); max_model_len without "
+        "chunked prefill.",
+    )
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0.3, le=0.98, description="Share of each GPU's memory vLLM may take."
+    )
+    enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prefixes.")
+    enable_chunked_prefill: bool = Field(
+        True, description="Split long prompts over steps, so decoding never stalls for one."
+    )
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        "auto", description="KV cache precision: auto (the model's, 2 bytes) or fp8 (1)."
+    )
+    speculative: SpeculativeDecodingConfig | None = Field(
+        None, description="Speculative decoding; none: off."
+    )
+    lora: LoraConfig | None = Field(None, description="LoRA adapters; none: off.")
+
+
+class AdmissionConfig(Section):
+    """How much a replica admits before its gateway sheds with 429 and Retry-After."""
+
+    max_queued_requests: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Requests a replica queues beyond max_num_seqs; past max_num_seqs + this "
+        "the gateway answers 429. none: twice target_waiting_requests.",
+    )
+    retry_after_seconds: int = Field(
+        2, ge=1, le=300, description="Retry-After of a shed or rate-limited request."
+    )
+    retries: int = Field(
+        2,
+        ge=0,
+        le=5,
+        description="Retries of a request vLLM never received (connect failure, reset "
+        "before the request); a request that got a response is never retried.",
+    )
+
+
+class LatencySloConfig(Section):
+    """One latency objective: `objective` of the observations at or under `target_seconds`."""
+
+    target_seconds: float = Field(gt=0, description="Latency bound (a bucket of vLLM's histogram).")
+    objective: float = Field(
+        0.99, ge=0.9, le=0.9999, description="Share of observations within the target."
+    )
+
+
+class ServingSloConfig(Section):
+    """Latency SLOs over 30 days, alerted by multi-window burn rates (SRE workbook)."""
+
+    time_to_first_token: LatencySloConfig = Field(
+        default_factory=lambda: LatencySloConfig(target_seconds=2.5),
+        description="TTFT (vllm:time_to_first_token_seconds).",
+    )
+    inter_token_latency: LatencySloConfig = Field(
+        default_factory=lambda: LatencySloConfig(target_seconds=0.1),
+        description="Time between tokens (vllm:inter_token_latency_seconds).",
+    )
+
+    @model_validator(mode="after")
+    def _buckets(self) -> ServingSloConfig:
+        for key, slo, buckets in (
+            ("time_to_first_token", self.time_to_first_token, TTFT_BUCKETS),
+            ("inter_token_latency", self.inter_token_latency, ITL_BUCKETS),
+        ):
+            if slo.target_seconds not in buckets:
+                near = min(buckets, key=lambda b: abs(b - slo.target_seconds))
+                raise FieldError(
+                    (key, "target_seconds"),
+                    slo.target_seconds,
+                    f"vLLM's histogram has no bucket there; the nearest is {near:g} "
+                    f"(buckets: {', '.join(f'{b:g}' for b in buckets)})",
+                )
+        return self
 
 
 class ServingModelConfig(Section):
@@ -40,6 +330,23 @@ class ServingModelConfig(Section):
     target_waiting_requests: int = Field(
         4, ge=1, description="Queued requests per replica at which KEDA adds a replica."
     )
+    architecture: ModelArchitectureConfig | None = Field(
+        None,
+        description="The model's shape from its config.json; required by a stack that serves "
+        "it (the GPU memory check).",
+    )
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig, description="vLLM's engine settings."
+    )
+    admission: AdmissionConfig = Field(
+        default_factory=AdmissionConfig, description="Concurrency per replica before load shedding."
+    )
+    clients: list[str] | None = Field(
+        None, description="API clients that may call the model; none: every serving.api client."
+    )
+    slo: ServingSloConfig = Field(
+        default_factory=ServingSloConfig, description="Latency objectives."
+    )
 
     @field_validator("name")
     @classmethod
@@ -51,7 +358,7 @@ class ServingModelConfig(Section):
     @field_validator("revision")
     @classmethod
     def _revision(cls, v: str) -> str:
-        if not _REVISION.match(v) or any(part in (".", "..") for part in v.split("/")):
+        if not _relative_path(v):
             raise ValueError("a relative path like llama-3-8b/2026-10-01 (no .., no leading /)")
         return v
 
@@ -63,7 +370,20 @@ class ServingModelConfig(Section):
                 self.min_replicas,
                 f"must not exceed max_replicas ({self.max_replicas})",
             )
+        queued = self.admission.max_queued_requests
+        if queued is not None and queued < self.target_waiting_requests:
+            raise FieldError(
+                ("admission", "max_queued_requests"),
+                queued,
+                f"KEDA adds a replica at {self.target_waiting_requests} waiting "
+                "(target_waiting_requests); a smaller queue sheds before it ever scales",
+            )
         return self
+
+    @property
+    def max_queued_requests(self) -> int:
+        """Requests a replica queues beyond its batch before the gateway sheds."""
+        return self.admission.max_queued_requests or 2 * self.target_waiting_requests
 
 
 class ServingScheduleConfig(Section):
@@ -93,6 +413,13 @@ class ServingScheduleConfig(Section):
         return v
 
 
+class ClientRateConfig(Section):
+    """A token bucket per client key in each replica's gateway (Envoy's local rate limit)."""
+
+    requests_per_second: int = Field(20, ge=1, le=100000, description="Refill per second.")
+    burst: int = Field(40, ge=1, le=1000000, description="Bucket size: requests at once.")
+
+
 class ServingApiConfig(Section):
     """Who may call the API: client names (keys are secret config) and rate limits."""
 
@@ -109,6 +436,26 @@ class ServingApiConfig(Section):
     rate_limit_per_ip: int = Field(
         6000, ge=10, description="WAF: requests per 5 minutes per source IP before blocking."
     )
+    client_rate: ClientRateConfig = Field(
+        default_factory=ClientRateConfig,
+        description="Gateway: each client key's bucket in each replica, before the WAF's "
+        "per-5-minute limit; past it, 429 with Retry-After.",
+    )
+    client_rates: dict[str, ClientRateConfig] = Field(
+        default_factory=dict, description="Per-client buckets that replace client_rate."
+    )
+
+    @model_validator(mode="after")
+    def _rates(self) -> ServingApiConfig:
+        for client in self.client_rates:
+            if client not in self.clients:
+                raise FieldError(
+                    ("client_rates", client), client, f"not a client ({', '.join(self.clients)})"
+                )
+        return self
+
+    def rate(self, client: str) -> ClientRateConfig:
+        return self.client_rates.get(client, self.client_rate)
 
     @field_validator("clients")
     @classmethod
@@ -171,3 +518,148 @@ class ServingConfig(Section):
             if names.index(name) != i:
                 raise FieldError((i, "name"), name, "another model has this name")
         return v
+
+    @model_validator(mode="after")
+    def _authorized(self) -> ServingConfig:
+        for i, model in enumerate(self.models):
+            for j, client in enumerate(model.clients or []):
+                if client not in self.api.clients:
+                    raise FieldError(
+                        ("models", i, "clients", j),
+                        client,
+                        f"not a client in serving.api.clients ({', '.join(self.api.clients)})",
+                    )
+        return self
+
+    def model_clients(self, model: ServingModelConfig) -> list[str]:
+        """The clients that may call `model` (the gateway's authorization map)."""
+        return list(model.clients) if model.clients is not None else list(self.api.clients)
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """What vLLM is started with for one model on one pool, checked against GPU memory."""
+
+    model: str
+    instance_type: str
+    tensor_parallel_size: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    enable_prefix_caching: bool
+    enable_chunked_prefill: bool
+    kv_cache_dtype: str
+    gpu_memory_gib: float
+    need_gib: float
+    """Weights, LoRA slots and the KV cache of every sequence at max_model_len, per GPU."""
+    budget_gib: float
+    speculative: dict[str, object] | None
+    lora_adapters: dict[str, str]
+    max_loras: int
+    max_lora_rank: int
+
+
+def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
+    """The engine settings of `model` on `instance_type`: defaults derived, memory checked.
+
+    Per GPU, the model needs its weights (parameters x bytes per weight), the LoRA slots and
+    the KV cache of max_num_seqs sequences at max_model_len (2 x layers x KV heads x head_dim
+    x bytes x tokens), all divided over the tensor-parallel GPUs; that must fit in
+    gpu_memory_utilization x the GPU's memory (the catalog's). With KV room for every
+    admitted sequence at full length vLLM never preempts, which is what keeps the P99 where
+    the load test measured it. Raises FieldError (path under the model) with the arithmetic.
+    """
+    itype = catalog().instance(instance_type)
+    acc = itype.accelerator
+    if acc is None or model.architecture is None:
+        raise FieldError(
+            ("architecture",),
+            MISSING,
+            "the model's shape from its config.json (hidden_size, num_hidden_layers, "
+            "num_attention_heads, num_key_value_heads, intermediate_size, vocab_size): the "
+            "GPU memory check needs it",
+        )
+    tp = model.gpus_per_replica
+    arch = model.architecture
+    if arch.num_attention_heads % tp:
+        raise FieldError(
+            ("gpus_per_replica",),
+            tp,
+            f"vLLM splits the {arch.num_attention_heads} attention heads over the tensor-"
+            "parallel GPUs: it must divide them",
+        )
+    eng = model.engine
+    gpu_gib = acc.memory_gib / acc.count
+    budget = eng.gpu_memory_utilization * gpu_gib
+    lora = eng.lora
+    spec = eng.speculative
+    need = memory_need(
+        arch.shape(model.quantization),
+        tensor_parallel=tp,
+        kv_bytes=1 if eng.kv_cache_dtype == "fp8" else 2,
+        lora_slots=lora.slots if lora else 0,
+        lora_rank=lora.max_lora_rank if lora else 0,
+        draft_head=spec is not None and spec.method != "ngram",
+    )
+    per_seq = need.kv_per_token * model.max_model_len
+    room = budget * GIB - need.fixed
+    where = (
+        f"{eng.gpu_memory_utilization:.2f} x {gpu_gib:g} GiB of a {acc.model} on {instance_type}"
+    )
+    fits = math.floor(room / per_seq) if room > 0 else 0
+    seqs = eng.max_num_seqs
+    if seqs is None:
+        seqs = min(fits, VLLM_DEFAULT_MAX_NUM_SEQS)
+        key: tuple[str | int, ...] = ("max_model_len",)
+        shown: object = model.max_model_len
+        if seqs < 1:
+            seqs = 1
+    else:
+        key, shown = ("engine", "max_num_seqs"), seqs
+    total = need.fixed + per_seq * seqs
+    if total > budget * GIB:
+        raise FieldError(
+            key,
+            shown,
+            f"{model.name} needs {total / GIB:.1f} GiB per GPU ({need.describe()} + KV cache "
+            f"{per_seq * seqs / GIB:.1f} at {model.max_model_len} tokens x {seqs} seqs) > "
+            f"{where}; lower max_num_seqs or max_model_len, or raise gpus_per_replica "
+            f"(tensor parallel size)",
+        )
+    batched = eng.max_num_batched_tokens
+    if batched is None:
+        large = gpu_gib >= 70 and not acc.model.startswith("A100")
+        batched = (8192 if large else 2048) if eng.enable_chunked_prefill else model.max_model_len
+    if not eng.enable_chunked_prefill and batched < model.max_model_len:
+        raise FieldError(
+            ("engine", "max_num_batched_tokens"),
+            batched,
+            f"without chunked prefill a step must hold a whole prompt: at least max_model_len "
+            f"({model.max_model_len})",
+        )
+    if batched < seqs:
+        raise FieldError(
+            ("engine", "max_num_batched_tokens"),
+            batched,
+            f"vLLM needs at least max_num_seqs ({seqs}) tokens per step",
+        )
+    return EnginePlan(
+        model=model.name,
+        instance_type=instance_type,
+        tensor_parallel_size=tp,
+        max_model_len=model.max_model_len,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=batched,
+        gpu_memory_utilization=eng.gpu_memory_utilization,
+        enable_prefix_caching=eng.enable_prefix_caching,
+        enable_chunked_prefill=eng.enable_chunked_prefill,
+        kv_cache_dtype=eng.kv_cache_dtype,
+        gpu_memory_gib=gpu_gib,
+        need_gib=round(total / GIB, 2),
+        budget_gib=round(budget, 2),
+        speculative=spec.vllm_json() if spec else None,
+        lora_adapters=dict(lora.adapters) if lora else {},
+        max_loras=lora.slots if lora else 0,
+        max_lora_rank=lora.max_lora_rank if lora else 0,
+    )

@@ -35,8 +35,11 @@ from spec.keys import (
     GRAFANA_PASSWORD_KEY,
     MONITORING_SECRETS_NAMESPACE,
     NAMESPACE,
+    PAGERDUTY_ROUTING_KEY,
     REGION_KEY,
     SERVING_KEYS_NAMESPACE,
+    SLACK_WEBHOOK_KEY,
+    monitoring_secret_key,
 )
 from spec.platform import PlatformConfig
 
@@ -125,11 +128,12 @@ def _foreign_key_problem(key: str, value: Any, secret: bool) -> ConfigError | No
             config_key=key,
         )
     if colon and namespace in (SERVING_KEYS_NAMESPACE, MONITORING_SECRETS_NAMESPACE):
-        if namespace == MONITORING_SECRETS_NAMESPACE and name != GRAFANA_PASSWORD_KEY:
+        if namespace == MONITORING_SECRETS_NAMESPACE and not monitoring_secret_key(name):
             return ConfigError(
                 (),
                 SECRET_VALUE,
-                f"unknown key; the program reads {namespace}:{GRAFANA_PASSWORD_KEY} only",
+                f"unknown key; the program reads {namespace}:{GRAFANA_PASSWORD_KEY}, "
+                f"{SLACK_WEBHOOK_KEY}[-<team>] and {PAGERDUTY_ROUTING_KEY}[-<team>] only",
                 config_key=key,
             )
         if not secret:

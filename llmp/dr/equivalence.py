@@ -306,6 +306,9 @@ class _Comparison:
         if stacks[0] != stacks[1]:
             pairs.append((STACK_RULE, f"urn:pulumi:{stacks[0]}::", f"urn:pulumi:{stacks[1]}::"))
             pairs.append((STACK_RULE, f"/{stacks[0]}/", f"/{stacks[1]}/"))
+            # The SNS alert topics and their key (components/monitoring.py).
+            pairs.append((STACK_RULE, f"{stacks[0]}-alerts-", f"{stacks[1]}-alerts-"))
+            pairs.append((STACK_RULE, f"topics of {stacks[0]}", f"topics of {stacks[1]}"))
         return pairs, self._onward_pairs(replicas, prefixes)
 
     def _onward_pairs(

@@ -336,6 +336,22 @@ def monitoring(f: Facts) -> Component:
             f"Prometheus volume: {gib} GiB gp3", gib, "GB-month", platform.ebs_gp3_usd_per_gb_month
         )
     ]
+    if f.monitoring_keys:
+        lines.append(
+            priced(
+                "KMS key (SNS alert topics)",
+                f.monitoring_keys,
+                "key-month",
+                platform.kms_key_usd_per_month,
+            )
+        )
+    if f.alert_topics:
+        missing.append(
+            NotEstimated(
+                f"SNS alert topics ({f.alert_topics})",
+                "billed per publish and delivery; the config gives no alert volume",
+            )
+        )
     if f.fsx_exporter:
         # Counted from what the component configures, so the line cannot drift from it.
         metrics = len(FSX_CLOUDWATCH_METRICS)

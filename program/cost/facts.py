@@ -40,6 +40,7 @@ PRICED: Mapping[str, str] = {
     HELM: "the Prometheus volume, the FSx exporter's CloudWatch requests (monitoring)",
     INGRESS: "the Application Load Balancer it makes (serving)",
     "aws:wafv2/webAcl:WebAcl": "per ACL-month and per rule-month",
+    "aws:sns/topic:Topic": "not estimated: billed per publish and delivery (monitoring)",
     "aws:ec2/subnet:Subnet": "free; an internet-facing ALB holds an address in each public one",
 }
 """Types whose resources the model prices, and how."""
@@ -65,6 +66,9 @@ FREE: Mapping[str, str] = {
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": "free",
     "aws:kms/alias:Alias": "free",
     "aws:kms/keyPolicy:KeyPolicy": "free",
+    "aws:cloudwatch/queryDefinition:QueryDefinition": (
+        "free (a saved query; running it is billed per GB scanned, not estimated)"
+    ),
     "aws:s3/bucketLogging:BucketLogging": "free (the logs are stored in the logs bucket)",
     "aws:s3/bucketOwnershipControls:BucketOwnershipControls": "free",
     "aws:s3/bucketPolicy:BucketPolicy": "free",
@@ -149,6 +153,9 @@ class Facts:
     cluster_keys: int = 0
     node_groups: list[NodeGroup] = field(default_factory=list)
     storage_keys: int = 0
+    monitoring_keys: int = 0
+    """The alert topics' key."""
+    alert_topics: int = 0
     buckets: list[Bucket] = field(default_factory=list)
     lustre: Mapping[str, Any] | None = None
     prometheus_gib: int | None = None
@@ -277,6 +284,8 @@ def facts(declared: Iterable[Declared]) -> Facts:
         elif t == "aws:kms/key:Key":
             if r.component == "storage":
                 out.storage_keys += 1
+            elif r.component == "monitoring":
+                out.monitoring_keys += 1
             else:
                 out.cluster_keys += 1
         elif t == "aws:s3/bucket:Bucket":
@@ -301,6 +310,8 @@ def facts(declared: Iterable[Declared]) -> Facts:
                     noncurrent_days=_bucket_noncurrent_days(rules),
                 )
             )
+        elif t == "aws:sns/topic:Topic":
+            out.alert_topics += 1
         elif t == "aws:fsx/lustreFileSystem:LustreFileSystem":
             out.lustre = inputs
         elif t == HELM:

@@ -86,10 +86,79 @@ def test_every_stack_gets_the_component_with_children_parented(plans, stack: str
     component = plan.one("llmp:monitoring:Monitoring", "monitoring")
     children = [r for r in _ours(plan) if r.urn != component.urn]
     assert children and all(r.parent == component.urn for r in children)
-    assert plan.outputs["monitoring"] == {
-        "namespace": "monitoring",
-        "log_group": f"/llm-platform/{stack}/containers",
-    }
+    outputs = dict(plan.outputs["monitoring"])
+    topics = outputs.pop("alert_topics")
+    assert outputs == {"namespace": "monitoring", "log_group": f"/llm-platform/{stack}/containers"}
+    assert sorted(topics) == ["critical", "warning"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_alerts_reach_kms_encrypted_sns_topics_and_saved_queries_exist(plans, stack: str) -> None:
+    plan = plans(stack)
+    topics = plan.by_type("aws:sns/topic:Topic")
+    names = sorted(r.inputs["name"] for r in topics)
+    assert names == [f"{stack}-alerts-critical", f"{stack}-alerts-warning"]
+    assert all(r.inputs.get("kmsMasterKeyId") for r in topics)
+    am_values = _kps(plan)["alertmanager"]
+    assert am_values["serviceAccount"]["name"] == "alertmanager"
+    receivers = {r["name"]: r for r in am_values["config"]["receivers"]}
+    # No receiver secrets in these stacks: SNS only, and no Secret to mount.
+    assert "sns_configs" in receivers["platform-critical"]
+    assert "pagerduty_configs" not in receivers["platform-critical"]
+    assert not am_values["alertmanagerSpec"].get("secrets")
+    assert not [r for r in plan.by_type(SECRET) if r.name == "monitoring-alert-receivers"]
+    pod_identity = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+    association = plan.one(pod_identity, "monitoring-alertmanager")
+    assert association.inputs["serviceAccount"] == "alertmanager"
+    queries = plan.by_type("aws:cloudwatch/queryDefinition:QueryDefinition")
+    titles = {q.inputs["name"].rsplit("/", 1)[1] for q in queries}
+    assert {"errors by pod", "slow requests", "OOM kills", "GPU XIDs"} <= titles
+
+
+def test_receiver_secrets_are_mounted_files_never_in_the_plan(synth) -> None:
+    alerting = {"platform": {"slack_channel": "#llm-alerts", "pagerduty": True}}
+    plan = _monitoring(
+        synth,
+        {"alerting": alerting},
+        slackWebhookUrl="https://hooks.slack.test/T0/B0/zzz",
+        pagerdutyRoutingKey="pd-routing-0123",
+    )
+    dumped = json.dumps(plan.to_dict())
+    assert "hooks.slack.test" not in dumped and "pd-routing-0123" not in dumped
+    secret = plan.one(SECRET, "monitoring-alert-receivers")
+    assert secret.inputs["metadata"]["name"] == "alertmanager-receivers"
+    am_values = _kps(plan)["alertmanager"]
+    assert am_values["alertmanagerSpec"]["secrets"] == ["alertmanager-receivers"]
+    receivers = {r["name"]: r for r in am_values["config"]["receivers"]}
+    pager = receivers["platform-critical"]["pagerduty_configs"][0]
+    assert pager["routing_key_file"].endswith("/alertmanager-receivers/pagerduty-platform")
+    slack = receivers["platform-warning"]["slack_configs"][0]
+    assert slack["api_url_file"].endswith("/alertmanager-receivers/slack-platform")
+    assert secret.urn in _releases(plan)["kube-prometheus-stack"].dependencies
+
+
+def test_receiver_keys_are_the_ones_the_stack_file_accepts() -> None:
+    from components.monitoring import PAGERDUTY_KEY, SLACK_KEY, receiver_secret_key
+    from spec import keys
+
+    assert (SLACK_KEY, PAGERDUTY_KEY) == keys.RECEIVER_KEYS
+    for kind in keys.RECEIVER_KEYS:
+        for audience in ("platform", "foundation", "vision-eval"):
+            assert keys.monitoring_secret_key(receiver_secret_key(kind, audience))
+    assert not keys.monitoring_secret_key("slackWebhook")
+    assert not keys.monitoring_secret_key("slackWebhookUrl-")
+
+
+def test_a_receiver_without_its_secret_is_off_and_named(synth, monkeypatch) -> None:
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *a, **k: warned.append(message))
+    teams = {"foundation": {"slack_channel": "#foundation", "pagerduty": True}}
+    plan = _monitoring(synth, {"alerting": {"teams": teams}})
+    assert any("slackWebhookUrl-foundation" in w for w in warned), warned
+    assert any("pagerdutyRoutingKey-foundation" in w for w in warned), warned
+    assert any("critical alerts page nobody" in w for w in warned), warned
+    receivers = {r["name"] for r in _kps(plan)["alertmanager"]["config"]["receivers"]}
+    assert not {"foundation-critical", "foundation-warning"} & receivers
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -6,7 +6,8 @@ are written by hand, the way another program would use the component.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -236,6 +237,32 @@ class Model:
     max_model_len: int = 4096
     quantization: str = "none"
     target_waiting_requests: int = 2
+    max_queued_requests: int = 4
+    admission: Any = field(default_factory=lambda: Admission())
+
+
+@dataclass(frozen=True)
+class Admission:
+    retry_after_seconds: int = 2
+    retries: int = 1
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Any object with the resolved engine settings will do."""
+
+    tensor_parallel_size: int = 1
+    max_model_len: int = 4096
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 2048
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    kv_cache_dtype: str = "auto"
+    speculative: Any = None
+    lora_adapters: Any = field(default_factory=dict)
+    max_loras: int = 0
+    max_lora_rank: int = 0
 
 
 def test_serving_alone_takes_any_object_shaped_like_a_served_model() -> None:
@@ -246,6 +273,7 @@ def test_serving_alone_takes_any_object_shaped_like_a_served_model() -> None:
             "serving",
             ServingArgs(
                 models=[Model()],
+                engines={"tiny": Engine()},
                 hostname="llm.example.com",
                 certificate_arn=(
                     "arn:aws:acm:eu-west-1:123456789012:certificate/"

@@ -123,6 +123,12 @@ ORDERING_EDGES = {
     ): "Pod Identity credentials reach only pods created after their association "
     "(the service account name flows from it, but the mock echoes a plain name)",
     (
+        "kubernetes:helm.sh/v3:Release",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        "-alertmanager",
+    ): "Pod Identity credentials reach only pods created after their association: "
+    "Alertmanager signs its SNS publishes with them from its first alert",
+    (
         "kubernetes:batch/v1:CronJob",
         "aws:eks/podIdentityAssociation:PodIdentityAssociation",
         "-copier",
@@ -224,10 +230,14 @@ ORDERING_EDGES = {
 
 
 def exact_tokens(resource: dict[str, Any]) -> set[str]:
-    """Outputs that equal an input (the cluster's and an ECR repository's name): they match
-    whole values only, since the same string also appears in names built from config (log
-    group, subnet tags)."""
-    if resource.type in ("aws:eks/cluster:Cluster", "aws:ecr/repository:Repository"):
+    """Outputs that equal an input (the cluster's, an ECR repository's and a log group's
+    name): they match whole values only, since the same string also appears in names built
+    from config (log group, subnet tags)."""
+    if resource.type in (
+        "aws:eks/cluster:Cluster",
+        "aws:ecr/repository:Repository",
+        "aws:cloudwatch/logGroup:LogGroup",
+    ):
         return {resource.inputs["name"]}
     return set()
 

@@ -161,6 +161,49 @@ CASES: dict[str, dict[str, Any]] = {
         "fire": ("80m", {"job": "j"}),
         "quiet": "55m",
     },
+    "TrainingTflopsLow": {
+        # 150 TFLOPS for 10 minutes, then 90 (under the seed's 120) for 30
+        "input": [{"series": 'llmp_train_tflops_per_gpu{job="j"}', "values": "150x10 90x30"}],
+        "fire": ("30m", {"job": "j"}),
+        # under 120 for 10 minutes only: under the 15 it needs
+        "quiet": "20m",
+    },
+    "TrainingGpuUtilizationLow": {
+        # two GPUs of one pod: 95% and 90% (avg 92.5), then 80% and 70% (avg 75 < 85)
+        "input": [
+            {
+                "series": f'DCGM_FI_DEV_GPU_UTIL{{Hostname="n",gpu="0",{POD}}}',
+                "values": "95x10 80x30",
+            },
+            {
+                "series": f'DCGM_FI_DEV_GPU_UTIL{{Hostname="n",gpu="1",{POD}}}',
+                "values": "90x10 70x30",
+            },
+            {
+                "series": f'kube_pod_labels{{{POD},label_llm_platform_job_kind="training"}}',
+                "values": "1x40",
+            },
+            {"series": f'kube_pod_status_phase{{{POD},phase="Running"}}', "values": "1x40"},
+        ],
+        "fire": ("30m", {"namespace": "foundation", "pod": "train-0"}),
+        "quiet": "20m",
+    },
+    "NodeQuarantined": {
+        "input": [
+            {
+                "series": 'kube_node_spec_taint{node="gpu-7",key="llm-platform/quarantined",'
+                'value="gpu-fault",effect="NoSchedule"}',
+                "values": "_x5 1x5",
+            },
+            {
+                "series": 'kube_node_spec_taint{node="gpu-8",key="nvidia.com/gpu",'
+                'value="true",effect="NoSchedule"}',
+                "values": "1x10",
+            },
+        ],
+        "fire": ("7m", {"node": "gpu-7"}),
+        "quiet": "3m",
+    },
     "TrainingStragglerRank": {
         "input": [
             {"series": 'llmp_train_step_seconds{job="j",rank="0",node="a"}', "values": "1x40"},
@@ -291,6 +334,18 @@ def test_thresholds_come_from_config() -> None:
     assert got["GpuTemperatureHigh"].expr == "DCGM_FI_DEV_GPU_TEMP > 82"
     assert got["FsxFileSystemAlmostFull"].expr.endswith(f"< {round(0.3 * 1200 * GIB)}")
     assert got["FsxAutoExportBacklog"].expr.endswith("> 900")
+    slow = rules.alerts(AlertThresholds(min_tflops_per_gpu=300, min_gpu_utilization=0.9))
+    assert slow["TrainingTflopsLow"].expr == "llmp_train_tflops_per_gpu < 300"
+    assert slow["TrainingGpuUtilizationLow"].expr.startswith(
+        "avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL) < 90 "
+    )
+
+
+def test_seed_targets_are_the_default_thresholds() -> None:
+    got = rules.alerts(T)
+    assert got["TrainingTflopsLow"].expr == "llmp_train_tflops_per_gpu < 120"
+    assert "(DCGM_FI_DEV_GPU_UTIL) < 85 " in got["TrainingGpuUtilizationLow"].expr
+    assert got["TrainingTflopsLow"].for_ == "15m"
 
 
 def test_fsx_fullness_is_the_free_share_of_the_configured_capacity() -> None:
@@ -340,10 +395,11 @@ def test_the_watchers_metrics_are_the_inventorys() -> None:
 def test_no_storage_rules_without_a_file_system() -> None:
     assert "storage" not in rules.rule_files(T, fsx_capacity_gib=None)
     stems = [r.metadata.name for r in rules.prometheus_rules(T, "monitoring")]
-    assert stems == ["llmp-gpu", "llmp-training", "llmp-inference"]
+    assert stems == ["llmp-gpu", "llmp-nodes", "llmp-training", "llmp-inference"]
     with_fsx = rules.prometheus_rules(T, "monitoring", fsx_capacity_gib=4800)
     assert [r.metadata.name for r in with_fsx] == [
         "llmp-gpu",
+        "llmp-nodes",
         "llmp-storage",
         "llmp-training",
         "llmp-inference",

@@ -28,19 +28,20 @@ from tests.conftest import STACKS, raw_stack
 # provisioning AdmissionCheck and its ProvisioningRequestConfig; in inference also a KEDA
 # ScaledObject per served model.
 # Inference's serving adds the gateway Secret, a Deployment, Service and PDB per model (two),
-# the Ingress and the ALB NetworkPolicy. Pretrain's checkpoint retention adds the milestone
+# the Ingress and the ALB NetworkPolicy; and the served models' latency SLO PrometheusRule
+# (monitoring.serving_slo). Pretrain's checkpoint retention adds the milestone
 # copier's ServiceAccount and CronJob.
 EXPECTED = {
     "pretrain": {"checked": 19, "custom": 6},
     "finetune": {"checked": 43, "custom": 12},
-    "inference": {"checked": 26, "custom": 10},
+    "inference": {"checked": 26, "custom": 11},
 }
 # Monitoring (every stack, components/monitoring.py) adds its Namespace, ResourceQuota,
 # LimitRange and the gp3 StorageClass, a Grafana dashboard ConfigMap per
 # monitoring/dashboards/*.json (read at synth time), and as custom resources three
-# monitors and the PrometheusRules of monitoring/rules.py: gpu, training and inference on
+# monitors and the PrometheusRules of monitoring/rules.py: gpu, nodes, training and inference on
 # every stack, storage (the FSx CloudWatch alerts) only on a stack with storage.lustre.
-MONITORING = {"checked": 4, "custom": 6}
+MONITORING = {"checked": 4, "custom": 7}
 FSX_RULES = 1
 # The straggler watcher (monitoring.stragglers.enabled: pretrain and finetune): its
 # ServiceAccount, Deployment and NetworkPolicy; its PodMonitor and the `stragglers`

@@ -46,6 +46,15 @@ SEVERITIES = ["LOW", "MEDIUM", "HIGH", "CRITICAL"]
 ALLOWED: dict[tuple[str, str, str], str] = {
     (
         "aws:kms/keyPolicy:KeyPolicy",
+        "monitoring-alerts-key-policy",
+        "PERMISSIONS_MANAGEMENT_ACTIONS",
+    ): (
+        "Statement EnableIamPolicies of the alert topics' key: the same default key policy "
+        "statement as the file system's key (`kms:*` for the account root, delegating the key "
+        "to IAM policies)."
+    ),
+    (
+        "aws:kms/keyPolicy:KeyPolicy",
         "lustre-key-policy",
         "PERMISSIONS_MANAGEMENT_ACTIONS",
     ): (
@@ -86,6 +95,7 @@ def realistic_arns(document: str, plan: Plan) -> str:
         "loggroup": lambda region, account, name: (
             f"arn:aws:logs:{region}:{account}:log-group:{name}"
         ),
+        "topic": lambda region, account, name: f"arn:aws:sns:{region}:{account}:{name}",
     }
     out, pos = [], 0
     for match in _MOCK_ARN.finditer(document):

@@ -447,7 +447,10 @@ def test_serving_models_beyond_the_pools_gpus_are_refused() -> None:
 
 
 def test_models_sharing_a_pool_are_summed() -> None:
-    raw = serving_models(llama_70b={"node_pool": "l40s", "max_replicas": 7})
+    # Four sequences at 32k tokens fit the L40S's memory; the GPU count does not.
+    raw = serving_models(
+        llama_70b={"node_pool": "l40s", "max_replicas": 7, "engine": {"max_num_seqs": 4}}
+    )
     assert config_error_lines(raw) == [
         "config error: llm-platform:serving.models.1.max_replicas = 7: the models on pool "
         "l40s need up to 36 GPUs at max_replicas (replicas x GPUs: llama-8b 8 x 1, "

@@ -174,16 +174,20 @@ def test_the_aws_settings_are_the_installed_providers() -> None:
     assert provider_keys == AWS_PROVIDER_KEYS
 
 
-def test_the_grafana_password_is_the_one_monitoring_key() -> None:
-    raw = {
-        **raw_stack("pretrain"),
-        f"{MONITORING_SECRETS_NAMESPACE}:{GRAFANA_PASSWORD_KEY}": SECURE,
-    }
-    load_config(raw)
+def test_the_grafana_password_and_the_alert_receivers_are_the_monitoring_keys() -> None:
+    for key in (
+        GRAFANA_PASSWORD_KEY,
+        "slackWebhookUrl",
+        "pagerdutyRoutingKey",
+        "slackWebhookUrl-foundation",
+        "pagerdutyRoutingKey-vision-eval",
+    ):
+        load_config({**raw_stack("pretrain"), f"{MONITORING_SECRETS_NAMESPACE}:{key}": SECURE})
     raw = {**raw_stack("pretrain"), f"{MONITORING_SECRETS_NAMESPACE}:grafanaPassword": SECURE}
     assert error_lines(raw) == [
         "config error: llm-platform-monitoring:grafanaPassword = [secret]: unknown key; the "
-        "program reads llm-platform-monitoring:grafanaAdminPassword only"
+        "program reads llm-platform-monitoring:grafanaAdminPassword, slackWebhookUrl[-<team>] "
+        "and pagerdutyRoutingKey[-<team>] only"
     ]
 
 

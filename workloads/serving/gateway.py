@@ -18,12 +18,36 @@ reach the cluster only inside a Kubernetes Secret holding the Envoy
 configuration, and stay secret in every plan (`pulumi.Output.secret`). A
 client without a key is refused (fail closed). The WAF in front of the ALB
 rate-limits per key and per source IP (`components.serving`).
+
+Protecting the latency SLO (Envoy v1.35, the catalog's pin), per replica:
+
+- **authorization**: the RBAC policies are the clients that may call this model
+  (`serving.models[].clients`); another client's key gets 403;
+- **rate limit per client key**: the local rate limit filter, one token bucket per
+  client (a route `rate_limits` action matches the client's key in the header and
+  names the descriptor after the client, never the key); past it 429 with
+  `retry-after: 1` (the bucket refills every second);
+- **load shedding**: the vLLM cluster's circuit breaker admits `max_requests` =
+  max_num_seqs + max_queued_requests at once (the batch, and a queue that vLLM
+  holds, where KEDA sees it as `vllm:num_requests_waiting`). HTTP/1.1 to vLLM takes
+  a connection per request; connections may reach twice that, so the connection
+  limit never queues: a request beyond `max_requests` fails at once with Envoy's
+  overflow (503, response flag UO), which `local_reply_config` turns into 429 with
+  `retry-after` (the model's `admission.retry_after_seconds`);
+- **timeouts and retries**: the route timeout covers the whole response (a long
+  stream), and so does each try's (Envoy disarms a try's timer only when its
+  response ends), so `per_try_timeout` equals the route's; retries are only for
+  failures before vLLM got the request (connect-failure, refused-stream,
+  reset-before-request), at most `admission.retries`, with a small back-off. Envoy
+  never retries once response headers went downstream, so a request that already
+  streamed is never sent twice.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -48,6 +72,7 @@ from pulumi_kubernetes.networking.v1 import (
 )
 
 from spec.labels import PART_OF
+from workloads.serving import EngineSettings, ServedModel
 
 API_PORT = 8080
 HEALTH_PORT = 8081
@@ -59,54 +84,98 @@ INGRESS_NAME = "serving-api"
 SSL_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 REQUEST_TIMEOUT_S = 600
 """A long generation streams for minutes: ALB idle timeout and Envoy route timeout."""
+RETRY_ON = "connect-failure,refused-stream,reset-before-request"
+"""Failures before vLLM received the request: safe to retry a generation after them."""
+CLIENT_DESCRIPTOR = "client"
+SHED_FLAG = "UO"
+"""Envoy's response flag of an upstream overflow (circuit breaker)."""
+_TYPE = "type.googleapis.com/envoy.extensions.filters"
+RBAC_TYPE = f"{_TYPE}.http.rbac.v3.RBAC"
+RATE_LIMIT_TYPE = f"{_TYPE}.http.local_ratelimit.v3.LocalRateLimit"
+ROUTER_TYPE = f"{_TYPE}.http.router.v3.Router"
+HCM_TYPE = f"{_TYPE}.network.http_connection_manager.v3.HttpConnectionManager"
+RATE_LIMIT_FILTER = "envoy.filters.http.local_ratelimit"
 
 
-def _listener(name: str, port: int, routes: list[dict[str, Any]], rbac: Any) -> dict[str, Any]:
-    filters: list[dict[str, Any]] = []
-    if rbac is not None:
-        filters.append(
-            {
-                "name": "envoy.filters.http.rbac",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC",
-                    "rules": rbac,
-                },
-            }
-        )
-    filters.append(
-        {
-            "name": "envoy.filters.http.router",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-            },
-        }
+@dataclass(frozen=True)
+class ClientRate:
+    """One client key's token bucket in a replica's gateway."""
+
+    requests_per_second: int
+    burst: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewayModel:
+    """What one model's gateway enforces, per replica."""
+
+    name: str
+    max_requests: int
+    """Requests in vLLM at once (batch + queue); beyond: 429."""
+    retry_after_seconds: int = 2
+    retries: int = 2
+    clients: tuple[str, ...]
+    """The clients that may call the model."""
+    rates: Mapping[str, ClientRate] = field(default_factory=dict)
+    """Client -> its bucket; a client missing here gets DEFAULT_RATE."""
+
+
+DEFAULT_RATE = ClientRate(requests_per_second=20, burst=40)
+
+
+def gateway_model(
+    model: ServedModel,
+    engine: EngineSettings,
+    clients: Sequence[str],
+    rates: Mapping[str, ClientRate],
+) -> GatewayModel:
+    """The gateway's limits of `model`: its batch and queue, its clients and their buckets."""
+    return GatewayModel(
+        name=model.name,
+        max_requests=engine.max_num_seqs + model.max_queued_requests,
+        retry_after_seconds=model.admission.retry_after_seconds,
+        retries=model.admission.retries,
+        clients=tuple(clients),
+        rates={c: rates.get(c, DEFAULT_RATE) for c in clients},
     )
-    hcm = (
-        "type.googleapis.com/envoy.extensions.filters.network."
-        "http_connection_manager.v3.HttpConnectionManager"
-    )
+
+
+def _http_filter(name: str, config: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "typed_config": config}
+
+
+def _header_option(key: str, value: str) -> dict[str, Any]:
+    return {"header": {"key": key, "value": value}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+
+
+def _listener(
+    name: str,
+    port: int,
+    routes: list[dict[str, Any]],
+    filters: list[dict[str, Any]],
+    local_reply: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    router = {"@type": ROUTER_TYPE, "suppress_envoy_headers": True}
+    hcm: dict[str, Any] = {
+        "@type": HCM_TYPE,
+        "stat_prefix": name,
+        "use_remote_address": False,
+        "xff_num_trusted_hops": 1,
+        "route_config": {
+            "name": name,
+            "virtual_hosts": [{"name": name, "domains": ["*"], "routes": routes}],
+        },
+        "http_filters": [*filters, _http_filter("envoy.filters.http.router", router)],
+    }
+    if local_reply is not None:
+        hcm["local_reply_config"] = local_reply
     return {
         "name": name,
         "address": {"socket_address": {"address": "0.0.0.0", "port_value": port}},
         "filter_chains": [
             {
                 "filters": [
-                    {
-                        "name": "envoy.filters.network.http_connection_manager",
-                        "typed_config": {
-                            "@type": hcm,
-                            "stat_prefix": name,
-                            "use_remote_address": False,
-                            "xff_num_trusted_hops": 1,
-                            "route_config": {
-                                "name": name,
-                                "virtual_hosts": [
-                                    {"name": name, "domains": ["*"], "routes": routes}
-                                ],
-                            },
-                            "http_filters": filters,
-                        },
-                    }
+                    {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
                 ]
             }
         ],
@@ -117,33 +186,145 @@ def _not_found() -> dict[str, Any]:
     return {"match": {"prefix": "/"}, "direct_response": {"status": 404}}
 
 
-def envoy_config(model: str, keys: Mapping[str, str | None]) -> dict[str, Any]:
-    """Envoy's bootstrap for one model: keys are client -> API key (None: no key, refused)."""
+def _key_header(key: str) -> dict[str, Any]:
+    return {"name": KEY_HEADER, "string_match": {"exact": f"Bearer {key}"}}
+
+
+def _bucket(rate: ClientRate) -> dict[str, Any]:
+    return {
+        "max_tokens": rate.burst,
+        "tokens_per_fill": rate.requests_per_second,
+        "fill_interval": "1s",
+    }
+
+
+def _all(numerator: int = 100) -> dict[str, Any]:
+    return {"default_value": {"numerator": numerator, "denominator": "HUNDRED"}}
+
+
+def rbac_rules(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[str, Any]:
+    """ALLOW the keys of the model's clients; ALLOW with no policy matches nothing, so a
+    model no client with a key may call refuses every request."""
     policies = {
-        client: {
-            "permissions": [{"any": True}],
-            "principals": [
+        client: {"permissions": [{"any": True}], "principals": [{"header": _key_header(key)}]}
+        for client, key in sorted(keys.items())
+        if key and client in model.clients
+    }
+    return {"action": "ALLOW", "policies": policies}
+
+
+def rate_limit_actions(model: GatewayModel, keys: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    """One route rate limit per client: its key in the header -> descriptor client=<name>."""
+    return [
+        {
+            "actions": [
                 {
-                    "header": {
-                        "name": KEY_HEADER,
-                        "string_match": {"exact": f"Bearer {key}"},
+                    "header_value_match": {
+                        "descriptor_key": CLIENT_DESCRIPTOR,
+                        "descriptor_value": client,
+                        "headers": [_key_header(key)],
                     }
                 }
-            ],
+            ]
         }
         for client, key in sorted(keys.items())
-        if key
+        if key and client in model.clients
+    ]
+
+
+def client_rate_limit(model: GatewayModel) -> dict[str, Any]:
+    """The route's local rate limit: a bucket per client descriptor. The default bucket
+    (every client's together) only counts requests no descriptor matched, which RBAC has
+    already refused."""
+    rates = [model.rates.get(c, DEFAULT_RATE) for c in model.clients]
+    total = ClientRate(
+        requests_per_second=sum(r.requests_per_second for r in rates) or 1,
+        burst=sum(r.burst for r in rates) or 1,
+    )
+    return {
+        "@type": RATE_LIMIT_TYPE,
+        "stat_prefix": "client_rate",
+        "token_bucket": _bucket(total),
+        "filter_enabled": _all(),
+        "filter_enforced": _all(),
+        "descriptors": [
+            {
+                "entries": [{"key": CLIENT_DESCRIPTOR, "value": client}],
+                "token_bucket": _bucket(model.rates.get(client, DEFAULT_RATE)),
+            }
+            for client in sorted(model.clients)
+        ],
+        "always_consume_default_token_bucket": False,
+        "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
+        "response_headers_to_add": [_header_option("retry-after", "1")],
     }
-    # ALLOW with no policy matches nothing: without any key every request is refused.
-    rbac = {"action": "ALLOW", "policies": policies}
+
+
+def retry_policy(model: GatewayModel) -> dict[str, Any]:
+    return {
+        "retry_on": RETRY_ON,
+        "num_retries": model.retries,
+        "per_try_timeout": f"{REQUEST_TIMEOUT_S}s",
+        "retry_back_off": {"base_interval": "0.1s", "max_interval": "1s"},
+    }
+
+
+def circuit_breakers(model: GatewayModel) -> dict[str, Any]:
+    """The shed point: `max_requests` in vLLM at once; connections never the limit."""
+    return {
+        "thresholds": [
+            {
+                "priority": "DEFAULT",
+                "max_requests": model.max_requests,
+                "max_pending_requests": model.max_requests,
+                "max_connections": 2 * model.max_requests,
+                "max_retries": max(3, model.retries),
+                "track_remaining": True,
+            }
+        ]
+    }
+
+
+def local_reply(model: GatewayModel) -> dict[str, Any]:
+    """Envoy's own answers as OpenAI-style JSON errors; the circuit breaker's overflow as
+    429 with Retry-After rather than 503, so clients back off instead of failing."""
+    return {
+        "mappers": [
+            {
+                "filter": {"response_flag_filter": {"flags": [SHED_FLAG]}},
+                "status_code": 429,
+                "headers_to_add": [_header_option("retry-after", str(model.retry_after_seconds))],
+                "body": {
+                    "inline_string": f"{model.name} is at its concurrency limit; retry after "
+                    f"{model.retry_after_seconds} s"
+                },
+            }
+        ],
+        "body_format": {
+            "json_format": {
+                "error": {
+                    "message": "%LOCAL_REPLY_BODY%",
+                    "type": "gateway",
+                    "code": "%RESPONSE_CODE%",
+                }
+            }
+        },
+    }
+
+
+def envoy_config(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[str, Any]:
+    """Envoy's bootstrap for one model: keys are client -> API key (None: no key, refused)."""
     api_routes = [
         {
-            "match": {"prefix": f"/{model}/v1/"},
+            "match": {"prefix": f"/{model.name}/v1/"},
             "route": {
                 "cluster": "vllm",
                 "prefix_rewrite": "/v1/",
                 "timeout": f"{REQUEST_TIMEOUT_S}s",
+                "retry_policy": retry_policy(model),
+                "rate_limits": rate_limit_actions(model, keys),
             },
+            "typed_per_filter_config": {RATE_LIMIT_FILTER: client_rate_limit(model)},
         },
         _not_found(),
     ]
@@ -151,20 +332,28 @@ def envoy_config(model: str, keys: Mapping[str, str | None]) -> dict[str, Any]:
         {"match": {"path": "/health"}, "route": {"cluster": "vllm", "timeout": "5s"}},
         _not_found(),
     ]
+    api_filters = [
+        _http_filter(
+            "envoy.filters.http.rbac", {"@type": RBAC_TYPE, "rules": rbac_rules(model, keys)}
+        ),
+        # Buckets live on the route; this instance only places the filter after RBAC.
+        _http_filter(RATE_LIMIT_FILTER, {"@type": RATE_LIMIT_TYPE, "stat_prefix": "client_rate"}),
+    ]
     return {
         "admin": {
             "address": {"socket_address": {"address": "127.0.0.1", "port_value": ADMIN_PORT}}
         },
         "static_resources": {
             "listeners": [
-                _listener("api", API_PORT, api_routes, rbac),
-                _listener("health", HEALTH_PORT, health_routes, None),
+                _listener("api", API_PORT, api_routes, api_filters, local_reply(model)),
+                _listener("health", HEALTH_PORT, health_routes, []),
             ],
             "clusters": [
                 {
                     "name": "vllm",
                     "type": "STATIC",
                     "connect_timeout": "2s",
+                    "circuit_breakers": circuit_breakers(model),
                     "load_assignment": {
                         "cluster_name": "vllm",
                         "endpoints": [
@@ -192,7 +381,7 @@ def envoy_config(model: str, keys: Mapping[str, str | None]) -> dict[str, Any]:
 
 def gateway_secret_args(
     namespace: pulumi.Input[str],
-    models: list[str],
+    models: Sequence[GatewayModel],
     keys: Mapping[str, pulumi.Input[str] | None],
     labels: Mapping[str, str],
 ) -> SecretInitArgs:
@@ -200,7 +389,7 @@ def gateway_secret_args(
     clients = sorted(keys)
     present = [keys[c] for c in clients]
 
-    def render(model: str) -> pulumi.Output[str]:
+    def render(model: GatewayModel) -> pulumi.Output[str]:
         def dump(values: list[Any]) -> str:
             resolved = dict(zip(clients, values, strict=True))
             return yaml.safe_dump(envoy_config(model, resolved), sort_keys=False)
@@ -211,7 +400,7 @@ def gateway_secret_args(
     return SecretInitArgs(
         metadata=ObjectMetaArgs(name=GATEWAY_SECRET, namespace=namespace, labels=dict(labels)),
         type="Opaque",
-        string_data={f"{m}.yaml": render(m) for m in models},
+        string_data={f"{m.name}.yaml": render(m) for m in models},
     )
 
 

@@ -22,6 +22,7 @@ with as many GPUs as its tensor-parallel size, and the gateway sidecar
 
 from __future__ import annotations
 
+import json
 import math
 
 import pulumi
@@ -67,7 +68,7 @@ from pulumi_kubernetes.policy.v1 import PodDisruptionBudgetInitArgs, PodDisrupti
 from spec.catalog import InstanceType, catalog
 from spec.labels import PART_OF, POOL_LABEL, SCRAPE_LABEL
 from workloads.hardening import container_context, pod_context
-from workloads.serving import ServedModel, gateway
+from workloads.serving import EngineSettings, ServedModel, gateway
 from workloads.volumes import MODEL_WEIGHTS_CLAIM
 
 PRIORITY_CLASS = "llmp-serving"
@@ -101,7 +102,8 @@ def selector(model: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": model}
 
 
-def vllm_args(model: ServedModel) -> list[str]:
+def vllm_args(model: ServedModel, engine: EngineSettings) -> list[str]:
+    """vLLM v0.11.0's OpenAI server flags for `model`, tuned by its resolved `engine`."""
     args = [
         "--model",
         f"{WEIGHTS_PATH}/{model.revision}",
@@ -112,13 +114,34 @@ def vllm_args(model: ServedModel) -> list[str]:
         "--port",
         str(gateway.VLLM_PORT),
         "--tensor-parallel-size",
-        str(model.gpus_per_replica),
+        str(engine.tensor_parallel_size),
         "--max-model-len",
-        str(model.max_model_len),
-        "--disable-log-requests",
+        str(engine.max_model_len),
+        "--max-num-seqs",
+        str(engine.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(engine.max_num_batched_tokens),
+        "--gpu-memory-utilization",
+        f"{engine.gpu_memory_utilization:g}",
+        # Booleans as vLLM's BooleanOptionalAction spells them: both set, never implied.
+        "--enable-prefix-caching" if engine.enable_prefix_caching else "--no-enable-prefix-caching",
+        "--enable-chunked-prefill"
+        if engine.enable_chunked_prefill
+        else "--no-enable-chunked-prefill",
     ]
+    if engine.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", engine.kv_cache_dtype]
     if model.quantization != "none":
         args += ["--quantization", model.quantization]
+    if engine.speculative is not None:
+        spec = dict(engine.speculative)
+        if "model" in spec:
+            spec["model"] = f"{WEIGHTS_PATH}/{spec['model']}"
+        args += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
+    if engine.lora_adapters:
+        args += ["--enable-lora", "--max-loras", str(engine.max_loras)]
+        args += ["--max-lora-rank", str(engine.max_lora_rank), "--lora-modules"]
+        args += [f"{name}={WEIGHTS_PATH}/{path}" for name, path in engine.lora_adapters.items()]
     return args
 
 
@@ -134,7 +157,9 @@ def _http(path: str, port: int | str) -> HTTPGetActionArgs:
     return HTTPGetActionArgs(path=path, port=port)
 
 
-def vllm_container(model: ServedModel, instance_type: str, gpu_resource: str) -> ContainerArgs:
+def vllm_container(
+    model: ServedModel, engine: EngineSettings, instance_type: str, gpu_resource: str
+) -> ContainerArgs:
     cpu, memory = replica_resources(model, catalog().instance(instance_type))
     gpus = str(model.gpus_per_replica)
     pins = catalog().serving
@@ -143,7 +168,7 @@ def vllm_container(model: ServedModel, instance_type: str, gpu_resource: str) ->
         name="vllm",
         image=pins.vllm_image,
         image_pull_policy="Always",
-        args=vllm_args(model),
+        args=vllm_args(model, engine),
         env=[
             EnvVarArgs(name="HF_HUB_OFFLINE", value="1"),
             EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),
@@ -227,6 +252,7 @@ def gateway_container() -> ContainerArgs:
 def deployment_args(
     namespace: pulumi.Input[str],
     model: ServedModel,
+    engine: EngineSettings,
     instance_type: str,
     gpu_resource: str,
     taint_key: str,
@@ -247,7 +273,7 @@ def deployment_args(
         automount_service_account_token=False,
         termination_grace_period_seconds=GRACE_S,
         containers=[
-            vllm_container(model, instance_type, gpu_resource),
+            vllm_container(model, engine, instance_type, gpu_resource),
             gateway_container(),
         ],
         tolerations=[TolerationArgs(key=taint_key, operator="Exists", effect="NoSchedule")],

@@ -416,7 +416,8 @@ class Telemetry:
     """Rank 0 records every rank's step time and phases: JSON lines and/or Prometheus gauges.
 
     Series per job: 6 per rank (the step time, and one per phase: the `phase` label takes
-    exactly the 5 values of PHASES), so 6 x ranks (6,144 for 1,024 GPUs), and 4 per job."""
+    exactly the 5 values of PHASES), so 6 x ranks (6,144 for 1,024 GPUs), and 7 per job
+    (tokens/s, loss, TFLOPS per GPU, MFU, the checkpoint's time, stall and write)."""
 
     def __init__(self, args: argparse.Namespace, nodes: list[str]) -> None:
         self.job = args.job_name or Path(args.config).stem
@@ -450,6 +451,18 @@ class Telemetry:
                         "Tokens per second of the last step (its slowest rank)",
                         ["job"],
                     ),
+                    ("llmp_train_loss", "Mean loss over the ranks of the last step", ["job"]),
+                    (
+                        "llmp_train_tflops_per_gpu",
+                        "Achieved model TFLOPS per GPU of the last step (its slowest rank)",
+                        ["job"],
+                    ),
+                    (
+                        "llmp_train_mfu",
+                        "Model FLOPs utilisation of the last step: TFLOPS per GPU over the "
+                        "GPU's dense BF16 peak (pretraining only)",
+                        ["job"],
+                    ),
                     (
                         "llmp_checkpoint_last_success_timestamp_seconds",
                         "Unix time of the last published checkpoint",
@@ -478,9 +491,18 @@ class Telemetry:
                 self.gauges = None
 
     def step(
-        self, step: int, times: list[float], phases: list[list[float]], tokens_per_s: float
+        self,
+        step: int,
+        times: list[float],
+        phases: list[list[float]],
+        tokens_per_s: float,
+        *,
+        loss: float | None = None,
+        tflops_per_gpu: float | None = None,
+        mfu: float | None = None,
     ) -> None:
-        """`phases[r]`: rank r's seconds in each of PHASES, in that order."""
+        """`phases[r]`: rank r's seconds in each of PHASES, in that order; MFU None: not
+        published (no peak known, or not pretraining)."""
         if self.file is not None:
             lines = []
             for r, t in enumerate(times):
@@ -497,6 +519,13 @@ class Telemetry:
                 for p, v in zip(PHASES, phases[r], strict=True):
                     self.gauges[PHASE_METRIC].labels(*labels, p).set(v)
             self.gauges["llmp_train_tokens_per_second"].labels(self.job).set(tokens_per_s)
+            for metric, value in (
+                ("llmp_train_loss", loss),
+                ("llmp_train_tflops_per_gpu", tflops_per_gpu),
+                ("llmp_train_mfu", mfu),
+            ):
+                if value is not None:
+                    self.gauges[metric].labels(self.job).set(value)
 
     def checkpoint_published(self, stall_s: float, write_s: float) -> None:
         if self.gauges is not None:
@@ -747,10 +776,11 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
         times = g[:, 0]
         slowest = float(times.max())
         tflops = fpt * tokens_per_step / slowest / world / 1e12
+        mean_loss = float(g[:, 1].mean())
         emit(
             "step",
             step=step,
-            loss=round(float(g[:, 1].mean()), 5),
+            loss=round(mean_loss, 5),
             tokens_per_s=round(tokens_per_step / slowest, 1),
             tflops_per_device=round(tflops, 6),
             mfu=None if peak is None else round(tflops / peak, 6),
@@ -765,6 +795,9 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
             [float(t) for t in times],
             g[:, 4:first_metric].tolist(),
             tokens_per_step / slowest,
+            loss=mean_loss,
+            tflops_per_gpu=tflops,
+            mfu=None if peak is None else tflops / peak,
         )
         clock.start()  # step N+1 begins: its checkpoint phase holds what follows
         checkpointed = False

@@ -1,6 +1,7 @@
 """Per-phase step times from 2 real CPU ranks (gloo, ZeRO-3, async saves): every step-times
-line carries the five phases and they add up to `seconds`; rank 0 serves them, and the
-checkpoint stall and write seconds, as Prometheus gauges on 127.0.0.1."""
+line carries the five phases and they add up to `seconds`; rank 0 serves them, the
+checkpoint stall and write seconds, loss, TFLOPS per GPU and MFU, as Prometheus gauges on
+127.0.0.1."""
 
 from __future__ import annotations
 
@@ -99,6 +100,15 @@ def test_phases_sum_to_the_step_and_are_served_with_the_checkpoint_figures(
     }
     for name in ("llmp_checkpoint_stall_seconds", "llmp_checkpoint_write_seconds"):
         assert per_job.get(name, 0) > 0, (name, per_job)
+    # Loss, TFLOPS per GPU and MFU are the figures of one of the step events.
+    steps = list(events.values())
+    assert round(per_job["llmp_train_loss"], 5) in {e["loss"] for e in steps}, per_job
+    tflops = per_job["llmp_train_tflops_per_gpu"]
+    assert tflops > 0 and round(tflops, 6) in {e["tflops_per_device"] for e in steps}
+    if steps[0]["mfu"] is None:
+        assert "llmp_train_mfu" not in per_job
+    else:
+        assert round(per_job["llmp_train_mfu"], 6) in {e["mfu"] for e in steps}
     published = run.of("checkpoint_published")
     assert {round(per_job["llmp_checkpoint_stall_seconds"], 4)} <= {e["stall_s"] for e in published}
     assert {round(per_job["llmp_checkpoint_write_seconds"], 4)} <= {
