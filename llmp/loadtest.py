@@ -1,22 +1,42 @@
-"""`llmp loadtest URL`: drive an OpenAI-compatible endpoint with streaming requests.
+"""`llmp loadtest URL [URL...]`: drive an OpenAI-compatible endpoint with streaming requests.
 
-Closed loop: `concurrency` workers each send one request at a time
-(`/v1/completions`, or `/v1/chat/completions` with `--chat`, always `stream: true`)
-until `--requests` have been sent or `--duration` seconds have passed, whichever
-comes first. It always stops by itself: requests are capped (`MAX_REQUESTS`), the
-duration is capped (`MAX_DURATION_S`), each request has a timeout, and in-flight
-requests are cancelled at `duration + timeout`.
+Two ways to send (`/v1/completions`, or `/v1/chat/completions` with `--chat`, always
+`stream: true`), as the field's benchmark clients do:
+- closed loop (the default): `concurrency` workers each send one request at a time;
+- open loop (`--rate R`): requests arrive at R per second, with Poisson (exponential
+  gaps, the default) or constant arrivals, whatever the server's state; `--concurrency`
+  then caps the requests in flight (unbounded by default). Several rates (`--rate 2,4,8`)
+  are a sweep: one run per rate, one report each.
+Either stops after `--requests` or when `--duration` seconds have passed, whichever comes
+first. It always stops by itself: requests are capped (`MAX_REQUESTS`), the duration is
+capped (`MAX_DURATION_S`), each request has a timeout, and in-flight requests are
+cancelled at `duration + timeout`.
 
 Measured from the Server-Sent Events stream, per request:
 - TTFT: from sending the request to the first chunk that carries text;
 - inter-token latency (ITL): between successive text-carrying chunks;
 - output tokens: the final `usage.completion_tokens` when the server sends it
-  (`stream_options.include_usage`), else the number of text-carrying chunks.
+  (`stream_options.include_usage`), else the number of text-carrying chunks;
+- cached prompt tokens: `usage.prompt_tokens_details.cached_tokens` (vLLM reports its
+  prefix-cache hits there), giving the prefix hit rate.
 An error is a transport failure or timeout, a non-2xx status, an `error` object in the
-stream, or a stream that ends without `data: [DONE]`.
+stream, or a stream that ends without `data: [DONE]`. A 429 is also counted apart as
+shed (refused by a concurrency guard); `accepted` is every other request.
 
-The prompt is `--prompt-tokens` repetitions of a word that is one token in common
-BPE vocabularies: an approximation of the prompt length, not an exact count.
+Goodput (`--goodput ttft:MS,itl:MS,e2el:MS`) is the share of all requests sent that
+succeeded inside every given per-request SLO (TTFT; mean ITL of the request, the
+time per output token; end-to-end latency), as vLLM's benchmark defines it.
+
+Prompts are words drawn from a fixed vocabulary of common English words, each one token
+in common BPE vocabularies: the length is an approximation, not an exact count. Their
+length is `--prompt-tokens`, or normal around it with `--prompt-tokens-stdev`; with
+`--prefix-tokens P` each prompt starts with one of `--prefix-groups` shared prefixes of P
+words (a system prompt, a few-shot header), drawn uniformly. `--seed` fixes prompts and
+arrivals.
+
+With several URLs (replicas of one model) each request goes to one of them as
+`--routing` says: `round-robin`, or `endpoint-picker` (llmp.routing: the Gateway API
+Inference Extension endpoint picker's scoring, re-implemented client-side).
 """
 
 from __future__ import annotations
@@ -25,18 +45,199 @@ import asyncio
 import contextlib
 import json
 import math
+import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from llmp import errors
+from llmp import errors, routing
 
 MAX_REQUESTS = 1_000_000
 MAX_DURATION_S = 24 * 3600.0
 MAX_CONCURRENCY = 4096
-PROMPT_WORD = "hello"
+MAX_RATE = 100_000.0
+MAX_PROMPT_TOKENS = 1_000_000
+ARRIVALS = ("poisson", "constant")
+GOODPUT_METRICS = ("ttft", "itl", "e2el")
+# One token each in common BPE vocabularies (GPT-2, Llama 3): prompts made of them have
+# about as many tokens as words.
+VOCABULARY = (
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "was",
+    "with",
+    "be",
+    "by",
+    "on",
+    "not",
+    "he",
+    "this",
+    "are",
+    "or",
+    "his",
+    "from",
+    "at",
+    "which",
+    "but",
+    "have",
+    "an",
+    "they",
+    "you",
+    "were",
+    "her",
+    "she",
+    "there",
+    "one",
+    "all",
+    "we",
+    "their",
+    "has",
+    "been",
+    "if",
+    "more",
+    "when",
+    "will",
+    "would",
+    "who",
+    "so",
+    "no",
+    "out",
+    "up",
+    "into",
+    "do",
+    "any",
+    "your",
+    "what",
+    "can",
+    "some",
+    "time",
+    "could",
+    "them",
+    "only",
+    "other",
+    "new",
+    "about",
+    "than",
+    "then",
+    "may",
+    "like",
+    "now",
+    "people",
+    "its",
+    "first",
+    "two",
+    "over",
+    "after",
+    "also",
+    "most",
+    "such",
+    "made",
+    "many",
+    "well",
+    "where",
+    "way",
+    "much",
+    "down",
+    "should",
+    "very",
+    "even",
+    "back",
+    "good",
+    "years",
+    "work",
+    "world",
+    "long",
+    "still",
+    "own",
+    "day",
+    "here",
+    "life",
+    "last",
+    "great",
+    "man",
+    "old",
+    "same",
+    "place",
+    "small",
+    "part",
+    "both",
+    "used",
+    "three",
+    "little",
+    "water",
+    "number",
+    "right",
+    "found",
+    "home",
+    "under",
+    "never",
+    "each",
+    "point",
+    "light",
+    "high",
+    "house",
+    "while",
+    "came",
+    "hand",
+    "power",
+    "side",
+    "year",
+    "ways",
+    "state",
+    "school",
+    "large",
+    "city",
+    "open",
+    "every",
+    "study",
+    "system",
+    "market",
+    "form",
+    "end",
+    "left",
+    "line",
+    "best",
+    "order",
+    "move",
+    "face",
+    "book",
+    "fact",
+    "word",
+    "door",
+    "night",
+    "game",
+    "area",
+    "case",
+    "week",
+    "group",
+    "table",
+    "money",
+    "music",
+    "story",
+    "plan",
+    "food",
+    "early",
+    "field",
+    "voice",
+    "model",
+    "data",
+    "level",
+    "test",
+    "road",
+    "river",
+    "paper",
+    "code",
+)
 
 
 class BadInput(errors.BadInput):
@@ -47,7 +248,7 @@ class BadInput(errors.BadInput):
 class Options:
     url: str
     chat: bool = False
-    concurrency: int = 1
+    concurrency: int | None = None  # closed loop: 1; open loop: unbounded
     requests: int | None = None
     duration_s: float | None = None
     api_key: str | None = None
@@ -57,6 +258,19 @@ class Options:
     timeout_s: float = 60.0
     slo_ttft_p99_ms: float | None = None
     slo_error_rate: float | None = None
+    rate: float | None = None
+    arrival: str = "poisson"
+    seed: int = 0
+    prompt_tokens_stdev: float = 0.0
+    prefix_tokens: int = 0
+    prefix_groups: int = 1
+    goodput_ms: dict[str, float] = field(default_factory=dict)
+    urls: tuple[str, ...] = ()  # more replicas of the same model, after `url`
+    routing: str = "round-robin"
+
+    @property
+    def all_urls(self) -> list[str]:
+        return [self.url, *self.urls]
 
 
 @dataclass
@@ -67,12 +281,16 @@ class Sample:
     output_tokens: int = 0
     latency_s: float = 0.0
     error: str | None = None
+    shed: bool = False
+    prompt_tokens: int | None = None  # from usage
+    cached_tokens: int | None = None
+    replica: int = 0
 
 
 @dataclass
 class Report:
     url: str
-    concurrency: int
+    concurrency: int | None
     requests: int
     errors: int
     error_rate: float
@@ -84,9 +302,54 @@ class Report:
     latency_ms: dict[str, float | None]
     error_kinds: dict[str, int]
     slo_missed: list[str]
+    # Per request: (latency - TTFT) / (output tokens - 1), vLLM's TPOT (guidellm's ITL).
+    tpot_ms: dict[str, float | None] = field(default_factory=dict)
+    rate: float | None = None
+    arrival: str | None = None
+    accepted: int = 0
+    shed: int = 0
+    goodput: float | None = None
+    goodput_rps: float | None = None
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)
+    prefix_hit_rate: float | None = None
+    routing: str | None = None
+    per_replica: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def parse_rates(text: str) -> list[float]:
+    """`--rate 2` or a sweep `--rate 1,2,4.5` (requests per second)."""
+    rates = []
+    for part in text.split(","):
+        try:
+            r = float(part)
+        except ValueError:
+            raise BadInput(f"--rate: {part.strip()!r} is not a number (e.g. 4 or 1,2,4)") from None
+        if not 0 < r <= MAX_RATE or math.isnan(r):
+            raise BadInput(f"--rate: {part.strip()} must be in (0, {MAX_RATE:g}] requests/s")
+        rates.append(r)
+    return rates
+
+
+def parse_goodput(text: str) -> dict[str, float]:
+    """`ttft:300,itl:50,e2el:2000` (milliseconds) -> {"ttft": 300.0, ...}."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition(":")
+        name = name.strip().lower()
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = -1.0
+        if not sep or name not in GOODPUT_METRICS or not ms > 0:
+            raise BadInput(
+                f"--goodput: {part!r} is not METRIC:MS with METRIC one of "
+                f"{', '.join(GOODPUT_METRICS)} and MS > 0 (e.g. ttft:300,itl:50)"
+            )
+        out[name] = ms
+    return out
 
 
 def endpoint_url(url: str, chat: bool) -> str:
@@ -108,7 +371,7 @@ def endpoint_url(url: str, chat: bool) -> str:
 
 
 def validate(opts: Options) -> None:
-    if not 1 <= opts.concurrency <= MAX_CONCURRENCY:
+    if opts.concurrency is not None and not 1 <= opts.concurrency <= MAX_CONCURRENCY:
         raise BadInput(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
     if opts.requests is not None and not 1 <= opts.requests <= MAX_REQUESTS:
         raise BadInput(f"--requests must be between 1 and {MAX_REQUESTS}")
@@ -116,12 +379,26 @@ def validate(opts: Options) -> None:
         raise BadInput(f"--duration must be in (0, {MAX_DURATION_S:.0f}] seconds")
     if opts.prompt_tokens < 1 or opts.max_tokens < 1:
         raise BadInput("--prompt-tokens and --max-tokens must be at least 1")
+    if opts.prompt_tokens > MAX_PROMPT_TOKENS or opts.prefix_tokens > MAX_PROMPT_TOKENS:
+        raise BadInput(f"--prompt-tokens and --prefix-tokens are at most {MAX_PROMPT_TOKENS}")
     if not opts.timeout_s > 0:
         raise BadInput("--timeout must be positive")
     if opts.slo_error_rate is not None and not 0 <= opts.slo_error_rate <= 1:
         raise BadInput("--slo-error-rate is a fraction between 0 and 1")
     if opts.slo_ttft_p99_ms is not None and not opts.slo_ttft_p99_ms > 0:
         raise BadInput("--slo-ttft-p99 must be positive (milliseconds)")
+    if opts.rate is not None and (not 0 < opts.rate <= MAX_RATE or math.isnan(opts.rate)):
+        raise BadInput(f"--rate must be in (0, {MAX_RATE:g}] requests/s")
+    if opts.arrival not in ARRIVALS:
+        raise BadInput(f"--arrival must be one of {', '.join(ARRIVALS)}, not {opts.arrival!r}")
+    if not 0 <= opts.prompt_tokens_stdev <= MAX_PROMPT_TOKENS:
+        raise BadInput("--prompt-tokens-stdev must be 0 or more")
+    if opts.prefix_tokens < 0 or not 1 <= opts.prefix_groups <= 100_000:
+        raise BadInput("--prefix-tokens must be 0 or more, --prefix-groups 1 to 100000")
+    if opts.routing not in routing.POLICIES:
+        raise BadInput(
+            f"--routing must be one of {', '.join(routing.POLICIES)}, not {opts.routing!r}"
+        )
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -134,14 +411,40 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def request_body(opts: Options) -> dict[str, Any]:
-    prompt = " ".join([PROMPT_WORD] * opts.prompt_tokens)
+class Prompts:
+    """The prompts of a run, reproducible from `seed`: words of VOCABULARY, an optional
+    shared prefix (one of `prefix_groups`), then a part of the request's own."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.rng = random.Random(opts.seed)
+        self.prefixes = [
+            random.Random(f"{opts.seed}-prefix-{g}").choices(VOCABULARY, k=opts.prefix_tokens)
+            for g in range(opts.prefix_groups if opts.prefix_tokens else 0)
+        ]
+
+    def length(self) -> int:
+        o = self.opts
+        if not o.prompt_tokens_stdev:
+            return o.prompt_tokens
+        n = round(self.rng.gauss(o.prompt_tokens, o.prompt_tokens_stdev))
+        return min(max(n, 1), MAX_PROMPT_TOKENS)
+
+    def next(self) -> list[str]:
+        words = list(self.rng.choice(self.prefixes)) if self.prefixes else []
+        words += self.rng.choices(VOCABULARY, k=self.length())
+        return words
+
+
+def request_body(opts: Options, words: list[str] | None = None) -> dict[str, Any]:
+    prompt = " ".join(words if words is not None else Prompts(opts).next())
     body: dict[str, Any] = {
         "model": opts.model,
         "max_tokens": opts.max_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": 0,
+        "ignore_eos": True,  # vLLM: always max_tokens, so runs compare
     }
     if opts.chat:
         body["messages"] = [{"role": "user", "content": prompt}]
@@ -160,6 +463,17 @@ def _chunk_text(chunk: dict[str, Any], chat: bool) -> str:
     return "".join(texts)
 
 
+def _read_usage(sample: Sample, usage: dict[str, Any]) -> None:
+    with contextlib.suppress(TypeError, ValueError):
+        if usage.get("completion_tokens") is not None:
+            sample.output_tokens = int(usage["completion_tokens"])
+        if usage.get("prompt_tokens") is not None:
+            sample.prompt_tokens = int(usage["prompt_tokens"])
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            sample.cached_tokens = int(details["cached_tokens"])
+
+
 async def one_request(client: Any, url: str, body: dict[str, Any], opts: Options) -> Sample:
     import httpx
 
@@ -173,6 +487,7 @@ async def one_request(client: Any, url: str, body: dict[str, Any], opts: Options
             if resp.status_code // 100 != 2:
                 await resp.aread()
                 sample.error = f"HTTP {resp.status_code}"
+                sample.shed = resp.status_code == 429
                 return sample
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
@@ -193,8 +508,8 @@ async def one_request(client: Any, url: str, body: dict[str, Any], opts: Options
                     sample.error = "error event"
                     return sample
                 usage = chunk.get("usage")
-                if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                    sample.output_tokens = int(usage["completion_tokens"])
+                if isinstance(usage, dict):
+                    _read_usage(sample, usage)
                 if _chunk_text(chunk, opts.chat):
                     now = time.perf_counter()
                     if last is None:
@@ -233,64 +548,157 @@ async def _reachable(url: str, timeout_s: float) -> None:
         await writer.wait_closed()
 
 
-async def run(opts: Options) -> Report:
+Progress = Callable[[int, int | None], None]  # (done, total or None)
+
+
+def _base(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+async def run(opts: Options, progress: Progress | None = None) -> Report:
     import httpx
 
     validate(opts)
-    url = endpoint_url(opts.url, opts.chat)
-    await _reachable(url, opts.timeout_s)
+    urls = [endpoint_url(u, opts.chat) for u in opts.all_urls]
+    for u in dict.fromkeys(urls):
+        await _reachable(u, opts.timeout_s)
     total = opts.requests if opts.requests is not None else MAX_REQUESTS
     if opts.requests is None and opts.duration_s is None:
         total = 100
     duration = opts.duration_s if opts.duration_s is not None else MAX_DURATION_S
-    body = request_body(opts)
+    prompts = Prompts(opts)
+    router = routing.make_router(opts.routing, len(urls), opts.seed) if len(urls) > 1 else None
+    arrivals = random.Random(f"{opts.seed}-arrivals")
     headers = {"Accept": "text/event-stream"}
     if opts.api_key:
         headers["Authorization"] = f"Bearer {opts.api_key}"
     samples: list[Sample] = []
     issued = 0
+    open_loop = opts.rate is not None
+    cap = opts.concurrency or (MAX_CONCURRENCY if open_loop else 1)
     start = time.perf_counter()
     stop_issuing = start + duration
+
+    def report_progress() -> None:
+        if progress is not None:
+            progress(len(samples), None if opts.requests is None and opts.duration_s else total)
+
+    async def one(client: httpx.AsyncClient) -> None:
+        words = prompts.next()
+        replica = router.pick(words) if router is not None else 0
+        body = request_body(opts, words)
+        try:  # a total cap: httpx's timeout is per read, and a trickle never trips it
+            async with asyncio.timeout(opts.timeout_s):
+                sample = await one_request(client, urls[replica], body, opts)
+        except TimeoutError:
+            sample = Sample(ok=False, error="timeout")
+        sample.replica = replica
+        samples.append(sample)
+        report_progress()
 
     async def worker(client: httpx.AsyncClient) -> None:
         nonlocal issued
         while issued < total and time.perf_counter() < stop_issuing:
             issued += 1
-            try:  # a total cap: httpx's timeout is per read, and a trickle never trips it
-                async with asyncio.timeout(opts.timeout_s):
-                    sample = await one_request(client, url, body, opts)
-            except TimeoutError:
-                sample = Sample(ok=False, error="timeout")
-            samples.append(sample)
+            await one(client)
 
-    limits = httpx.Limits(max_connections=opts.concurrency, max_keepalive_connections=0)
+    async def arrive(client: httpx.AsyncClient) -> None:
+        nonlocal issued
+        assert opts.rate is not None
+        slots = asyncio.Semaphore(cap)
+        in_flight: set[asyncio.Task[None]] = set()
+        next_at = start
+        while issued < total:
+            gap = arrivals.expovariate(opts.rate) if opts.arrival == "poisson" else 1 / opts.rate
+            next_at += gap if issued else 0.0
+            if next_at >= stop_issuing:
+                break
+            await asyncio.sleep(max(next_at - time.perf_counter(), 0))
+            await slots.acquire()  # at the cap, an arrival waits for a request to end
+            issued += 1
+
+            async def bounded() -> None:
+                try:
+                    await one(client)
+                finally:
+                    slots.release()
+
+            task = asyncio.create_task(bounded())
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.gather(*in_flight)
+
+    limits = httpx.Limits(max_connections=cap, max_keepalive_connections=0)
     timeout = httpx.Timeout(opts.timeout_s)
     async with httpx.AsyncClient(
         headers=headers, limits=limits, timeout=timeout, trust_env=False
-    ) as client:
-        tasks = [asyncio.create_task(worker(client)) for _ in range(opts.concurrency)]
+    ) as client, httpx.AsyncClient(trust_env=False) as scrape_client:  # fmt: skip
+        if router is not None:
+            await router.start(scrape_client, [_base(u) for u in urls])
+        # The clock starts once the clients exist: making them takes a while (TLS
+        # contexts), and arrivals due meanwhile would otherwise go out in a burst.
+        start = time.perf_counter()
+        stop_issuing = start + duration
+        if open_loop:
+            tasks = [asyncio.create_task(arrive(client))]
+        else:
+            tasks = [asyncio.create_task(worker(client)) for _ in range(cap)]
         # Hard stop: whatever is still in flight after duration + timeout is cancelled.
         hard = None if opts.duration_s is None else duration + opts.timeout_s
         _, pending = await asyncio.wait(tasks, timeout=hard)
         for t in pending:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        if pending:
-            samples.extend(Sample(ok=False, error="cancelled at deadline") for _ in pending)
+        lost = issued - len(samples)
+        if lost > 0:
+            samples.extend(Sample(ok=False, error="cancelled at deadline") for _ in range(lost))
+        if router is not None:
+            await router.stop()
     wall = time.perf_counter() - start
-    return summarize(opts, url, samples, wall)
+    report = summarize(opts, ", ".join(urls), samples, wall)
+    report.per_replica = [sum(1 for s in samples if s.replica == i) for i in range(len(urls))]
+    report.routing = router.name if router is not None else None
+    return report
+
+
+async def sweep(opts: Options, rates: Sequence[float], progress: Progress | None = None
+                ) -> list[Report]:  # fmt: skip
+    """One run per rate, in the order given, on the same prompts (same seed)."""
+    from dataclasses import replace
+
+    return [await run(replace(opts, rate=r), progress) for r in rates]
 
 
 def _ms(values: Sequence[float]) -> dict[str, float | None]:
     def r(v: float | None) -> float | None:
         return None if v is None else round(v * 1000, 2)
 
-    return {"p50": r(percentile(values, 50)), "p99": r(percentile(values, 99))}
+    mean = sum(values) / len(values) if values else None
+    return {
+        "mean": r(mean),
+        "p50": r(percentile(values, 50)),
+        "p90": r(percentile(values, 90)),
+        "p99": r(percentile(values, 99)),
+    }
+
+
+def is_good(s: Sample, slo_ms: dict[str, float]) -> bool:
+    """A request inside every per-request SLO given (milliseconds)."""
+    if not s.ok:
+        return False
+    if "ttft" in slo_ms and (s.ttft_s is None or s.ttft_s * 1000 > slo_ms["ttft"]):
+        return False
+    if "itl" in slo_ms and s.itl_s and sum(s.itl_s) / len(s.itl_s) * 1000 > slo_ms["itl"]:
+        return False
+    return not ("e2el" in slo_ms and s.latency_s * 1000 > slo_ms["e2el"])
 
 
 def summarize(opts: Options, url: str, samples: list[Sample], wall_s: float) -> Report:
     ok = [s for s in samples if s.ok]
     errors = len(samples) - len(ok)
+    shed = sum(1 for s in samples if s.shed)
     error_rate = errors / len(samples) if samples else 1.0
     kinds: dict[str, int] = {}
     for s in samples:
@@ -299,9 +707,14 @@ def summarize(opts: Options, url: str, samples: list[Sample], wall_s: float) -> 
     tokens = sum(s.output_tokens for s in ok)
     ttft = [s.ttft_s for s in ok if s.ttft_s is not None]
     itl = [x for s in ok for x in s.itl_s]
+    with_usage = [s for s in ok if s.cached_tokens is not None and s.prompt_tokens]
+    prompt_total = sum(s.prompt_tokens or 0 for s in with_usage)
+    good = None
+    if opts.goodput_ms:
+        good = sum(1 for s in samples if is_good(s, opts.goodput_ms))
     report = Report(
         url=url,
-        concurrency=opts.concurrency,
+        concurrency=opts.concurrency if opts.rate is not None else opts.concurrency or 1,
         requests=len(samples),
         errors=errors,
         error_rate=round(error_rate, 6),
@@ -313,6 +726,19 @@ def summarize(opts: Options, url: str, samples: list[Sample], wall_s: float) -> 
         latency_ms=_ms([s.latency_s for s in ok]),
         error_kinds=dict(sorted(kinds.items())),
         slo_missed=[],
+        tpot_ms=_ms([sum(s.itl_s) / len(s.itl_s) for s in ok if s.itl_s]),
+        rate=opts.rate,
+        arrival=opts.arrival if opts.rate is not None else None,
+        accepted=len(samples) - shed,
+        shed=shed,
+        goodput=None if good is None or not samples else round(good / len(samples), 6),
+        goodput_rps=None if good is None or wall_s <= 0 else round(good / wall_s, 3),
+        goodput_slo_ms=dict(opts.goodput_ms),
+        prefix_hit_rate=(
+            round(sum(s.cached_tokens or 0 for s in with_usage) / prompt_total, 6)
+            if prompt_total
+            else None
+        ),
     )
     report.slo_missed = slo_misses(opts, report)
     return report
@@ -333,12 +759,13 @@ def slo_misses(opts: Options, report: Report) -> list[str]:
     return missed
 
 
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
 def render(report: Report) -> Any:
     """A rich Table of the report."""
     from rich.table import Table
-
-    def fmt(v: float | None) -> str:
-        return "-" if v is None else f"{v:,.1f}"
 
     table = Table(title=f"loadtest {report.url}")
     table.add_column("metric")
@@ -349,13 +776,44 @@ def render(report: Report) -> Any:
         ("inter-token latency (ms)", report.itl_ms),
         ("request latency (ms)", report.latency_ms),
     ):
-        table.add_row(name, fmt(d["p50"]), fmt(d["p99"]))
+        table.add_row(name, _fmt(d["p50"]), _fmt(d["p99"]))
     table.add_section()
     table.add_row("requests", str(report.requests), "")
+    if report.shed:
+        table.add_row("accepted / shed (429)", f"{report.accepted} / {report.shed}", "")
     errors = f"{report.errors} ({report.error_rate:.1%})"
     if report.error_kinds:
         errors += " " + ", ".join(f"{k}: {n}" for k, n in report.error_kinds.items())
     table.add_row("errors", errors, "")
     table.add_row("output tokens/s", f"{report.output_tokens_per_s:,.1f}", "")
-    table.add_row("concurrency / wall (s)", f"{report.concurrency} / {report.wall_s:.2f}", "")
+    if report.goodput is not None:
+        table.add_row("goodput", f"{report.goodput:.1%} ({report.goodput_rps:g} req/s)", "")
+    if report.prefix_hit_rate is not None:
+        table.add_row("prefix cache hits", f"{report.prefix_hit_rate:.1%}", "")
+    if report.routing:
+        spread = " ".join(str(n) for n in report.per_replica)
+        table.add_row(f"routing: {report.routing}", spread, "")
+    load = (f"{report.concurrency}" if report.rate is None
+            else f"{report.rate:g}/s {report.arrival}")  # fmt: skip
+    table.add_row("load / wall (s)", f"{load} / {report.wall_s:.2f}", "")
+    return table
+
+
+def render_sweep(reports: Sequence[Report]) -> Any:
+    """One row per rate of a sweep (times in ms), narrow enough for 80 columns."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"loadtest sweep {reports[0].url if reports else ''}", box=box.SIMPLE)
+    for col in ("rate/s", "sent", "shed", "err", "TTFT p50", "TTFT p99", "ITL p50",
+                "ITL p99", "tok/s", "good"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for r in reports:
+        table.add_row(
+            f"{r.rate:g}", str(r.requests), str(r.shed), str(r.errors),
+            _fmt(r.ttft_ms["p50"]), _fmt(r.ttft_ms["p99"]),
+            _fmt(r.itl_ms["p50"]), _fmt(r.itl_ms["p99"]),
+            f"{r.output_tokens_per_s:,.0f}",
+            "-" if r.goodput is None else f"{r.goodput:.0%}",
+        )  # fmt: skip
     return table

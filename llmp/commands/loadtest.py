@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from llmp import console
-from llmp.errors import Failed, prefixed
+from llmp.errors import BadInput, Failed, prefixed
 
 
 def loadtest(
-    url: Annotated[str, typer.Argument(help="OpenAI-compatible base URL, e.g. http://host:8000")],
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight.")] = 1,
+    url: Annotated[
+        list[str],
+        typer.Argument(
+            help="OpenAI-compatible base URL(s), e.g. http://host:8000; several are "
+            "replicas of one model, routed by --routing."
+        ),
+    ],
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency",
+            help="Closed loop: requests in flight (default 1). "
+            "With --rate: the cap on them (default none).",
+        ),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            "--rate",
+            metavar="R[,R...]",
+            help="Open loop: R requests/s; several rates are a sweep, one run each.",
+        ),
+    ] = None,
+    arrival: Annotated[
+        str, typer.Option("--arrival", help="With --rate: poisson or constant.")
+    ] = "poisson",
     requests: Annotated[
         int | None, typer.Option("--requests", help="Stop after N requests (default 100).")
     ] = None,
@@ -24,8 +51,27 @@ def loadtest(
         str | None, typer.Option("--api-key", envvar="LLMP_API_KEY", help="Bearer token.")
     ] = None,
     model: Annotated[str, typer.Option("--model", help="The `model` field.")] = "default",
-    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens")] = 128,
+    prompt_tokens: Annotated[
+        int, typer.Option("--prompt-tokens", help="Prompt words after any shared prefix.")
+    ] = 128,
+    prompt_tokens_stdev: Annotated[
+        float, typer.Option("--prompt-tokens-stdev", help="Normal spread of the length.")
+    ] = 0.0,
+    prefix_tokens: Annotated[
+        int, typer.Option("--prefix-tokens", help="A shared prefix of N words per prompt.")
+    ] = 0,
+    prefix_groups: Annotated[
+        int, typer.Option("--prefix-groups", help="Distinct shared prefixes, drawn uniformly.")
+    ] = 1,
     max_tokens: Annotated[int, typer.Option("--max-tokens")] = 128,
+    seed: Annotated[int, typer.Option("--seed", help="Fixes prompts and arrivals.")] = 0,
+    routing: Annotated[
+        str,
+        typer.Option(
+            "--routing",
+            help="Across several URLs: round-robin or endpoint-picker (prefix- and load-aware).",
+        ),
+    ] = "round-robin",
     chat: Annotated[bool, typer.Option("--chat", help="Use /v1/chat/completions.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Per request, seconds.")] = 60.0,
     slo_ttft_p99: Annotated[
@@ -34,27 +80,81 @@ def loadtest(
     slo_error_rate: Annotated[
         float | None, typer.Option("--slo-error-rate", metavar="FRACTION", help="Fail above.")
     ] = None,
+    goodput: Annotated[
+        str | None,
+        typer.Option(
+            "--goodput",
+            metavar="ttft:MS,itl:MS,e2el:MS",
+            help="Per-request SLOs: report the share of requests inside all.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    output: Annotated[
+        Path | None, typer.Option("--output", help="Also write the JSON report to FILE.")
+    ] = None,
 ) -> None:
     """Stream requests at an OpenAI-compatible endpoint; report TTFT, inter-token latency,
-    tokens/s and errors. Exit 1 when an SLO is missed (or every request failed), 2 on
-    bad input or an unreachable endpoint."""
+    tokens/s, shed (429) and errors, goodput and prefix-cache hits. Exit 1 when an SLO is
+    missed (or every request failed), 2 on bad input or an unreachable endpoint."""
     import asyncio
 
     from llmp import loadtest as lt
 
-    opts = lt.Options(
-        url, chat, concurrency, requests, duration, api_key, model, prompt_tokens, max_tokens,
-        timeout, slo_ttft_p99, slo_error_rate,
-    )  # fmt: skip
     with prefixed("loadtest"):
-        report = asyncio.run(lt.run(opts))
+        rates = lt.parse_rates(rate) if rate is not None else [None]
+        opts = lt.Options(
+            url=url[0], urls=tuple(url[1:]), chat=chat, concurrency=concurrency,
+            requests=requests, duration_s=duration, api_key=api_key, model=model,
+            prompt_tokens=prompt_tokens, max_tokens=max_tokens, timeout_s=timeout,
+            slo_ttft_p99_ms=slo_ttft_p99, slo_error_rate=slo_error_rate, rate=rates[0],
+            arrival=arrival, seed=seed, prompt_tokens_stdev=prompt_tokens_stdev,
+            prefix_tokens=prefix_tokens, prefix_groups=prefix_groups,
+            goodput_ms=lt.parse_goodput(goodput) if goodput else {}, routing=routing,
+        )  # fmt: skip
+        lt.validate(opts)
+        with _progress() as progress:
+            if len(rates) > 1:
+                reports = asyncio.run(lt.sweep(opts, [r for r in rates if r is not None], progress))
+            else:
+                reports = [asyncio.run(lt.run(opts, progress))]
+    doc: object = (
+        reports[0].to_dict() if len(reports) == 1 else {"sweep": [r.to_dict() for r in reports]}
+    )
+    if output is not None:
+        try:
+            output.write_text(json.dumps(doc, indent=2) + "\n")
+        except OSError as exc:
+            raise BadInput(f"loadtest: cannot write --output {output}: {exc.strerror}") from None
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(doc, indent=2))
+    elif len(reports) == 1:
+        console.out.print(lt.render(reports[0]))
     else:
-        console.out.print(lt.render(report))
-    if report.slo_missed:
-        raise Failed(f"loadtest: SLO missed: {'; '.join(report.slo_missed)}")
+        console.out.print(lt.render_sweep(reports))
+    missed = [
+        f"{'' if r.rate is None or len(reports) == 1 else f'at {r.rate:g}/s: '}{m}"
+        for r in reports
+        for m in r.slo_missed
+    ]
+    if missed:
+        raise Failed(f"loadtest: SLO missed: {'; '.join(missed)}")
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[Callable[[int, int | None], None] | None]:
+    """A progress bar on stderr when it is a terminal; nothing in a pipe."""
+    if not console.err.is_terminal:
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=console.err, transient=True) as bar:
+        task = bar.add_task("requests", total=None)
+
+        def update(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
 
 
 def register(app: typer.Typer) -> None:

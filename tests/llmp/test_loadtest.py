@@ -1,119 +1,76 @@
-"""`llmp loadtest` against a small OpenAI-compatible streaming server on 127.0.0.1 whose
-delays and errors the test sets: the measured TTFT, inter-token latency and error count
-match them, and the SLO decides the exit code."""
+"""`llmp loadtest` against the fake vLLM (`llmp.fake_vllm`) on 127.0.0.1, whose delays,
+errors, concurrency guard and prefix cache the test sets: the measured TTFT, inter-token
+latency, shed and error counts and prefix hits match them, and the SLO decides the exit
+code."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
-import sys
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from llmp import loadtest as lt
+from llmp import routing
 from llmp.cli import app
+from llmp.fake_vllm import FakeInThread, FakeModel
 
 API_KEY = "sk-test"
+DEFAULTS: dict[str, Any] = {
+    "ttft_s": 0.15, "itl_s": 0.02, "output_tokens": 8, "error_every": 0, "api_key": API_KEY,
+    "max_num_seqs": 256, "shed_above": None, "prefill_s_per_token": 0.0,
+}  # fmt: skip
 
 
-class FakeServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # the default 5 drops SYNs of a burst of connections
+class Fake:
+    """One replica of the fake, reconfigured per test."""
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.ttft_s = 0.15
-        self.itl_s = 0.02
-        self.tokens = 8
-        self.error_every = 0  # every k-th request (1-based) answers 500
-        self.count = 0
-        self.lock = threading.Lock()
-        self.bodies: list[dict[str, Any]] = []
-        self.paths: list[str] = []
-        self.errors: list[BaseException] = []
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that stops reading mid-stream (a run's deadline) breaks the handler's
-        # pipe. socketserver would print the traceback to whatever sys.stderr is then,
-        # which may be a later test's captured stderr: keep it here instead.
-        error = sys.exc_info()[1]
-        if error is not None:
-            self.errors.append(error)
+    def __init__(self, threaded: FakeInThread) -> None:
+        self.threaded = threaded
 
     def configure(self, **kw: Any) -> None:
-        for k, v in kw.items():
-            setattr(self, k, v)
-        self.count = 0
-        self.bodies.clear()
-        self.paths.clear()
+        self.threaded.configure(**(DEFAULTS | kw))
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return self.threaded.urls[0]
 
+    @property
+    def replica(self) -> Any:
+        return self.threaded.replicas[0]
 
-class Handler(BaseHTTPRequestHandler):
-    server: FakeServer
-    disable_nagle_algorithm = True  # each chunk leaves when written
+    @property
+    def count(self) -> int:
+        return int(self.replica.count)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return list(self.replica.bodies)
 
-    def do_POST(self) -> None:
-        srv = self.server
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with srv.lock:
-            srv.count += 1
-            n = srv.count
-            srv.bodies.append(body)
-            srv.paths.append(self.path)
-        if self.headers.get("Authorization") != f"Bearer {API_KEY}":
-            self.send_error(401)
-            return
-        if srv.error_every and n % srv.error_every == 0:
-            self.send_error(500)
-            return
-        chat = self.path.endswith("/chat/completions")
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        time.sleep(srv.ttft_s)
-        for i in range(srv.tokens):
-            if i:
-                time.sleep(srv.itl_s)
-            choice = {"index": 0, "delta": {"content": f"t{i}"}} if chat else {"text": f"t{i}"}
-            self._event({"id": "x", "choices": [choice]})
-        self._event({"id": "x", "choices": [], "usage": {"completion_tokens": srv.tokens}})
-        self.wfile.write(b"data: [DONE]\n\n")
-
-    def _event(self, obj: dict[str, Any]) -> None:
-        self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+    @property
+    def paths(self) -> list[str]:
+        return list(self.replica.paths)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[FakeServer]:
-    srv = FakeServer()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
+def server() -> Iterator[FakeInThread]:
+    threaded = FakeInThread([FakeModel(), FakeModel(), FakeModel()])
     try:
-        yield srv
+        yield threaded
     finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(10)
+        threaded.close()
 
 
 @pytest.fixture
-def fake(server: FakeServer) -> FakeServer:
-    server.configure(ttft_s=0.15, itl_s=0.02, tokens=8, error_every=0)
-    return server
+def fake(server: FakeInThread) -> Fake:
+    f = Fake(server)
+    f.configure()
+    return f
 
 
 def invoke(*args: str) -> Any:
@@ -124,7 +81,7 @@ def report_of(result: Any) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def test_measures_the_servers_delays_and_errors(fake: FakeServer) -> None:
+def test_measures_the_servers_delays_and_errors(fake: Fake) -> None:
     fake.configure(error_every=4)
     result = invoke(
         fake.url,
@@ -157,12 +114,13 @@ def test_measures_the_servers_delays_and_errors(fake: FakeServer) -> None:
     assert r["output_tokens_per_s"] == pytest.approx(96 / r["wall_s"], rel=0.02)
     body = fake.bodies[0]
     assert body["stream"] is True and body["model"] == "tiny" and body["max_tokens"] == 8
-    assert body["prompt"] == "hello hello hello hello hello"
+    words = body["prompt"].split()
+    assert len(words) == 5 and set(words) <= set(lt.VOCABULARY)
     assert set(fake.paths) == {"/v1/completions"}
 
 
-def test_chat_endpoint_and_table(fake: FakeServer) -> None:
-    fake.configure(ttft_s=0.05, itl_s=0.01, tokens=4)
+def test_chat_endpoint_and_table(fake: Fake) -> None:
+    fake.configure(ttft_s=0.05, itl_s=0.01, output_tokens=4)
     result = invoke(
         f"{fake.url}/v1", "--chat", "--api-key", API_KEY, "--requests", "3", "--concurrency", "2"
     )
@@ -173,7 +131,7 @@ def test_chat_endpoint_and_table(fake: FakeServer) -> None:
         assert row in result.stdout
 
 
-def test_slo_met_and_missed(fake: FakeServer) -> None:
+def test_slo_met_and_missed(fake: Fake) -> None:
     common = [fake.url, "--api-key", API_KEY, "--requests", "6", "--concurrency", "3", "--json"]
     fake.configure(ttft_s=0.1)
     assert invoke(*common, "--slo-ttft-p99", "400").exit_code == 0
@@ -188,16 +146,16 @@ def test_slo_met_and_missed(fake: FakeServer) -> None:
     assert missed.exit_code == 1 and "error rate 0.3333 > 0.1" in missed.stderr
 
 
-def test_every_request_failing_is_a_failure(fake: FakeServer) -> None:
+def test_every_request_failing_is_a_failure(fake: Fake) -> None:
     result = invoke(fake.url, "--api-key", "wrong", "--requests", "3", "--json")
     assert result.exit_code == 1
     assert report_of(result)["error_kinds"] == {"HTTP 401": 3}
 
 
-def test_duration_bounds_the_run(fake: FakeServer) -> None:
+def test_duration_bounds_the_run(fake: Fake) -> None:
     """--duration, not the default of 100 requests, ends the run: about 17 requests of
     70 ms fit in 0.6 s at concurrency 2."""
-    fake.configure(ttft_s=0.05, itl_s=0.01, tokens=3)
+    fake.configure(ttft_s=0.05, itl_s=0.01, output_tokens=3)
     result = invoke(
         fake.url, "--api-key", API_KEY, "--duration", "0.6", "--concurrency", "2", "--json"
     )
@@ -207,8 +165,8 @@ def test_duration_bounds_the_run(fake: FakeServer) -> None:
     assert r["wall_s"] >= 0.6  # the tool kept sending until the duration was up
 
 
-def test_a_trickling_server_is_cut_off_by_the_timeout(fake: FakeServer) -> None:
-    fake.configure(ttft_s=0.05, itl_s=0.3, tokens=20)  # 6 s per request
+def test_a_trickling_server_is_cut_off_by_the_timeout(fake: Fake) -> None:
+    fake.configure(ttft_s=0.05, itl_s=0.3, output_tokens=20)  # 6 s per request
     result = invoke(fake.url, "--api-key", API_KEY, "--requests", "2", "--timeout", "0.5")
     assert result.exit_code == 1  # both requests cut off: without the timeout they succeed
     assert "timeout: 2" in result.stdout
@@ -261,3 +219,161 @@ def test_percentile_matches_linear_interpolation() -> None:
     assert lt.percentile([], 50) is None
     assert lt.percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert lt.percentile([1.0, 2.0], 99) == pytest.approx(1.99)
+
+
+def _run(fake: Fake, *args: str) -> dict[str, Any]:
+    result = invoke(fake.url, "--api-key", API_KEY, "--json", *args)
+    assert result.exit_code in (0, 1), result.output
+    return report_of(result)
+
+
+def test_poisson_arrivals_at_a_rate_are_open_loop_and_reproducible(fake: Fake) -> None:
+    """At 50/s with 0.2 s requests about 10 are in flight at once: a closed loop at the
+    default concurrency 1 would take 6 s for 30 requests, the open loop about 0.8 s."""
+    fake.configure(ttft_s=0.1, itl_s=0.01, output_tokens=10)
+    r = _run(fake, "--rate", "50", "--requests", "30", "--max-tokens", "10")
+    assert r["requests"] == 30 and r["errors"] == 0 and r["rate"] == 50
+    assert r["arrival"] == "poisson" and r["concurrency"] is None
+    arrivals = [rec.arrival for rec in fake.replica.records]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert 0.01 < sum(gaps) / len(gaps) < 0.04  # 1/50 s on average
+    assert max(gaps) > 2 * min(gaps)  # exponential gaps, not a metronome
+    assert r["wall_s"] < 3
+
+    first = [b["prompt"] for b in fake.bodies]
+    fake.configure(ttft_s=0.01, itl_s=0.001, output_tokens=2)
+    _run(fake, "--rate", "50", "--requests", "30", "--max-tokens", "2")
+    assert sorted(b["prompt"] for b in fake.bodies) == sorted(first)  # same seed
+
+
+def test_shedding_keeps_the_accepted_p99_down(fake: Fake) -> None:
+    """12 clients on a replica that runs 2 at a time: without a guard they queue and the
+    P99 TTFT is several service times; with shedding above 4 in flight, the excess is
+    refused with 429 and the accepted requests wait at most one round."""
+    fake.configure(ttft_s=0.05, itl_s=0.005, output_tokens=4, max_num_seqs=2)
+    common = ["--concurrency", "12", "--requests", "48", "--max-tokens", "4"]
+    queued = _run(fake, *common)
+    assert queued["shed"] == 0 and queued["errors"] == 0 and queued["accepted"] == 48
+    fake.configure(ttft_s=0.05, itl_s=0.005, output_tokens=4, max_num_seqs=2, shed_above=4)
+    shed = _run(fake, *common)
+    assert shed["shed"] > 0 and shed["error_kinds"] == {"HTTP 429": shed["shed"]}
+    assert shed["accepted"] == 48 - shed["shed"]
+    assert shed["ttft_ms"]["p99"] < queued["ttft_ms"]["p99"] / 1.5, (shed, queued)
+
+
+def test_ttft_grows_with_the_queue_and_the_prompt(fake: Fake) -> None:
+    fake.configure(ttft_s=0.02, itl_s=0.001, output_tokens=2, max_num_seqs=1)
+    alone = _run(fake, "--concurrency", "1", "--requests", "4", "--max-tokens", "2")
+    queued = _run(fake, "--concurrency", "4", "--requests", "8", "--max-tokens", "2")
+    assert queued["ttft_ms"]["p99"] > 2.5 * alone["ttft_ms"]["p50"]
+    fake.configure(ttft_s=0.02, itl_s=0.001, output_tokens=2, prefill_s_per_token=0.0002)
+    long = _run(fake, "--requests", "3", "--prompt-tokens", "1000", "--max-tokens", "2")
+    assert long["ttft_ms"]["p50"] >= 20 + 200  # 1000 tokens x 0.2 ms of prefill
+
+
+def test_a_shared_prefix_hits_the_prefix_cache(fake: Fake) -> None:
+    fake.configure(ttft_s=0.01, itl_s=0.001, output_tokens=2)
+    plain = _run(fake, "--requests", "10", "--prompt-tokens", "80", "--max-tokens", "2")
+    assert plain["prefix_hit_rate"] < 0.05
+    fake.configure(ttft_s=0.01, itl_s=0.001, output_tokens=2)
+    shared = _run(
+        fake, "--requests", "10", "--prompt-tokens", "16", "--prefix-tokens", "64",
+        "--max-tokens", "2",
+    )  # fmt: skip
+    # Each prompt is 64 shared + 16 own words; the 9 after the first find 64 cached.
+    assert shared["prefix_hit_rate"] == pytest.approx(9 * 64 / (10 * 80))
+    prompts = [b["prompt"].split() for b in fake.bodies]
+    assert len({tuple(p[:64]) for p in prompts}) == 1 and len({tuple(p) for p in prompts}) == 10
+
+
+def test_endpoint_picker_routes_a_prefix_back_to_its_replica(server: FakeInThread) -> None:
+    server.configure(**(DEFAULTS | {"ttft_s": 0.01, "itl_s": 0.001, "output_tokens": 2}))
+    common = [
+        *server.urls, "--api-key", API_KEY, "--json", "--requests", "30", "--concurrency", "3",
+        "--prompt-tokens", "16", "--prefix-tokens", "128", "--prefix-groups", "3",
+        "--max-tokens", "2",
+    ]  # fmt: skip
+    rr = report_of(invoke(*common, "--routing", "round-robin"))
+    assert rr["per_replica"] == [10, 10, 10] and rr["routing"] == "round-robin"
+    server.configure(**(DEFAULTS | {"ttft_s": 0.01, "itl_s": 0.001, "output_tokens": 2}))
+    epp = report_of(invoke(*common, "--routing", "endpoint-picker"))
+    assert sum(epp["per_replica"]) == 30 and epp["routing"] == "endpoint-picker"
+    # Round-robin spreads each prefix over all 3 caches (3 misses per prefix at best);
+    # the picker sends a prefix where it went before (1 miss per prefix).
+    assert epp["prefix_hit_rate"] > rr["prefix_hit_rate"]
+    groups: dict[tuple[str, ...], set[int]] = {}
+    for i, replica in enumerate(server.replicas):
+        for body in replica.bodies:
+            groups.setdefault(tuple(body["prompt"].split()[:128]), set()).add(i)
+    assert len(groups) == 3 and all(len(r) == 1 for r in groups.values()), groups
+
+
+def test_endpoint_picker_scores_as_its_scorers_say() -> None:
+    picker = routing.EndpointPicker(3, seed=1, block_tokens=4)
+    prompt = [f"w{i}" for i in range(8)]
+    picker.waiting = [4.0, 0.0, 2.0]
+    picker.kv_usage = [0.0, 0.5, 0.25]
+    # queue: 0, 1, 0.5 (x2); kv: 1, 0.5, 0.75 (x2); no prefix yet.
+    assert picker.scores(prompt) == pytest.approx([2.0, 3.0, 2.5])
+    assert picker.pick(prompt) == 1
+    # Now replica 1 holds both blocks: prefix 1.0 x3 there, and half of it for a prompt
+    # that shares the first block only.
+    assert picker.scores(prompt) == pytest.approx([2.0, 6.0, 2.5])
+    other = prompt[:4] + ["x"] * 4
+    assert picker.scores(other)[1] == pytest.approx(3.0 + 1.5)
+    picker.observe(0, 'vllm:num_requests_waiting{model_name="m"} 7\nvllm:kv_cache_usage_perc 0.9\n')
+    assert picker.waiting[0] == 7 and picker.kv_usage[0] == 0.9
+
+
+def test_goodput_counts_requests_inside_every_slo(fake: Fake) -> None:
+    fake.configure(ttft_s=0.1, itl_s=0.01, output_tokens=4, error_every=5)
+    common = ["--requests", "10", "--concurrency", "2", "--max-tokens", "4"]
+    r = _run(fake, *common, "--goodput", "ttft:400,itl:100,e2el:2000")
+    assert r["goodput"] == 0.8  # the 2 failed requests are not good
+    assert r["goodput_slo_ms"] == {"ttft": 400, "itl": 100, "e2el": 2000}
+    assert _run(fake, *common, "--goodput", "ttft:50")["goodput"] == 0.0
+
+
+def test_rate_sweep_and_json_output(fake: Fake, tmp_path: Path) -> None:
+    fake.configure(ttft_s=0.01, itl_s=0.002, output_tokens=2)
+    out = tmp_path / "sweep.json"
+    result = invoke(
+        fake.url, "--api-key", API_KEY, "--rate", "20,40", "--requests", "6",
+        "--arrival", "constant", "--max-tokens", "2", "--output", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "rate/s" in result.stdout and "shed" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    doc = json.loads(out.read_text())
+    assert [r["rate"] for r in doc["sweep"]] == [20, 40]
+    assert all(r["requests"] == 6 and r["arrival"] == "constant" for r in doc["sweep"])
+    arrivals = [rec.arrival for rec in fake.replica.records][-6:]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    # 1/40 s apart on a fixed schedule (a late wake-up is caught up, not shifted).
+    assert 0.1 < sum(gaps) < 0.2 and 0.015 < sorted(gaps)[2] < 0.04, gaps
+
+
+def test_prompt_lengths_follow_the_distribution() -> None:
+    opts = lt.Options("http://h", prompt_tokens=200, prompt_tokens_stdev=40, seed=3)
+    prompts = lt.Prompts(opts)
+    lengths = [len(prompts.next()) for _ in range(2000)]
+    mean = sum(lengths) / len(lengths)
+    sd = (sum((n - mean) ** 2 for n in lengths) / len(lengths)) ** 0.5
+    assert 195 < mean < 205 and 36 < sd < 44
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rate", "fast"], "loadtest: --rate: 'fast' is not a number"),
+        (["--rate", "0"], "loadtest: --rate: 0 must be in"),
+        (["--goodput", "tbt:5"], "loadtest: --goodput: 'tbt:5' is not METRIC:MS"),
+        (["--routing", "random"], "loadtest: --routing must be one of"),
+        (["--arrival", "bursty"], "loadtest: --arrival must be one of"),
+        (["--prefix-groups", "0"], "loadtest: --prefix-tokens must be 0 or more"),
+    ],
+)
+def test_bad_load_options_exit_2(args: list[str], message: str) -> None:
+    result = invoke("http://127.0.0.1:1", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1
