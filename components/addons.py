@@ -111,6 +111,7 @@ import yaml
 
 from components.helm import pinned_release
 from components.iam import pod_identity_role
+from components.tenancy import TENANT_LABEL
 from monitoring.charts import STORAGE_CLASS
 from spec.catalog import catalog
 from spec.labels import EFA_LABEL, POOL_LABEL, QUARANTINE_TAINT
@@ -271,6 +272,12 @@ def kueue_manager_config() -> dict[str, Any]:
             "blockAdmission": False,
         },
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        # The LeaderWorkerSet integration turns on Kueue's pod webhook (v0.19.2's
+        # ImplicitlyEnabledFrameworkNames: pod): it acts in tenant namespaces only, so no
+        # system pod (CNI, CSI, the controllers) ever waits on a webhook or a queue.
+        "managedJobsNamespaceSelector": {
+            "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]
+        },
         # Requested by training and fabric pods but no queue's to share (why: the
         # constant's docstring); a request neither covered nor excluded is never admitted.
         "resources": {"excludeResourcePrefixes": list(kueue.EXCLUDED_RESOURCE_PREFIXES)},

@@ -16,13 +16,26 @@ namespace that the tenancy component creates):
   from secret stack config `llm-platform-serving:<client>`, secret in every
   plan, and per model its shed point (max_num_seqs + queue, then 429), the
   clients allowed and each one's rate limit;
+- a model over several nodes (`nodes_per_replica`): a **LeaderWorkerSet**
+  (`workloads.serving.multinode`) instead of the Deployment, queued to Kueue,
+  its Service selecting the groups' leaders; the **LWS controller** (Helm chart
+  pinned in the catalog, `lws-system`) is this component's, installed only
+  where such a model is served (only serving runs pod groups over nodes);
+- per model with a canary (`canary.weight` above 0): a second Deployment (or
+  LeaderWorkerSet), Service and PDB `<model>-canary` serving the canary's
+  revision with the same engine settings and gateway, fixed replicas;
 - the **Ingress** (AWS Load Balancer Controller): HTTPS on 443 only with the
   ACM certificate of the config, internal or internet-facing, a path
-  `/<model>/` per model, and the WAF attached;
+  `/<model>/` per model (a canaried model's through a weighted forward action,
+  `workloads.serving.canary`), and the WAF attached;
 - a **WAFv2 WebACL**: AWS's known-bad-inputs rules, a rate limit per API key
   (the `authorization` header) and one per source IP;
 - a **NetworkPolicy** that lets the ALB (from the VPC) reach the gateway's
-  ports, on top of the tenant's default deny.
+  ports, on top of the tenant's default deny;
+- where request logs are on, the WAF's **logging configuration** (into the
+  `aws-waf-logs-` bucket of `components.storage`, `authorization` redacted) and the
+  Ingress's access-log attributes; where traces are on, a **NetworkPolicy** from the
+  model pods to the collector's OTLP port.
 
 Why the gateway: see `workloads.serving.gateway`. The component expects the
 AWS and Kubernetes providers through `opts.providers`.
@@ -41,9 +54,20 @@ import pulumi_kubernetes as k8s
 from components.helm import pinned_release
 from spec.catalog import catalog
 from spec.labels import PART_OF
-from workloads.serving import EngineSettings, ServedModel, ServingHours, gateway, keda, vllm
+from workloads.serving import (
+    EngineSettings,
+    ServedModel,
+    ServingHours,
+    canary,
+    gateway,
+    keda,
+    multinode,
+    vllm,
+)
 
 KEDA = "keda"
+LWS = "lws"
+LWS_NAMESPACE = "lws-system"
 KEY_CONFIG_NAMESPACE = "llm-platform-serving"
 """Secret config namespace of the API keys: `llm-platform-serving:<client>`."""
 
@@ -161,6 +185,12 @@ class ServingArgs:
     pools: Mapping[str, str]
     """Instance type per node pool."""
     system_nodes: list[pulumi.Resource] = field(default_factory=list)
+    traces_endpoint: str | None = None
+    """The collector's OTLP gRPC endpoint: the gateways trace to it; None: no traces."""
+    access_logs: gateway.AccessLogs | None = None
+    """The ALB's access logs (bucket and prefix); None: off."""
+    waf_log_bucket_arn: pulumi.Input[str] | None = None
+    """The WAF's log bucket (`aws-waf-logs-...`); None: the WAF does not log."""
     """What KEDA's operator Deployment needs first (the system node group)."""
 
 
@@ -192,6 +222,7 @@ class Serving(pulumi.ComponentResource):
                 args.engines[m.name],
                 args.model_clients.get(m.name, args.clients),
                 args.client_rates,
+                args.traces_endpoint,
             )
             for m in args.models
         ]
@@ -202,26 +233,89 @@ class Serving(pulumi.ComponentResource):
         )
 
         after_keda = pulumi.ResourceOptions(parent=self, depends_on=[keda_release])
+        after_lws = child
+        if any(m.nodes_per_replica > 1 for m in args.models):
+            # Only serving runs groups of pods over nodes: this component owns the controller.
+            lws_release = pinned_release(
+                f"{name}-{LWS}",
+                LWS,
+                pins.lws,
+                namespace=LWS_NAMESPACE,
+                create_namespace=True,
+                values={
+                    # The chart's defaults are `main` and Always: the release's own tag.
+                    "image": {
+                        "manager": {"tag": f"v{pins.lws.version}", "pullPolicy": "IfNotPresent"}
+                    }
+                },
+                opts=pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes),
+            )
+            after_lws = pulumi.ResourceOptions(parent=self, depends_on=[lws_release])
         for model in args.models:
             itype = args.pools[model.node_pool]
             kind = catalog().accelerator_kind(itype)
             if kind is None:
                 raise ValueError(f"pool {model.node_pool} has no accelerator")
-            k8s.apps.v1.Deployment(
-                f"{name}-{model.name}",
-                vllm.deployment_args(
-                    ns, model, args.engines[model.name], itype, kind.resource, kind.taint_key
-                ),
-                opts=child,
-            )
-            k8s.core.v1.Service(
-                f"{name}-{model.name}", vllm.service_args(ns, model.name), opts=child
-            )
-            k8s.policy.v1.PodDisruptionBudget(
-                f"{name}-{model.name}", vllm.pdb_args(ns, model.name), opts=child
-            )
+            release = model.live_canary
+            tracks: list[tuple[str, str | None, int | None]] = [(vllm.STABLE, None, None)]
+            if release is not None:
+                tracks.append((vllm.CANARY, release.revision, release.replicas))
+            for track, revision, replicas in tracks:
+                suffix = "" if track == vllm.STABLE else f"-{track}"
+                workload = vllm.workload_name(model.name, track)
+                leaders = None
+                if model.nodes_per_replica > 1:
+                    lws = multinode.leader_worker_set(
+                        model,
+                        args.engines[model.name],
+                        itype,
+                        kind.resource,
+                        kind.taint_key,
+                        track=track,
+                        revision=revision,
+                        replicas=replicas,
+                    ).manifest()
+                    k8s.apiextensions.CustomResource(
+                        f"{name}-{model.name}{suffix}",
+                        api_version=lws["apiVersion"],
+                        kind=lws["kind"],
+                        metadata={**lws["metadata"], "namespace": ns},
+                        spec=lws["spec"],
+                        opts=after_lws,
+                    )
+                    leaders = multinode.leader_selector(workload)
+                else:
+                    k8s.apps.v1.Deployment(
+                        f"{name}-{model.name}{suffix}",
+                        vllm.deployment_args(
+                            ns,
+                            model,
+                            args.engines[model.name],
+                            itype,
+                            kind.resource,
+                            kind.taint_key,
+                            track=track,
+                            revision=revision,
+                            replicas=replicas,
+                        ),
+                        opts=child,
+                    )
+                k8s.core.v1.Service(
+                    f"{name}-{model.name}{suffix}",
+                    vllm.service_args(ns, model.name, track, leaders),
+                    opts=child,
+                )
+                k8s.policy.v1.PodDisruptionBudget(
+                    f"{name}-{model.name}{suffix}",
+                    vllm.pdb_args(ns, model.name, track),
+                    opts=child,
+                )
             manifest = keda.scaled_object(
-                model, args.prometheus_url, args.schedule, vllm.labels(model.name)
+                model,
+                args.prometheus_url,
+                args.schedule,
+                vllm.labels(model.name),
+                "LeaderWorkerSet" if model.nodes_per_replica > 1 else "Deployment",
             ).manifest()
             k8s.apiextensions.CustomResource(
                 f"{name}-{model.name}",
@@ -243,16 +337,21 @@ class Serving(pulumi.ComponentResource):
             visibility_config=aws.wafv2.WebAclVisibilityConfigArgs(**_visibility(f"{name}-waf")),
             opts=child,
         )
+        weights = {m.name: m.live_canary.weight for m in args.models if m.live_canary}
         k8s.networking.v1.Ingress(
             f"{name}-api",
-            gateway.ingress_args(
-                ns,
-                hostname=args.hostname,
-                certificate_arn=args.certificate_arn,
-                scheme=args.scheme,
-                models=[m.name for m in args.models],
-                web_acl_arn=web_acl.arn,
-                labels=PART_OF,
+            canary.weighted_ingress(
+                gateway.ingress_args(
+                    ns,
+                    hostname=args.hostname,
+                    certificate_arn=args.certificate_arn,
+                    scheme=args.scheme,
+                    models=[m.name for m in args.models],
+                    web_acl_arn=web_acl.arn,
+                    labels=PART_OF,
+                    access_logs=args.access_logs,
+                ),
+                weights,
             ),
             opts=child,
         )
@@ -261,6 +360,31 @@ class Serving(pulumi.ComponentResource):
             gateway.alb_network_policy_args(ns, args.vpc_cidr, {"app.kubernetes.io/name": "vllm"}),
             opts=child,
         )
+        if args.traces_endpoint is not None:
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-allow-traces",
+                gateway.traces_network_policy_args(
+                    ns,
+                    gateway.TraceCollector.from_endpoint(args.traces_endpoint),
+                    {"app.kubernetes.io/name": "vllm"},
+                ),
+                opts=child,
+            )
+        if args.waf_log_bucket_arn is not None:
+            # The API keys travel in `authorization`: never into the logs.
+            aws.wafv2.WebAclLoggingConfiguration(
+                f"{name}-waf-logs",
+                resource_arn=web_acl.arn,
+                log_destination_configs=[args.waf_log_bucket_arn],
+                redacted_fields=[
+                    aws.wafv2.WebAclLoggingConfigurationRedactedFieldArgs(
+                        single_header=aws.wafv2.WebAclLoggingConfigurationRedactedFieldSingleHeaderArgs(
+                            name=gateway.KEY_HEADER
+                        )
+                    )
+                ],
+                opts=child,
+            )
         self.web_acl_arn = web_acl.arn
         self.models = [m.name for m in args.models]
         self.register_outputs({"web_acl_arn": self.web_acl_arn, "models": self.models})

@@ -25,6 +25,17 @@ versioning. The adopted key becomes the stack's storage key, so the file
 system, its data repository associations and the tenants' roles use the key
 the replicated objects are encrypted with.
 
+Request logs (`request_logs`, stacks that serve models): the serving ALB's access logs
+go into the `logs` bucket under `alb/` (that bucket is SSE-S3, the only encryption ALB
+log delivery supports), admitted by a policy statement for the region's Elastic Load
+Balancing account (regions opened before August 2022, such as us-east-1) or for the
+`logdelivery.elasticloadbalancing.amazonaws.com` principal (newer regions), and expire
+after `expire_days` (a rule on the prefix); the WAF's logs go into their own bucket
+`aws-waf-logs-<prefix>-serving` (WAF requires the prefix), private, SSE-S3, TLS-only, written by
+`delivery.logs.amazonaws.com` for this account's WAF only, and expired likewise. The
+log delivery statements name this account's id, read from the storage key's ARN (no
+provider look-up while the program runs).
+
 Storage stands beside the cluster: nothing here waits for EKS, and EKS waits
 for nothing here, so both are created in parallel after a disaster.
 """
@@ -32,7 +43,7 @@ for nothing here, so both are created in parallel after a disaster.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import pulumi
@@ -91,6 +102,24 @@ class Replication:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RequestLogs:
+    """Where the serving ALB and its WAF write their logs, and for how long."""
+
+    expire_days: int
+    alb_prefix: str = "alb/"
+    """Under the `logs` bucket; ELB adds AWSLogs/<account>/... below it."""
+    elb_account_id: str | None = None
+    """The region's Elastic Load Balancing account (regions opened before August 2022);
+    None: the log delivery service principal of the newer regions."""
+
+
+ALB_LOG_PRINCIPAL = "logdelivery.elasticloadbalancing.amazonaws.com"
+WAF_LOG_PRINCIPAL = "delivery.logs.amazonaws.com"
+WAF_LOG_BUCKET_PREFIX = "aws-waf-logs-"
+"""WAF logs only into a bucket whose name starts so."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class StorageArgs:
     bucket_name_prefix: str
     """Prefix of the buckets' names (`<prefix>-<key>`), of the keys' aliases and policies."""
@@ -104,6 +133,8 @@ class StorageArgs:
     """Provider of the replication region; required when a bucket replicates."""
     adopted_kms_key_id: str | None = None
     """The existing key that encrypts adopted buckets' objects: imported as the storage key."""
+    request_logs: RequestLogs | None = None
+    """The serving ALB's access logs (in `logs`) and the WAF's logs (their own bucket)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +144,8 @@ class BucketRef:
     name: pulumi.Output[str]
     arn: pulumi.Output[str]
     versioning: aws.s3.BucketVersioning | None = None
+    policy_bucket: pulumi.Output[str] | None = None
+    """The name, once the bucket policy is in place: what a log writer should wait for."""
 
 
 def _tls_only(bucket_arn: str, extra: list[dict] | None = None) -> str:
@@ -137,6 +170,10 @@ class Storage(pulumi.ComponentResource):
     kms_key_id: pulumi.Output[str]
     replica_kms_key_arn: pulumi.Output[str] | None
     """The key of the replicas in the DR region (what a recovery stack adopts with them)."""
+    alb_logs: AlbLogTarget | None
+    """Where the serving Ingress sends ALB access logs (request_logs set)."""
+    waf_logs_arn: pulumi.Output[str] | None
+    """The WAF log bucket's ARN, once its policy admits WAF (request_logs set)."""
 
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:storage:Storage", name, None, opts)
@@ -163,22 +200,56 @@ class Storage(pulumi.ComponentResource):
             opts=child,
         )
 
+        requests = args.request_logs
+        if requests is not None and "logs" not in args.buckets:
+            raise ValueError("request_logs need the `logs` bucket (ALB access logs go there)")
+        # The account id for the log delivery statements, without a look-up.
+        account = key.arn.apply(lambda arn: arn.split(":")[4])
         # Logs first: every other bucket's access logs land there.
         order = sorted(args.buckets, key=lambda k: k != "logs")
         self.buckets = {}
         for bucket_key in order:
             spec = args.buckets[bucket_key]
+            alb = requests if bucket_key == "logs" else None
+            if alb is not None:
+                spec = replace(spec, lifecycle=[*spec.lifecycle, _expiry(alb)])
             self.buckets[bucket_key] = self._bucket(
                 f"{name}-{bucket_key}",
                 spec=spec,
                 # S3 delivers server access logs only into buckets encrypted with
-                # SSE-S3: the logs bucket cannot use the KMS key.
+                # SSE-S3: the logs bucket cannot use the KMS key (nor can ALB logs).
                 key_arn=None if bucket_key == "logs" else key.arn,
                 logs=None if bucket_key == "logs" else self.buckets["logs"].name,
                 log_prefix=f"s3/{bucket_key}/",
                 log_sources=_log_sources(args) if bucket_key == "logs" else None,
+                writers=_alb_writers(alb) if alb is not None else None,
+                account=account,
                 opts=child,
             )
+
+        self.alb_logs = None
+        self.waf_logs_arn = None
+        if requests is not None:
+            logs = self.buckets["logs"]
+            assert logs.policy_bucket is not None
+            self.alb_logs = AlbLogTarget(bucket=logs.policy_bucket, prefix=requests.alb_prefix)
+            waf = self._bucket(
+                f"{name}-waf-logs",
+                spec=Bucket(
+                    name=waf_log_bucket_name(args.bucket_name_prefix),
+                    lifecycle=[LifecycleRule(expire_days=requests.expire_days, role="expire")],
+                ),
+                # SSE-S3: WAF's log delivery writes without a grant on the storage key.
+                key_arn=None,
+                logs=logs.name,
+                log_prefix="s3/waf-logs/",
+                writers=lambda b, acct: waf_log_statements(b, acct, args.region),
+                account=account,
+                role_tag="waf-logs",
+                opts=child,
+            )
+            assert waf.policy_bucket is not None
+            self.waf_logs_arn = waf.policy_bucket.apply(lambda b: f"arn:aws:s3:::{b}")
 
         self.replicas = {}
         self.replica_kms_key_arn = None
@@ -200,6 +271,7 @@ class Storage(pulumi.ComponentResource):
                 "replicas": {k: b.name for k, b in self.replicas.items()},
                 "kms_key_arn": self.kms_key_arn,
                 "replica_kms_key_arn": self.replica_kms_key_arn,
+                "waf_logs_arn": self.waf_logs_arn,
             }
         )
 
@@ -214,6 +286,8 @@ class Storage(pulumi.ComponentResource):
         logs: pulumi.Input[str] | None,
         log_prefix: str,
         log_sources: str | list[str] | None = None,
+        writers: Callable[[str, str], list[dict]] | None = None,
+        account: pulumi.Output[str] | None = None,
         role_tag: str | None = None,
         opts: pulumi.ResourceOptions,
     ) -> BucketRef:
@@ -278,12 +352,15 @@ class Storage(pulumi.ComponentResource):
                     "Condition": {"ArnLike": {"aws:SourceArn": log_sources}},
                 }
             ]
-        aws.s3.BucketPolicy(
-            f"{name}-policy",
-            bucket=on_bucket,
-            policy=bucket.arn.apply(lambda arn: _tls_only(arn, extra)),
-            opts=opts,
-        )
+        if writers is None:
+            document = bucket.arn.apply(lambda arn: _tls_only(arn, extra))
+        else:
+            # Log delivery services that write here (request logs), for this account only.
+            assert account is not None
+            document = pulumi.Output.all(bucket.arn, account).apply(
+                lambda v: _tls_only(v[0], [*(extra or []), *writers(physical, v[1])])
+            )
+        policy = aws.s3.BucketPolicy(f"{name}-policy", bucket=on_bucket, policy=document, opts=opts)
         versioning = None
         if spec.versioned:
             versioning = aws.s3.BucketVersioning(
@@ -308,7 +385,15 @@ class Storage(pulumi.ComponentResource):
             rules=lifecycle_rules(spec),
             opts=opts,
         )
-        return BucketRef(name=on_bucket, arn=bucket.arn, versioning=versioning)
+        return BucketRef(
+            name=on_bucket,
+            arn=bucket.arn,
+            versioning=versioning,
+            # The bucket's name, carrying the wait for its policy: a log writer checks it.
+            policy_bucket=pulumi.Output.all(on_bucket, policy.id).apply(lambda v: v[0])
+            if writers is not None
+            else None,
+        )
 
     # -- replication -------------------------------------------------------------
 
@@ -405,12 +490,91 @@ def _adopt(import_id: str) -> pulumi.ResourceOptions:
 
 def _log_sources(cfg: StorageArgs) -> str | list[str]:
     """Buckets whose access logs the logs bucket admits: the prefix's, plus adopted ones
-    (their names come from the source stack's prefix)."""
+    (their names come from the source stack's prefix) and the WAF log bucket."""
     own = f"arn:aws:s3:::{cfg.bucket_name_prefix}-*"
     adopted = sorted(b.name for b in cfg.buckets.values() if b.adopted)
-    if cfg.adopted_kms_key_id is None:
+    # A pattern, not the name: the WAF log bucket is made after this one (it logs here).
+    waf = [f"arn:aws:s3:::{WAF_LOG_BUCKET_PREFIX}{cfg.bucket_name_prefix}-*"]
+    if cfg.request_logs is None:
+        waf = []
+    if cfg.adopted_kms_key_id is None and not waf:
         return own
-    return [own, *(f"arn:aws:s3:::{n}" for n in adopted)]
+    return [own, *(f"arn:aws:s3:::{n}" for n in adopted), *waf]
+
+
+@dataclass(frozen=True)
+class AlbLogTarget:
+    """The Ingress's access-log settings: bucket (after its policy) and prefix."""
+
+    bucket: pulumi.Output[str]
+    prefix: str
+
+
+def waf_log_bucket_name(bucket_name_prefix: str) -> str:
+    """`aws-waf-logs-<prefix>-serving`: WAF's required prefix, then the stack's own."""
+    return f"{WAF_LOG_BUCKET_PREFIX}{bucket_name_prefix}-serving"
+
+
+def _alb_writers(logs: RequestLogs) -> Callable[[str, str], list[dict]]:
+    return lambda bucket, account: alb_log_statements(bucket, account, logs)
+
+
+def _expiry(logs: RequestLogs) -> LifecycleRule:
+    return LifecycleRule(prefix=logs.alb_prefix, expire_days=logs.expire_days, role="expire")
+
+
+def alb_log_statements(bucket: str, account: str, logs: RequestLogs) -> list[dict]:
+    """ELB's access-log delivery into `<prefix>AWSLogs/<account>/`: the region's ELB
+    account where the region predates August 2022, the log delivery principal otherwise
+    (AWS's "Enable access logs for your Application Load Balancer", step 2)."""
+    principal = (
+        {"AWS": f"arn:aws:iam::{logs.elb_account_id}:root"}
+        if logs.elb_account_id
+        else {"Service": ALB_LOG_PRINCIPAL}
+    )
+    return [
+        {
+            "Sid": "AllowAlbAccessLogs",
+            "Effect": "Allow",
+            "Principal": principal,
+            "Action": "s3:PutObject",
+            "Resource": f"arn:aws:s3:::{bucket}/{logs.alb_prefix}AWSLogs/{account}/*",
+        }
+    ]
+
+
+def waf_log_statements(bucket: str, account: str, region: str) -> list[dict]:
+    """WAF's log delivery (CloudWatch Logs' vended-log service) writes under AWSLogs/ and
+    checks the ACL first; only for this account's sources (AWS WAF developer guide,
+    "Permissions for publishing logs to Amazon S3")."""
+    scope = {
+        "StringEquals": {"aws:SourceAccount": account},
+        "ArnLike": {"aws:SourceArn": f"arn:aws:logs:{region}:{account}:*"},
+    }
+    return [
+        {
+            "Sid": "AWSLogDeliveryWrite",
+            "Effect": "Allow",
+            "Principal": {"Service": WAF_LOG_PRINCIPAL},
+            "Action": "s3:PutObject",
+            "Resource": f"arn:aws:s3:::{bucket}/AWSLogs/{account}/*",
+            "Condition": {
+                **scope,
+                "StringEquals": {
+                    "s3:x-amz-acl": "bucket-owner-full-control",
+                    "aws:SourceAccount": account,
+                },
+            },
+        },
+        {
+            "Sid": "AWSLogDeliveryAclCheck",
+            "Effect": "Allow",
+            "Principal": {"Service": WAF_LOG_PRINCIPAL},
+            "Action": "s3:GetBucketAcl",
+            "Resource": f"arn:aws:s3:::{bucket}",
+            "Condition": scope,
+        },
+    ]
 
 
 def _sse_default(

@@ -32,8 +32,12 @@ from llmp.errors import NO_CREDENTIALS, BadInput, Failed
 
 SERVING_KEY = "llm-platform:serving"
 _ITEM_NAME = re.compile(
-    r"^(?P<indent>\s*)-\s+name:\s*(?P<q>['\"]?)(?P<name>[^'\"#\s]+)(?P=q)\s*(#.*)?$"
+    r"^(?P<indent>\s*)-(?P<gap>\s+)name:\s*(?P<q>['\"]?)(?P<name>[^'\"#\s]+)(?P=q)\s*(#.*)?$"
 )
+KEY = re.compile(
+    r"^(?P<head>\s*(?P<key>[A-Za-z_]+):\s*)(?P<value>[^#\s][^#]*?)?(?P<tail>\s*(#.*)?)$"
+)
+"""A `key: value` line of a block mapping (no value: a nested mapping follows)."""
 _REVISION = re.compile(r"^(?P<head>\s*revision:\s*)(?P<value>[^#\s][^#]*?)(?P<tail>\s*(#.*)?)$")
 
 
@@ -93,31 +97,44 @@ def _significant(line: str) -> bool:
     return bool(stripped) and not stripped.startswith("#")
 
 
-def _revision_line(lines: list[str], model: str) -> int | None:
-    """The index of `revision:` in the block-style item `- name: MODEL` of the serving
-    section, or None when the file does not spell it that way."""
+def key_line(lines: list[str], model: str, path: tuple[str, ...]) -> int | None:
+    """The index of the line holding `path` (("revision",), ("canary", "weight")) in the
+    block-style item `- name: MODEL` of the serving section, at the item's own key level
+    (a canary's `revision` is not the model's), or None when the file does not spell it
+    that way."""
     in_serving, serving_indent = False, 0
-    item_indent: int | None = None
+    column: int | None = None
+    depth: list[tuple[int, str]] = []
     for i, line in enumerate(lines):
         if not _significant(line):
             continue
         indent = _indent(line)
         if line.strip().rstrip(":") == SERVING_KEY and line.rstrip().endswith(":"):
-            in_serving, serving_indent, item_indent = True, indent, None
+            in_serving, serving_indent, column = True, indent, None
             continue
         if in_serving and indent <= serving_indent:
             in_serving = False
         if not in_serving:
             continue
-        m = _ITEM_NAME.match(line)
-        if m:
-            item_indent = len(m.group("indent")) if m.group("name") == model else None
+        item = _ITEM_NAME.match(line)
+        if item:
+            hit = item.group("name") == model
+            column = len(item.group("indent")) + 1 + len(item.group("gap")) if hit else None
+            depth = []
             continue
-        if item_indent is not None:
-            if indent <= item_indent:
-                item_indent = None
-            elif _REVISION.match(line):
-                return i
+        if column is None:
+            continue
+        if indent < column:
+            column = None
+            continue
+        key = KEY.match(line)
+        if key is None:
+            continue
+        while depth and depth[-1][0] >= indent:
+            depth.pop()
+        depth.append((indent, key.group("key")))
+        if depth[0][0] == column and tuple(k for _, k in depth) == path:
+            return i
     return None
 
 
@@ -133,7 +150,7 @@ def change_revision(target: Target, revision: str, *, write: bool) -> StackChang
         raise BadInput(f"revision {revision!r} is not a path under the models prefix") from None
     old_text = target.stack_file.read_text()
     lines = old_text.splitlines(keepends=True)
-    index = _revision_line(lines, target.model)
+    index = key_line(lines, target.model, ("revision",))
     if index is None:
         return StackChange(target.stack_file, target.model, target.current, revision, "", "", False)
     m = _REVISION.match(lines[index].rstrip("\n"))

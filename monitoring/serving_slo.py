@@ -9,6 +9,10 @@ and buckets of its `vllm/v1/metrics/loggers.py`; label `model_name` is the serve
   `vllm:inter_token_latency_seconds` likewise (v0.11.0 renamed it from
   `vllm:time_per_output_token_seconds`, which it still exports, deprecated).
 
+Per revision, where a model has a live canary: the same ratios of each revision's series
+(`service` = its Service, `<model>` or `<model>-canary`, the label prometheus-operator's
+ServiceMonitor sets) over the canary's windows: what `llmp canary` judges.
+
 The error ratio (1 - good/total) is recorded over each window of the SRE workbook's
 multi-window, multi-burn-rate alerts, which compare it with the budget (1 - objective)
 times a burn factor over a long and a short window at once: 14.4x over 1h and 5m and 6x
@@ -80,6 +84,30 @@ def _ratio(model: str, metric: str, target: float, window: str) -> str:
     return f"1 - ({good} / {total})"
 
 
+def revision_error_ratio_record(window: str) -> str:
+    """The recorded share of bad observations of one revision (labels model_name, sli,
+    service), where a model has a live canary."""
+    return f"llmp:vllm_slo_errors_by_revision:ratio_rate{window}"
+
+
+def revision_error_ratio(model: str, service: str, sli: str, target: float, window: str) -> str:
+    """The error ratio of one revision of `model`: the series scraped from its Service
+    (`service`, which prometheus-operator's ServiceMonitor sets on every target), as
+    `llmp canary` judges a canary against the stable."""
+    metric = SLIS[sli][1]
+    sel = f'model_name="{model}",service="{service}"'
+    le = f'le="{bucket_label(target)}"'
+    good = f"sum(rate({metric}_bucket{{{sel},{le}}}[{window}]))"
+    total = f"sum(rate({metric}_count{{{sel}}}[{window}]))"
+    return f"1 - ({good} / {total})"
+
+
+def revision_requests(model: str, service: str, window: str) -> str:
+    """Requests one revision served over `window` (one first token each)."""
+    metric = SLIS["ttft"][1]
+    return f'sum(increase({metric}_count{{model_name="{model}",service="{service}"}}[{window}]))'
+
+
 def _slos(serving: ServingConfig) -> list[tuple[str, str, LatencySloConfig]]:
     """(model, sli, its objective) of every served model."""
     return [
@@ -100,6 +128,25 @@ def recording_rules(serving: ServingConfig) -> RuleGroup:
         for model, sli, slo in _slos(serving)
         for window in WINDOWS
     ]
+    # A live canary: each revision's ratio over the canary's windows, by its Service, for
+    # dashboards beside `llmp canary`'s verdict (which asks for the same expressions).
+    for m in serving.models:
+        canary = m.live_canary
+        if canary is None:
+            continue
+        for sli, (key, _, _) in SLIS.items():
+            slo = getattr(m.slo, key)
+            for service in (m.name, f"{m.name}-canary"):
+                for window in dict.fromkeys((canary.window, canary.short_window)):
+                    rules.append(
+                        Rule(
+                            record=revision_error_ratio_record(window),
+                            expr=revision_error_ratio(
+                                m.name, service, sli, slo.target_seconds, window
+                            ),
+                            labels={"model_name": m.name, "sli": sli, "service": service},
+                        )
+                    )
     return RuleGroup(name="serving-slo-recording", rules=rules)
 
 

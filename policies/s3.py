@@ -56,6 +56,9 @@ LOGGING = "aws:s3/bucketLogging:BucketLogging"
 LOGGING_V2 = "aws:s3/bucketLoggingV2:BucketLoggingV2"
 OWNERSHIP = "aws:s3/bucketOwnershipControls:BucketOwnershipControls"
 REPLICATION = "aws:s3/bucketReplicationConfig:BucketReplicationConfig"
+WAF_LOGGING = "aws:wafv2/webAclLoggingConfiguration:WebAclLoggingConfiguration"
+WAF_LOG_BUCKET_PREFIX = "aws-waf-logs-"
+"""WAF writes its logs only into buckets named so."""
 
 BUCKETS = (BUCKET, BUCKET_V2)
 KMS_KEY = "aws:kms/key:Key"
@@ -120,8 +123,15 @@ def _buckets(args: StackValidationArgs) -> list[PolicyResource]:
 
 
 def bucket_sse_kms(args: StackValidationArgs, report: Report) -> None:
-    """Every bucket declares SSE-KMS with a key; an access-log target may use SSE-S3."""
+    """Every bucket declares SSE-KMS with a key; an access-log target may use SSE-S3, and so
+    may the WAF's log bucket (`aws-waf-logs-*`, where the stack has WAF logging)."""
     log_targets = _log_targets(args.resources)
+    if of_type(args.resources, WAF_LOGGING):
+        log_targets |= {
+            name
+            for b in _buckets(args)
+            if (name := _physical(b)) is not None and name.startswith(WAF_LOG_BUCKET_PREFIX)
+        }
     for bucket in _buckets(args):
         algorithms: list[tuple[str | None, bool]] = []
         for sse in _attached(args.resources, bucket, SSE, SSE_V2):
@@ -145,7 +155,9 @@ def bucket_sse_kms(args: StackValidationArgs, report: Report) -> None:
         if kms:
             continue
         if _physical(bucket) in log_targets and any(a == "AES256" for a, _ in algorithms):
-            continue  # S3 delivers server access logs only into SSE-S3 buckets.
+            # S3 delivers server access logs only into SSE-S3 buckets; WAF's log delivery
+            # writes without a grant on a key.
+            continue
         if not algorithms:
             report(f"bucket {bucket.name} declares no default encryption; use SSE-KMS", bucket.urn)
         else:

@@ -29,7 +29,15 @@ from components.managed_nodes import PoolSize
 from components.monitoring import AlertReceivers, LogQueries
 from components.network import NetworkArgs
 from components.node_autoscaler import NodeAutoscalerArgs
-from components.storage import Bucket, LifecycleRule, Replication, StorageArgs, Transition
+from components.storage import (
+    Bucket,
+    LifecycleRule,
+    Replication,
+    RequestLogs,
+    StorageArgs,
+    Transition,
+    waf_log_bucket_name,
+)
 from components.straggler_watch import StragglerWatchArgs
 from components.tenancy import Tenant
 from monitoring.alertmanager import PLATFORM, Audience
@@ -240,7 +248,10 @@ def bucket(storage: StorageConfig, key: str, spec: BucketConfig) -> Bucket:
 
 
 def storage_args(
-    storage: StorageConfig, region: str, dr_provider: aws.Provider | None
+    storage: StorageConfig,
+    region: str,
+    dr_provider: aws.Provider | None,
+    request_logs: RequestLogs | None = None,
 ) -> StorageArgs:
     rep = storage.replication
     return shared(
@@ -251,6 +262,34 @@ def storage_args(
         replication=shared(rep, Replication) if rep.region is not None else None,
         dr_provider=dr_provider,
         adopted_kms_key_id=storage.adoption.kms_key_id if storage.adoption else None,
+        request_logs=request_logs,
+    )
+
+
+def request_logs(cfg: PlatformConfig) -> RequestLogs | None:
+    """The serving ALB's and WAF's logs, where the stack serves models and keeps them."""
+    logs = cfg.monitoring.request_logs
+    if cfg.serving is None or not logs.enabled:
+        return None
+    if cfg.storage is None or "logs" not in cfg.storage.buckets:
+        raise ConfigError(
+            ("monitoring", "request_logs", "enabled"),
+            True,
+            "needs storage.buckets.logs (the ALB's access logs go there under alb/); add "
+            "that bucket or set enabled: false",
+        )
+    waf_bucket = waf_log_bucket_name(cfg.storage.bucket_name_prefix)
+    if len(waf_bucket) > 63:
+        raise ConfigError(
+            ("storage", "bucket_name_prefix"),
+            cfg.storage.bucket_name_prefix,
+            f"at most {63 - len(waf_bucket) + len(cfg.storage.bucket_name_prefix)} characters "
+            f"with request logs: the WAF's log bucket {waf_bucket} must fit S3's 63",
+        )
+    delivery = catalog().elb_log_delivery
+    return RequestLogs(
+        expire_days=logs.expire_days,
+        elb_account_id=delivery.account(cfg.region) if delivery is not None else None,
     )
 
 
@@ -368,9 +407,17 @@ def log_queries(mon: MonitoringConfig) -> LogQueries | None:
 
 
 def serving_engines(cfg: PlatformConfig, serving: ServingConfig) -> dict[str, EnginePlan]:
-    """Each served model's vLLM settings on its pool (the config check already passed them)."""
+    """Each served model's vLLM settings on its pool (the config check already passed them),
+    with the collector as its trace endpoint where traces are on and the pinned image can
+    export them (catalog `serving.vllm_opentelemetry`: vLLM refuses to start otherwise)."""
+    pins = catalog().serving
+    traces = cfg.monitoring.traces_endpoint if pins and pins.vllm_opentelemetry else None
     return {
-        m.name: engine_plan(m, cfg.node_pools[m.node_pool].instance_type) for m in serving.models
+        m.name: dataclasses.replace(
+            engine_plan(m, cfg.node_pools[m.node_pool].instance_type),
+            otlp_traces_endpoint=traces,
+        )
+        for m in serving.models
     }
 
 

@@ -17,6 +17,7 @@ from components.checkpoint_milestones import CheckpointMilestones
 from components.cluster import Cluster
 from components.gpu_node_pool import GpuNodePool
 from components.image_repository import ImageRepository
+from components.inference_router import InferenceRouter, InferenceRouterArgs
 from components.lustre import LustreFileSystem
 from components.lustre import log_group_name as lustre_log_group_name
 from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
@@ -42,6 +43,7 @@ from spec.platform import PlatformConfig
 from spec.tenancy import MODELS_BUCKET, TENANT_BUCKETS
 from workloads import kueue
 from workloads.scheduling import PRIORITIES
+from workloads.serving.gateway import AccessLogs
 
 
 def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, str]:
@@ -153,7 +155,11 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 ),
             )
         # Beside the cluster, not after it: buckets and the cluster are built in parallel.
-        buckets = Storage("storage", args.storage_args(storage, cfg.region, dr_provider), on_aws)
+        buckets = Storage(
+            "storage",
+            args.storage_args(storage, cfg.region, dr_provider, args.request_logs(cfg)),
+            on_aws,
+        )
 
     tenancy = Tenancy(
         "tenancy",
@@ -365,9 +371,29 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 vpc_cidr=cfg.network.vpc_cidr,
                 pools={name: pool.instance_type for name, pool in cfg.node_pools.items()},
                 system_nodes=system_nodes,
+                traces_endpoint=cfg.monitoring.traces_endpoint,
+                # The ALB's and WAF's logs, into buckets whose policies already admit them.
+                access_logs=AccessLogs(
+                    bucket=buckets.alb_logs.bucket, prefix=buckets.alb_logs.prefix
+                )
+                if buckets is not None and buckets.alb_logs is not None
+                else None,
+                waf_log_bucket_arn=buckets.waf_logs_arn if buckets is not None else None,
             ),
             on_cluster,
         )
+        picked = [m.name for m in serve.models if m.routing == "endpoint-picker"]
+        if picked:
+            # KV-cache and prefix aware routing for the models that ask for it.
+            InferenceRouter(
+                "inference-router",
+                InferenceRouterArgs(
+                    models=picked,
+                    namespace=tenancy.namespaces["serving"],
+                    vpc_cidr=cfg.network.vpc_cidr,
+                ),
+                on_cluster,
+            )
         pulumi.export("serving", {"models": serving.models, "hostname": cfg.serving.hostname})
 
     pulumi.export("region", cfg.region)

@@ -254,10 +254,33 @@ class ServingPins(_Data):
     vllm_image: str
     vllm_source: str
     vllm_verified: Verified
+    vllm_opentelemetry: bool = False
+    """The vLLM image has the OpenTelemetry SDK: only then is `--otlp-traces-endpoint` passed
+    (vLLM refuses to start with it otherwise)."""
     gateway_image: str
     gateway_source: str
     gateway_verified: Verified
     keda: Chart
+    lws: Chart
+    """LeaderWorkerSet, installed where a model spans nodes (`nodes_per_replica` > 1)."""
+    router_image: str
+    """The endpoint picker of `routing: endpoint-picker` models (workloads/serving/router.py)."""
+    router_source: str
+    router_verified: Verified
+    inference_pool_crd: CrdManifest
+    """The InferencePool CRD (inference.networking.k8s.io/v1) the picker reads its pool from."""
+
+
+class ElbLogDelivery(_Data):
+    """Who writes ALB access logs into a bucket, per region (components/storage.py)."""
+
+    accounts: dict[str, str]
+    """Region -> its Elastic Load Balancing account (regions opened before August 2022);
+    any other region: the `logdelivery.elasticloadbalancing.amazonaws.com` principal."""
+    source: str
+
+    def account(self, region: str) -> str | None:
+        return self.accounts.get(region)
 
 
 class CrdManifest(_Data):
@@ -448,6 +471,7 @@ class Catalog(_Data):
     trainer_image: TrainerImage
     dcgm_diagnostic: DcgmDiagnostic | None = None
     serving: ServingPins | None = None
+    elb_log_delivery: ElbLogDelivery | None = None
     monitoring: MonitoringPins | None = None
     node_autoscaler: NodeAutoscalerPins
     gpu_xids: GpuXids | None = None

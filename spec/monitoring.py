@@ -194,7 +194,7 @@ class RequestLogsConfig(Section):
     enabled: bool = Field(
         True,
         description="ALB access logs into the `logs` bucket (prefix alb/) and WAF logs into "
-        "a bucket `aws-waf-logs-<bucket prefix>`.",
+        "a bucket `aws-waf-logs-<bucket prefix>-serving`.",
     )
     expire_days: int = Field(90, ge=1, le=3650, description="Days the ALB and WAF logs are kept.")
 

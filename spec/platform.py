@@ -18,7 +18,7 @@ from spec.keys import REGION_KEY
 from spec.monitoring import MonitoringConfig
 from spec.network import NetworkConfig, TagsConfig
 from spec.pools import NodePoolConfig, SystemPoolConfig
-from spec.serving import ServingConfig, engine_plan
+from spec.serving import ServingConfig, ServingModelConfig, engine_plan
 from spec.sharing import SharedStackConfig
 from spec.storage import AdoptionConfig, StorageConfig
 from spec.tenancy import (
@@ -271,20 +271,33 @@ class PlatformConfig(Section):
             )
 
     @staticmethod
-    def _serving_demand(serving: ServingConfig) -> dict[str, tuple[list[int], int, str]]:
-        """Pool -> (indexes of its models, GPUs they need at max_replicas, their list).
+    def _serving_demand(
+        serving: ServingConfig, multi_node: bool | None = None
+    ) -> dict[str, tuple[list[int], int, str]]:
+        """Pool -> (indexes of its models, GPUs they need at max_replicas, their list);
+        `multi_node` True/False: only the models over several nodes, or on one.
 
-        The list reads `llama-8b 8 x 1, llama-70b 4 x 4`: max_replicas x gpus_per_replica.
+        The list reads `llama-8b 8 x 1, llama-70b 4 x 4`: max_replicas x gpus_per_replica
+        (x nodes_per_replica where above 1); a live canary adds its replicas.
         """
         on_pool: dict[str, list[int]] = {}
         for i, model in enumerate(serving.models):
-            on_pool.setdefault(model.node_pool, []).append(i)
+            if multi_node is None or (model.nodes_per_replica > 1) == multi_node:
+                on_pool.setdefault(model.node_pool, []).append(i)
+
+        def replicas(m: ServingModelConfig) -> int:
+            canary = m.live_canary
+            return m.max_replicas + (canary.replicas if canary is not None else 0)
+
+        def term(m: ServingModelConfig) -> str:
+            nodes = f" x {m.nodes_per_replica}" if m.nodes_per_replica > 1 else ""
+            return f"{m.name} {replicas(m)} x {m.gpus_per_replica}{nodes}"
+
         demand = {}
         for pool_name, indexes in on_pool.items():
             models = [serving.models[i] for i in indexes]
-            need = sum(m.max_replicas * m.gpus_per_replica for m in models)
-            text = ", ".join(f"{m.name} {m.max_replicas} x {m.gpus_per_replica}" for m in models)
-            demand[pool_name] = (indexes, need, text)
+            need = sum(replicas(m) * m.gpus_per_replica * m.nodes_per_replica for m in models)
+            demand[pool_name] = (indexes, need, ", ".join(term(m) for m in models))
         return demand
 
     def _serving_capacity(self, serving: ServingConfig) -> None:
@@ -307,8 +320,19 @@ class PlatformConfig(Section):
         Model servers are Deployments in the `serving` namespace, outside Kueue:
         its ResourceQuota (serving_gpus) would refuse the pods beyond it at run time.
         """
+        queued = self.tenants["serving"].gpu_quota
+        for pool_name, (_, need, models) in self._serving_demand(serving, True).items():
+            have = queued.get(pool_name)
+            if need > (have or 0):
+                raise FieldError(
+                    ("tenants", "serving", "gpu_quota", pool_name),
+                    MISSING if have is None else have,
+                    f"the multi-node models on pool {pool_name} need up to {need} GPUs at "
+                    f"max_replicas ({models}); Kueue admits their groups from the serving "
+                    f"queue, which holds {have or 0}: set it to {need} or lower max_replicas",
+                )
         granted = self.tenants["serving"].serving_gpus
-        for pool_name, (_, need, models) in self._serving_demand(serving).items():
+        for pool_name, (_, need, models) in self._serving_demand(serving, False).items():
             have = granted.get(pool_name)
             if need > (have or 0):
                 raise FieldError(

@@ -308,6 +308,52 @@ class ServingSloConfig(Section):
         return self
 
 
+CANARY_WINDOWS = {"30m": "5m", "1h": "5m", "2h": "10m", "6h": "30m"}
+"""A canary's judging window -> its short window (a twelfth, as the SRE workbook's pairs):
+both must burn for a rollback, so a burn that already stopped does not roll back."""
+
+
+class CanaryConfig(Section):
+    """A canary of a new revision beside the stable one: a second Deployment (same engine
+    settings, same gateway), `weight` percent of the model's traffic through the ALB's
+    weighted target groups, judged on its own SLO burn by `llmp canary`."""
+
+    revision: str = Field(description="The new revision's path under the models prefix.")
+    weight: int = Field(
+        ge=0,
+        le=99,
+        description="Percent of the model's requests sent to the canary; 0: no canary "
+        "deployed (rolled back, or promoted: `llmp canary` writes 0 either way).",
+    )
+    replicas: int = Field(
+        1, ge=1, le=16, description="Canary replicas (fixed; KEDA scales the stable)."
+    )
+    window: Literal["30m", "1h", "2h", "6h"] = Field(
+        "1h", description="Judging window of `llmp canary` (with its short window, a twelfth)."
+    )
+    max_burn_rate: float = Field(
+        2.0,
+        gt=0,
+        le=100,
+        description="Rollback above this burn of the model's SLO budgets, over the window and "
+        "its short window both, when the stable burns less.",
+    )
+    min_requests: int = Field(
+        200, ge=1, description="Requests the canary must have served in the window to be judged."
+    )
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str) -> str:
+        if not _relative_path(v):
+            raise ValueError("a relative path like llama-3-8b/2026-11-01 (no .., no leading /)")
+        return v
+
+    @property
+    def short_window(self) -> str:
+        return CANARY_WINDOWS[self.window]
+
+
 class ServingModelConfig(Section):
     """One served model (`serving.models[]`): a vLLM Deployment, Service, PDB and ScaledObject."""
 
@@ -317,7 +363,18 @@ class ServingModelConfig(Section):
     )
     node_pool: str = Field(description="GPU pool the replicas run on (one of node_pools).")
     gpus_per_replica: int = Field(
-        1, ge=1, le=16, description="GPUs per replica = vLLM tensor parallel size."
+        1,
+        ge=1,
+        le=16,
+        description="GPUs per replica on each of its nodes = vLLM tensor parallel size.",
+    )
+    nodes_per_replica: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="Nodes per replica = vLLM pipeline parallel size (over EFA); above 1 a "
+        "LeaderWorkerSet of whole nodes (gpus_per_replica = the node's GPUs), queued to "
+        "Kueue as one group.",
     )
     min_replicas: int = Field(1, ge=0, description="Replicas kept inside serving hours.")
     max_replicas: int = Field(2, ge=1, description="Most replicas under load.")
@@ -347,6 +404,36 @@ class ServingModelConfig(Section):
     slo: ServingSloConfig = Field(
         default_factory=ServingSloConfig, description="Latency objectives."
     )
+    canary: CanaryConfig | None = Field(
+        None, description="A canary of a new revision with a share of the traffic; none: off."
+    )
+    routing: Literal["round-robin", "endpoint-picker"] = Field(
+        "round-robin",
+        description="Which replica serves a request: round-robin (the ALB's, over the pods), "
+        "or endpoint-picker (llm-d-router's EPP scores queue, KV cache and prefix hits; an "
+        "InferencePool and its picker per model).",
+    )
+
+    @model_validator(mode="after")
+    def _routing(self) -> ServingModelConfig:
+        # The picker's pool is the stable pods, and a canary's gateway would hand every
+        # request to one of them: the canary's weight would mean nothing.
+        if self.routing == "endpoint-picker" and self.canary is not None and self.canary.weight:
+            raise FieldError(
+                ("routing",),
+                self.routing,
+                "round-robin while a canary takes traffic (canary.weight > 0): the endpoint "
+                "picker routes over the stable replicas only",
+            )
+        if self.routing == "endpoint-picker" and self.nodes_per_replica > 1:
+            # The pool would hold a group's workers too, which serve no requests.
+            raise FieldError(
+                ("routing",),
+                self.routing,
+                "round-robin for a model over several nodes (nodes_per_replica > 1): the "
+                "picker's pool selects single-pod replicas",
+            )
+        return self
 
     @field_validator("name")
     @classmethod
@@ -370,6 +457,16 @@ class ServingModelConfig(Section):
                 self.min_replicas,
                 f"must not exceed max_replicas ({self.max_replicas})",
             )
+        if (
+            self.canary is not None
+            and self.canary.weight
+            and (self.canary.revision == self.revision)
+        ):
+            raise FieldError(
+                ("canary", "revision"),
+                self.canary.revision,
+                "is the stable revision; a canary serves another (or set weight 0)",
+            )
         queued = self.admission.max_queued_requests
         if queued is not None and queued < self.target_waiting_requests:
             raise FieldError(
@@ -379,6 +476,11 @@ class ServingModelConfig(Section):
                 "(target_waiting_requests); a smaller queue sheds before it ever scales",
             )
         return self
+
+    @property
+    def live_canary(self) -> CanaryConfig | None:
+        """The canary, where it gets traffic (weight above 0)."""
+        return self.canary if self.canary is not None and self.canary.weight else None
 
     @property
     def max_queued_requests(self) -> int:
@@ -558,6 +660,10 @@ class EnginePlan:
     lora_adapters: dict[str, str]
     max_loras: int
     max_lora_rank: int
+    pipeline_parallel_size: int = 1
+    """Nodes per replica: vLLM's pipeline stages, one per node."""
+    otlp_traces_endpoint: str | None = None
+    """Where vLLM sends its request spans (OTLP gRPC); None: untraced."""
 
 
 def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
@@ -580,8 +686,28 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
             "num_attention_heads, num_key_value_heads, intermediate_size, vocab_size): the "
             "GPU memory check needs it",
         )
-    tp = model.gpus_per_replica
+    tp, pp = model.gpus_per_replica, model.nodes_per_replica
     arch = model.architecture
+    if pp > 1:
+        if tp != acc.count:
+            raise FieldError(
+                ("gpus_per_replica",),
+                tp,
+                f"a replica over {pp} nodes takes whole nodes: {acc.count} GPUs of "
+                f"{instance_type} per node (tensor parallel within a node)",
+            )
+        if itype.efa_interfaces == 0:
+            raise FieldError(
+                ("nodes_per_replica",),
+                pp,
+                f"{instance_type} has no EFA: pipeline stages on several nodes need it",
+            )
+        if arch.num_hidden_layers < pp:
+            raise FieldError(
+                ("nodes_per_replica",),
+                pp,
+                f"more pipeline stages than the {arch.num_hidden_layers} layers",
+            )
     if arch.num_attention_heads % tp:
         raise FieldError(
             ("gpus_per_replica",),
@@ -597,6 +723,7 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
     need = memory_need(
         arch.shape(model.quantization),
         tensor_parallel=tp,
+        pipeline_parallel=pp,
         kv_bytes=1 if eng.kv_cache_dtype == "fp8" else 2,
         lora_slots=lora.slots if lora else 0,
         lora_rank=lora.max_lora_rank if lora else 0,
@@ -607,6 +734,8 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
     where = (
         f"{eng.gpu_memory_utilization:.2f} x {gpu_gib:g} GiB of a {acc.model} on {instance_type}"
     )
+    if pp > 1:
+        where += f" (the heaviest of {pp} pipeline stages)"
     fits = math.floor(room / per_seq) if room > 0 else 0
     seqs = eng.max_num_seqs
     if seqs is None:
@@ -624,8 +753,12 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
             shown,
             f"{model.name} needs {total / GIB:.1f} GiB per GPU ({need.describe()} + KV cache "
             f"{per_seq * seqs / GIB:.1f} at {model.max_model_len} tokens x {seqs} seqs) > "
-            f"{where}; lower max_num_seqs or max_model_len, or raise gpus_per_replica "
-            f"(tensor parallel size)",
+            f"{where}; lower max_num_seqs or max_model_len, or raise "
+            + (
+                "gpus_per_replica (tensor parallel size)"
+                if tp < acc.count
+                else "nodes_per_replica (pipeline parallel size over nodes)"
+            ),
         )
     batched = eng.max_num_batched_tokens
     if batched is None:
@@ -662,4 +795,5 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
         lora_adapters=dict(lora.adapters) if lora else {},
         max_loras=lora.slots if lora else 0,
         max_lora_rank=lora.max_lora_rank if lora else 0,
+        pipeline_parallel_size=pp,
     )

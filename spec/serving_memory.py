@@ -16,6 +16,11 @@ holds per GPU, and how it is counted here:
   `max_lora_rank` for q/k/v, o, gate/up and down of every layer (16-bit).
 - **EAGLE draft head**: one decoder layer of the target's shape and its 2h x h input
   projection (it shares the target's embedding and LM head), and that layer's KV cache.
+- **pipeline parallel** (a replica over several nodes): each stage holds its share of the
+  layers, rounded up (vLLM splits them evenly, the remainder on the first stages), their
+  weights and their KV cache; the first stage holds the embedding, the last the LM head,
+  so the heaviest stage holds one vocabulary x hidden matrix (both on one stage only when
+  there is one stage). The figure is that heaviest stage's, per GPU.
 
 Not counted: activations of a step and CUDA graphs, which vLLM's profiling finds at
 start; they are why the default `gpu_memory_utilization` stays at 0.90 rather than 1.
@@ -68,6 +73,23 @@ class ModelShape:
         bits = self.weight_bits + (16 + 4) / _GROUP if self.weight_bits == 4 else 8
         return linear * bits / 8 + 2.0 * self.embeddings()
 
+    def stage_layers(self, pipeline_parallel: int) -> int:
+        """Decoder layers of the heaviest pipeline stage."""
+        return -(-self.layers // pipeline_parallel)
+
+    def stage_weight_bytes(self, pipeline_parallel: int) -> float:
+        """Bytes of the heaviest pipeline stage's weights (all of them for one stage)."""
+        if pipeline_parallel == 1:
+            return self.weight_bytes()
+        embedding = self.vocab_size * self.hidden_size
+        linear = self.total_parameters() - self.embeddings()
+        share = self.stage_layers(pipeline_parallel) / self.layers
+        if self.weight_bits == 16:
+            bits = 16.0
+        else:
+            bits = self.weight_bits + (16 + 4) / _GROUP if self.weight_bits == 4 else 8
+        return linear * share * bits / 8 + 2.0 * embedding
+
     def kv_heads_per_gpu(self, tensor_parallel: int) -> int:
         return max(1, self.kv_heads // tensor_parallel)
 
@@ -107,20 +129,26 @@ def memory_need(
     shape: ModelShape,
     *,
     tensor_parallel: int,
+    pipeline_parallel: int = 1,
     kv_bytes: int = 2,
     lora_slots: int = 0,
     lora_rank: int = 0,
     draft_head: bool = False,
 ) -> MemoryNeed:
-    tp = tensor_parallel
+    """Per GPU of the heaviest pipeline stage (`pipeline_parallel` 1: the whole model over
+    `tensor_parallel` GPUs). The draft head runs on the last stage."""
+    tp, pp = tensor_parallel, pipeline_parallel
     kv_layer_token = 2 * shape.kv_heads_per_gpu(tp) * shape.head_dim * kv_bytes
     draft = 0.0
     if draft_head:
         h = shape.hidden_size
         draft = 2.0 * (shape.layer_linear() + 2 * h * h) / tp
+    layers = shape.stage_layers(pp)
     return MemoryNeed(
-        weights=shape.weight_bytes() / tp,
-        lora=lora_bytes(shape, lora_slots, lora_rank) / tp,
+        weights=shape.stage_weight_bytes(pp) / tp,
+        lora=lora_bytes(shape, lora_slots, lora_rank)
+        * (layers / shape.layers if pp > 1 else 1)
+        / tp,
         draft=draft,
-        kv_per_token=float(kv_layer_token * (shape.layers + (1 if draft_head else 0))),
+        kv_per_token=float(kv_layer_token * (layers + (1 if draft_head else 0))),
     )

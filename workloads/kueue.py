@@ -541,7 +541,8 @@ class PodSet:
 
 def pod_sets(manifest: dict[str, Any]) -> list[PodSet]:
     """The pod sets Kueue makes of a workload: a PyTorchJob's replica types (count =
-    replicas), or a batch/v1 Job's pods (count = parallelism)."""
+    replicas), a batch/v1 Job's pods (count = parallelism), or one LeaderWorkerSet
+    group's leader and workers."""
     kind, spec = manifest.get("kind"), manifest.get("spec") or {}
     if kind == "PyTorchJob":
         replicas = spec.get("pytorchReplicaSpecs") or {}
@@ -552,6 +553,17 @@ def pod_sets(manifest: dict[str, Any]) -> list[PodSet]:
     if kind == "Job":
         count = int(spec.get("parallelism", 1))
         return [PodSet(name="main", count=count, template=spec["template"])]
+    if kind == "LeaderWorkerSet":
+        # One workload per group (Kueue's leaderworkerset podSets): the leader, then the
+        # size - 1 workers.
+        group = spec["leaderWorkerTemplate"]
+        size = int(group.get("size", 1))
+        if "leaderTemplate" not in group:
+            return [PodSet(name="main", count=size, template=group["workerTemplate"])]
+        return [
+            PodSet(name="leader", count=1, template=group["leaderTemplate"]),
+            PodSet(name="worker", count=size - 1, template=group["workerTemplate"]),
+        ]
     raise AdmissionError(f"{kind} is not a kind this platform submits to Kueue")
 
 

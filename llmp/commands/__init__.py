@@ -11,6 +11,7 @@ import typer
 
 from llmp.commands import (
     accept,
+    canary,
     cost,
     diff,
     dr,
@@ -37,6 +38,7 @@ MODULES = (
     dr,
     job,
     promote,
+    canary,
 )
 """In the order `llmp --help` lists them."""
 

@@ -29,6 +29,8 @@ NOTHING_BILLED = {
     "runs on the system pool, and the nodes it adds are priced under their pools",
     "straggler-watch": "the straggler watcher's Deployment, service account, PodMonitor and "
     "network policy: free; its pod runs on the system pool",
+    "inference-router": "the endpoint pickers' Deployments, InferencePools, RBAC and their "
+    "CRD: free; the pickers run on the system pool",
 }
 """What the components that hold nothing billable are made of."""
 

@@ -41,6 +41,10 @@ PRICED: Mapping[str, str] = {
     INGRESS: "the Application Load Balancer it makes (serving)",
     "aws:wafv2/webAcl:WebAcl": "per ACL-month and per rule-month",
     "aws:sns/topic:Topic": "not estimated: billed per publish and delivery (monitoring)",
+    "aws:wafv2/webAclLoggingConfiguration:WebAclLoggingConfiguration": (
+        "not estimated: WAF's log delivery to S3 is billed per GB (vended logs), and the "
+        "request volume is not in the config (serving)"
+    ),
     "aws:ec2/subnet:Subnet": "free; an internet-facing ALB holds an address in each public one",
 }
 """Types whose resources the model prices, and how."""

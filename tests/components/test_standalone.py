@@ -239,6 +239,9 @@ class Model:
     target_waiting_requests: int = 2
     max_queued_requests: int = 4
     admission: Any = field(default_factory=lambda: Admission())
+    routing: str = "round-robin"
+    nodes_per_replica: int = 1
+    live_canary: Any = None
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,8 @@ class Engine:
     lora_adapters: Any = field(default_factory=dict)
     max_loras: int = 0
     max_lora_rank: int = 0
+    pipeline_parallel_size: int = 1
+    otlp_traces_endpoint: str | None = None
 
 
 def test_serving_alone_takes_any_object_shaped_like_a_served_model() -> None:

@@ -34,14 +34,15 @@ def test_every_bucket_is_encrypted_private_owner_enforced_and_tls_only(plans) ->
         for name in names:
             (rule,) = encryption[name]["rules"]
             default = rule["applyServerSideEncryptionByDefault"]
-            if name.endswith("-logs"):
-                # S3 delivers access logs only into SSE-S3 buckets.
+            if name.endswith("-logs") or name.startswith("aws-waf-logs-"):
+                # S3 delivers access logs only into SSE-S3 buckets; WAF's log delivery
+                # writes without a grant on the storage key.
                 assert default == {"sseAlgorithm": "AES256"}
                 assert rule["bucketKeyEnabled"] is False
-                continue
-            assert default["sseAlgorithm"] == "aws:kms"
-            assert default["kmsMasterKeyId"].startswith("arn:")
-            assert rule["bucketKeyEnabled"] is True
+            else:
+                assert default["sseAlgorithm"] == "aws:kms"
+                assert default["kmsMasterKeyId"].startswith("arn:")
+                assert rule["bucketKeyEnabled"] is True
             assert all(
                 access[name][k] is True
                 for k in (

@@ -162,6 +162,37 @@ ORDERING_EDGES = {
         "-keda",
     ): "KEDA's CRDs come with its chart",
     (
+        "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet",
+        "kubernetes:helm.sh/v3:Release",
+        "-lws",
+    ): "the LeaderWorkerSet CRD and its webhook come with the LWS chart",
+    (
+        "kubernetes:inference.networking.k8s.io/v1:InferencePool",
+        "kubernetes:yaml/v2:ConfigFile",
+        "-inference-pool-crd",
+    ): "an InferencePool is refused until its CRD is served",
+    (
+        "aws:s3/bucketPolicy:BucketPolicy",
+        "aws:kms/key:Key",
+        "-s3",
+    ): "the log delivery statements name the account, read from the storage key's ARN (the "
+    "mock ARNs' account is no token of the key)",
+    (
+        "kubernetes:networking.k8s.io/v1:Ingress",
+        "aws:s3/bucketPolicy:BucketPolicy",
+        "-logs-policy",
+    ): "ELB checks that it may write when the Ingress turns access logs on",
+    (
+        "kubernetes:networking.k8s.io/v1:Ingress",
+        "aws:s3/bucket:Bucket",
+        "-logs",
+    ): "the bucket's name is inside the load-balancer-attributes list (access_logs.s3.bucket=)",
+    (
+        "aws:wafv2/webAclLoggingConfiguration:WebAclLoggingConfiguration",
+        "aws:s3/bucketPolicy:BucketPolicy",
+        "-waf-logs-policy",
+    ): "WAF checks the log bucket's policy when logging is turned on",
+    (
         "kubernetes:helm.sh/v3:Release",
         "kubernetes:yaml/v2:ConfigFile",
         "-crds",

@@ -30,11 +30,13 @@ from tests.conftest import STACKS, raw_stack
 # Inference's serving adds the gateway Secret, a Deployment, Service and PDB per model (two),
 # the Ingress and the ALB NetworkPolicy; and the served models' latency SLO PrometheusRule
 # (monitoring.serving_slo). Pretrain's checkpoint retention adds the milestone
-# copier's ServiceAccount and CronJob.
+# copier's ServiceAccount and CronJob. Inference's llama-8b routes by the endpoint picker:
+# its ServiceAccount, Role, RoleBinding, Deployment, Service, PDB and API-server
+# NetworkPolicy, and the InferencePool (custom); traces add the allow-traces NetworkPolicy.
 EXPECTED = {
     "pretrain": {"checked": 19, "custom": 6},
     "finetune": {"checked": 43, "custom": 12},
-    "inference": {"checked": 26, "custom": 11},
+    "inference": {"checked": 34, "custom": 12},
 }
 # Monitoring (every stack, components/monitoring.py) adds its Namespace, ResourceQuota,
 # LimitRange and the gp3 StorageClass, a Grafana dashboard ConfigMap per

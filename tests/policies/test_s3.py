@@ -51,6 +51,15 @@ def test_sse_kms_lets_the_access_log_target_use_sse_s3(plan) -> None:
     assert names(hits(p, "s3-sse-kms")) == {"storage-logs"}
 
 
+def test_sse_kms_lets_the_waf_log_bucket_use_sse_s3_only_where_the_waf_logs_to_it(plan) -> None:
+    p = plan("inference")
+    assert hits(p, "s3-sse-kms") == []
+    waf = [r for r in p.resources if r.type.endswith("WebAclLoggingConfiguration")]
+    assert len(waf) == 1
+    p.resources.remove(waf[0])
+    assert names(hits(p, "s3-sse-kms")) == {"storage-waf-logs"}
+
+
 def test_public_access_block_fires_on_one_flag_off(plan) -> None:
     p = plan()
     inputs(p, "storage-checkpoints-public-access")["restrictPublicBuckets"] = False

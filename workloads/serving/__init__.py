@@ -14,7 +14,7 @@ and the tests read them without a Pulumi runtime.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Literal, Protocol
 
 NAMESPACE = "serving"
 """The tenant namespace every model server runs in (tenancy owns it)."""
@@ -46,6 +46,23 @@ class ServedModel(Protocol):
     def max_queued_requests(self) -> int: ...
     @property
     def admission(self) -> Admission: ...
+    @property
+    def nodes_per_replica(self) -> int: ...
+    @property
+    def live_canary(self) -> CanaryRelease | None: ...
+    @property
+    def routing(self) -> Literal["round-robin", "endpoint-picker"]: ...
+
+
+class CanaryRelease(Protocol):
+    """A canary of a new revision with a share of the model's traffic."""
+
+    @property
+    def revision(self) -> str: ...
+    @property
+    def weight(self) -> int: ...
+    @property
+    def replicas(self) -> int: ...
 
 
 class Admission(Protocol):
@@ -85,6 +102,10 @@ class EngineSettings(Protocol):
     def max_loras(self) -> int: ...
     @property
     def max_lora_rank(self) -> int: ...
+    @property
+    def pipeline_parallel_size(self) -> int: ...
+    @property
+    def otlp_traces_endpoint(self) -> str | None: ...
 
 
 class ServingHours(Protocol):

@@ -41,6 +41,19 @@ Protecting the latency SLO (Envoy v1.35, the catalog's pin), per replica:
   reset-before-request), at most `admission.retries`, with a small back-off. Envoy
   never retries once response headers went downstream, so a request that already
   streamed is never sent twice.
+
+Where a model has `routing: endpoint-picker`, the API route asks the model's endpoint
+picker (`workloads.serving.router`) which replica serves the request: after RBAC and the
+rate limit, a header mutation drops any client-sent `x-gateway-destination-endpoint`,
+the external processing filter (ext_proc, the picker's gRPC service, fail closed) sets
+it to the chosen pod's `ip:port`, and the `picked` cluster (ORIGINAL_DST, the header as
+destination) forwards there; the circuit breaker, retries and timeouts stay on that
+cluster. With `round-robin` (the default) the sidecar forwards to its own vLLM and the
+ALB's round robin over the pods is the routing.
+
+Where traces are on (`monitoring.traces`), the API listener's connection manager traces
+every request with Envoy's OpenTelemetry tracer to the in-cluster collector's OTLP gRPC
+port (cluster `otel-collector`); vLLM continues the trace from the `traceparent` header.
 """
 
 from __future__ import annotations
@@ -48,7 +61,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import pulumi
 import yaml
@@ -63,6 +77,7 @@ from pulumi_kubernetes.networking.v1 import (
     IngressServiceBackendArgs,
     IngressSpecArgs,
     IPBlockArgs,
+    NetworkPolicyEgressRuleArgs,
     NetworkPolicyIngressRuleArgs,
     NetworkPolicyInitArgs,
     NetworkPolicyPeerArgs,
@@ -72,7 +87,7 @@ from pulumi_kubernetes.networking.v1 import (
 )
 
 from spec.labels import PART_OF
-from workloads.serving import EngineSettings, ServedModel
+from workloads.serving import EngineSettings, ServedModel, router
 
 API_PORT = 8080
 HEALTH_PORT = 8081
@@ -94,7 +109,20 @@ RBAC_TYPE = f"{_TYPE}.http.rbac.v3.RBAC"
 RATE_LIMIT_TYPE = f"{_TYPE}.http.local_ratelimit.v3.LocalRateLimit"
 ROUTER_TYPE = f"{_TYPE}.http.router.v3.Router"
 HCM_TYPE = f"{_TYPE}.network.http_connection_manager.v3.HttpConnectionManager"
+EXT_PROC_TYPE = f"{_TYPE}.http.ext_proc.v3.ExternalProcessor"
+HEADER_MUTATION_TYPE = f"{_TYPE}.http.header_mutation.v3.HeaderMutation"
+OTEL_TRACER_TYPE = "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig"
+HTTP_OPTIONS_TYPE = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 RATE_LIMIT_FILTER = "envoy.filters.http.local_ratelimit"
+EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
+LOCAL_CLUSTER = "vllm"
+"""This pod's vLLM (round-robin routing, and the ALB's health check)."""
+PICKED_CLUSTER = "picked"
+"""The replica the endpoint picker chose (ORIGINAL_DST on its header)."""
+PICKER_CLUSTER = "endpoint-picker"
+TRACES_CLUSTER = "otel-collector"
+Routing = Literal["round-robin", "endpoint-picker"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +146,32 @@ class GatewayModel:
     """The clients that may call the model."""
     rates: Mapping[str, ClientRate] = field(default_factory=dict)
     """Client -> its bucket; a client missing here gets DEFAULT_RATE."""
+    routing: Routing = "round-robin"
+    """round-robin: this pod's vLLM; endpoint-picker: the replica the model's EPP picks."""
+    picker_host: str | None = None
+    """The endpoint picker Service's DNS name (endpoint-picker routing)."""
+    traces: TraceCollector | None = None
+    """Where the gateway sends its spans; None: no tracing."""
+
+    def __post_init__(self) -> None:
+        if self.routing == "endpoint-picker" and not self.picker_host:
+            raise ValueError(f"{self.name}: endpoint-picker routing needs the picker's host")
+
+
+@dataclass(frozen=True)
+class TraceCollector:
+    """An OTLP gRPC receiver: host and port (Envoy's tracer takes a cluster, not a URL)."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def from_endpoint(cls, endpoint: str) -> TraceCollector:
+        """`http://host:port` (the form vLLM's `--otlp-traces-endpoint` takes)."""
+        url = urlsplit(endpoint)
+        if not url.hostname or not url.port:
+            raise ValueError(f"an OTLP endpoint is http://host:port, not {endpoint!r}")
+        return cls(host=url.hostname, port=url.port)
 
 
 DEFAULT_RATE = ClientRate(requests_per_second=20, burst=40)
@@ -128,8 +182,11 @@ def gateway_model(
     engine: EngineSettings,
     clients: Sequence[str],
     rates: Mapping[str, ClientRate],
+    traces_endpoint: str | None = None,
 ) -> GatewayModel:
-    """The gateway's limits of `model`: its batch and queue, its clients and their buckets."""
+    """The gateway's limits of `model`: its batch and queue, its clients and their buckets,
+    its routing, and where its spans go (`traces_endpoint`, OTLP gRPC; None: untraced)."""
+    picked = model.routing == "endpoint-picker"
     return GatewayModel(
         name=model.name,
         max_requests=engine.max_num_seqs + model.max_queued_requests,
@@ -137,6 +194,9 @@ def gateway_model(
         retries=model.admission.retries,
         clients=tuple(clients),
         rates={c: rates.get(c, DEFAULT_RATE) for c in clients},
+        routing=model.routing,
+        picker_host=router.picker_host(model.name) if picked else None,
+        traces=TraceCollector.from_endpoint(traces_endpoint) if traces_endpoint else None,
     )
 
 
@@ -154,6 +214,7 @@ def _listener(
     routes: list[dict[str, Any]],
     filters: list[dict[str, Any]],
     local_reply: dict[str, Any] | None = None,
+    tracing: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     router = {"@type": ROUTER_TYPE, "suppress_envoy_headers": True}
     hcm: dict[str, Any] = {
@@ -169,6 +230,8 @@ def _listener(
     }
     if local_reply is not None:
         hcm["local_reply_config"] = local_reply
+    if tracing is not None:
+        hcm["tracing"] = tracing
     return {
         "name": name,
         "address": {"socket_address": {"address": "0.0.0.0", "port_value": port}},
@@ -312,13 +375,128 @@ def local_reply(model: GatewayModel) -> dict[str, Any]:
     }
 
 
+def _endpoint(host: str, port: int) -> dict[str, Any]:
+    return {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+
+
+def _cluster(name: str, kind: str, host: str, port: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "type": kind,
+        "connect_timeout": "2s",
+        **extra,
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [_endpoint(host, port)]}],
+        },
+    }
+
+
+def _http2() -> dict[str, Any]:
+    """gRPC upstreams (the picker, the collector) speak HTTP/2."""
+    return {
+        HTTP_OPTIONS: {
+            "@type": HTTP_OPTIONS_TYPE,
+            "explicit_http_config": {"http2_protocol_options": {}},
+        }
+    }
+
+
+def picker_filters(model: GatewayModel) -> list[dict[str, Any]]:
+    """Drop a client's destination header, then ask the picker (which sets it).
+
+    The body goes to the picker as it streams, both ways (FULL_DUPLEX_STREAMED, with the
+    trailers, as the EPP's Envoy configuration sends it): it reads the model and prompt
+    from the request and the token usage from the response. Fail closed: without the
+    picker there is no destination, and a request must not fall through to this
+    listener's own address."""
+    strip = {
+        "@type": HEADER_MUTATION_TYPE,
+        "mutations": {"request_mutations": [{"remove": router.DESTINATION_HEADER}]},
+    }
+    ext_proc = {
+        "@type": EXT_PROC_TYPE,
+        "grpc_service": {"envoy_grpc": {"cluster_name": PICKER_CLUSTER}, "timeout": "10s"},
+        "failure_mode_allow": False,
+        "processing_mode": {
+            "request_header_mode": "SEND",
+            "response_header_mode": "SEND",
+            "request_body_mode": "FULL_DUPLEX_STREAMED",
+            "response_body_mode": "FULL_DUPLEX_STREAMED",
+            "request_trailer_mode": "SEND",
+            "response_trailer_mode": "SEND",
+        },
+        # A streamed generation keeps the stream open for as long as the route's timeout.
+        "message_timeout": f"{REQUEST_TIMEOUT_S}s",
+    }
+    return [
+        _http_filter("envoy.filters.http.header_mutation", strip),
+        _http_filter(EXT_PROC_FILTER, ext_proc),
+    ]
+
+
+def picked_cluster(model: GatewayModel) -> dict[str, Any]:
+    """The replica the picker chose, from its header; the shed point stays here."""
+    return {
+        "name": PICKED_CLUSTER,
+        "type": "ORIGINAL_DST",
+        "lb_policy": "CLUSTER_PROVIDED",
+        "connect_timeout": "2s",
+        "circuit_breakers": circuit_breakers(model),
+        "original_dst_lb_config": {
+            "use_http_header": True,
+            "http_header_name": router.DESTINATION_HEADER,
+        },
+    }
+
+
+def picker_cluster(host: str) -> dict[str, Any]:
+    return _cluster(
+        PICKER_CLUSTER,
+        "STRICT_DNS",
+        host,
+        router.EXT_PROC_PORT,
+        dns_lookup_family="V4_ONLY",
+        typed_extension_protocol_options=_http2(),
+    )
+
+
+def traces_cluster(collector: TraceCollector) -> dict[str, Any]:
+    return _cluster(
+        TRACES_CLUSTER,
+        "STRICT_DNS",
+        collector.host,
+        collector.port,
+        dns_lookup_family="V4_ONLY",
+        typed_extension_protocol_options=_http2(),
+    )
+
+
+def tracing(model: GatewayModel) -> dict[str, Any] | None:
+    """The API listener's OpenTelemetry tracer: every request, service `gateway-<model>`."""
+    if model.traces is None:
+        return None
+    return {
+        "random_sampling": {"value": 100},
+        "provider": {
+            "name": "envoy.tracers.opentelemetry",
+            "typed_config": {
+                "@type": OTEL_TRACER_TYPE,
+                "grpc_service": {"envoy_grpc": {"cluster_name": TRACES_CLUSTER}, "timeout": "1s"},
+                "service_name": f"gateway-{model.name}",
+            },
+        },
+    }
+
+
 def envoy_config(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[str, Any]:
     """Envoy's bootstrap for one model: keys are client -> API key (None: no key, refused)."""
+    picked = model.routing == "endpoint-picker"
     api_routes = [
         {
             "match": {"prefix": f"/{model.name}/v1/"},
             "route": {
-                "cluster": "vllm",
+                "cluster": PICKED_CLUSTER if picked else LOCAL_CLUSTER,
                 "prefix_rewrite": "/v1/",
                 "timeout": f"{REQUEST_TIMEOUT_S}s",
                 "retry_policy": retry_policy(model),
@@ -329,7 +507,7 @@ def envoy_config(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[st
         _not_found(),
     ]
     health_routes = [
-        {"match": {"path": "/health"}, "route": {"cluster": "vllm", "timeout": "5s"}},
+        {"match": {"path": "/health"}, "route": {"cluster": LOCAL_CLUSTER, "timeout": "5s"}},
         _not_found(),
     ]
     api_filters = [
@@ -338,43 +516,36 @@ def envoy_config(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[st
         ),
         # Buckets live on the route; this instance only places the filter after RBAC.
         _http_filter(RATE_LIMIT_FILTER, {"@type": RATE_LIMIT_TYPE, "stat_prefix": "client_rate"}),
+        # Only an authorized request within its client's rate reaches the picker.
+        *(picker_filters(model) if picked else []),
     ]
+    # Round-robin: this pod's vLLM is the shed point; endpoint-picker: the picked replica
+    # is, and the local cluster only answers the ALB's health check.
+    local = _cluster(
+        LOCAL_CLUSTER,
+        "STATIC",
+        "127.0.0.1",
+        VLLM_PORT,
+        **({} if picked else {"circuit_breakers": circuit_breakers(model)}),
+    )
+    clusters = [local]
+    if picked:
+        assert model.picker_host is not None
+        clusters += [picked_cluster(model), picker_cluster(model.picker_host)]
+    if model.traces is not None:
+        clusters.append(traces_cluster(model.traces))
     return {
         "admin": {
             "address": {"socket_address": {"address": "127.0.0.1", "port_value": ADMIN_PORT}}
         },
         "static_resources": {
             "listeners": [
-                _listener("api", API_PORT, api_routes, api_filters, local_reply(model)),
+                _listener(
+                    "api", API_PORT, api_routes, api_filters, local_reply(model), tracing(model)
+                ),
                 _listener("health", HEALTH_PORT, health_routes, []),
             ],
-            "clusters": [
-                {
-                    "name": "vllm",
-                    "type": "STATIC",
-                    "connect_timeout": "2s",
-                    "circuit_breakers": circuit_breakers(model),
-                    "load_assignment": {
-                        "cluster_name": "vllm",
-                        "endpoints": [
-                            {
-                                "lb_endpoints": [
-                                    {
-                                        "endpoint": {
-                                            "address": {
-                                                "socket_address": {
-                                                    "address": "127.0.0.1",
-                                                    "port_value": VLLM_PORT,
-                                                }
-                                            }
-                                        }
-                                    }
-                                ]
-                            }
-                        ],
-                    },
-                }
-            ],
+            "clusters": clusters,
         },
     }
 
@@ -404,11 +575,42 @@ def gateway_secret_args(
     )
 
 
+@dataclass(frozen=True)
+class AccessLogs:
+    """The ALB's access logs: the bucket (SSE-S3, ELB admitted by its policy) and prefix."""
+
+    bucket: pulumi.Input[str]
+    prefix: str = "alb/"
+
+
+def load_balancer_attributes(access_logs: AccessLogs | None) -> pulumi.Input[str]:
+    """The ALB's attributes: idle timeout, invalid headers dropped, and access logs."""
+    base = (
+        f"idle_timeout.timeout_seconds={REQUEST_TIMEOUT_S},"
+        "routing.http.drop_invalid_header_fields.enabled=true"
+    )
+    if access_logs is None:
+        return base
+    # ELB writes <prefix>/AWSLogs/<account>/elasticloadbalancing/...: the prefix goes
+    # without its trailing slash (and never contains AWSLogs).
+    prefix = access_logs.prefix.strip("/")
+    return pulumi.Output.from_input(access_logs.bucket).apply(
+        lambda bucket: (
+            f"{base},access_logs.s3.enabled=true,access_logs.s3.bucket={bucket},"
+            f"access_logs.s3.prefix={prefix}"
+        )
+    )
+
+
 def ingress_annotations(
-    scheme: str, certificate_arn: str, web_acl_arn: pulumi.Input[str]
+    scheme: str,
+    certificate_arn: str,
+    web_acl_arn: pulumi.Input[str],
+    access_logs: AccessLogs | None = None,
 ) -> dict[str, pulumi.Input[str]]:
-    """The Load Balancer Controller's settings; only the WAF's ARN waits for the WAF (the
-    rest is known in a preview, and the cost estimate reads the scheme)."""
+    """The Load Balancer Controller's settings; only the WAF's ARN and the log bucket wait
+    for what they name (the rest is known in a preview; the cost estimate reads the
+    scheme)."""
     return {
         "alb.ingress.kubernetes.io/scheme": scheme,
         "alb.ingress.kubernetes.io/target-type": "ip",
@@ -422,10 +624,7 @@ def ingress_annotations(
         "alb.ingress.kubernetes.io/backend-protocol": "HTTP",
         "alb.ingress.kubernetes.io/healthcheck-port": str(HEALTH_PORT),
         "alb.ingress.kubernetes.io/healthcheck-path": "/health",
-        "alb.ingress.kubernetes.io/load-balancer-attributes": (
-            f"idle_timeout.timeout_seconds={REQUEST_TIMEOUT_S},"
-            "routing.http.drop_invalid_header_fields.enabled=true"
-        ),
+        "alb.ingress.kubernetes.io/load-balancer-attributes": load_balancer_attributes(access_logs),
     }
 
 
@@ -438,6 +637,7 @@ def ingress_args(
     models: Sequence[str],
     web_acl_arn: pulumi.Input[str],
     labels: Mapping[str, str],
+    access_logs: AccessLogs | None = None,
 ) -> IngressInitArgs:
     """The ALB's Ingress: HTTPS on 443 for `hostname`, a path `/<model>/` per model."""
     paths = [
@@ -452,7 +652,7 @@ def ingress_args(
         )
         for model in models
     ]
-    annotations = ingress_annotations(scheme, certificate_arn, web_acl_arn)
+    annotations = ingress_annotations(scheme, certificate_arn, web_acl_arn, access_logs)
     return IngressInitArgs(
         metadata=ObjectMetaArgs(
             name=INGRESS_NAME, namespace=namespace, labels=dict(labels), annotations=annotations
@@ -480,6 +680,36 @@ def alb_network_policy_args(
                         NetworkPolicyPortArgs(protocol="TCP", port=API_PORT),
                         NetworkPolicyPortArgs(protocol="TCP", port=HEALTH_PORT),
                     ],
+                )
+            ],
+        ),
+    )
+
+
+TRACES_NAMESPACE = "monitoring"
+"""Where the OpenTelemetry collector runs (components.monitoring)."""
+
+
+def traces_network_policy_args(
+    namespace: pulumi.Input[str], collector: TraceCollector, pod_labels: Mapping[str, str]
+) -> NetworkPolicyInitArgs:
+    """Spans out of the tenant's default deny: the model pods (gateway, and vLLM where its
+    image traces) reach the collector's OTLP gRPC port in `monitoring`, nothing else."""
+    return NetworkPolicyInitArgs(
+        metadata=ObjectMetaArgs(name="allow-traces", namespace=namespace, labels=PART_OF),
+        spec=NetworkPolicySpecArgs(
+            pod_selector=LabelSelectorArgs(match_labels=dict(pod_labels)),
+            policy_types=["Egress"],
+            egress=[
+                NetworkPolicyEgressRuleArgs(
+                    to=[
+                        NetworkPolicyPeerArgs(
+                            namespace_selector=LabelSelectorArgs(
+                                match_labels={"kubernetes.io/metadata.name": TRACES_NAMESPACE}
+                            )
+                        )
+                    ],
+                    ports=[NetworkPolicyPortArgs(protocol="TCP", port=collector.port)],
                 )
             ],
         ),

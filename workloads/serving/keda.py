@@ -37,7 +37,7 @@ class Metadata(_Obj):
 
 class ScaleTargetRef(_Obj):
     api_version: str = Field("apps/v1", alias="apiVersion")
-    kind: Literal["Deployment"] = "Deployment"
+    kind: Literal["Deployment", "LeaderWorkerSet"] = "Deployment"
     name: str
 
 
@@ -76,7 +76,9 @@ def scaled_object(
     prometheus_url: str,
     schedule: ServingHours | None,
     labels: dict[str, str],
+    target_kind: Literal["Deployment", "LeaderWorkerSet"] = "Deployment",
 ) -> ScaledObject:
+    """`target_kind` LeaderWorkerSet: one group per replica, through its scale subresource."""
     triggers = [
         Trigger(
             type="prometheus",
@@ -110,7 +112,11 @@ def scaled_object(
     return ScaledObject(
         metadata=Metadata(name=model.name, namespace=NAMESPACE, labels=labels),
         spec=ScaledObjectSpec(
-            scale_target_ref=ScaleTargetRef(name=model.name),
+            scale_target_ref=ScaleTargetRef(name=model.name)
+            if target_kind == "Deployment"
+            else ScaleTargetRef(
+                api_version="leaderworkerset.x-k8s.io/v1", kind=target_kind, name=model.name
+            ),
             min_replica_count=minimum,
             max_replica_count=model.max_replicas,
             triggers=triggers,

@@ -18,6 +18,11 @@ with as many GPUs as its tensor-parallel size, and the gateway sidecar
 - Spread over zones and nodes (best effort: a model with few replicas on a
   pool in fewer zones still schedules), priority `llmp-serving`, the GPU
   taint tolerated and the pool required by node affinity.
+- A canary (`serving.models[].canary`) is a second Deployment, Service and PDB
+  named `<model>-canary`, with the same engine settings and gateway, serving
+  the canary's revision under the same served name; its pods carry the track
+  label `canary` and their own instance label, so the stable's selectors never
+  take them. Its replicas are fixed (KEDA scales the stable).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pulumi_kubernetes.core.v1 import (
     ContainerPortArgs,
     EmptyDirVolumeSourceArgs,
     EnvVarArgs,
+    ExecActionArgs,
     HTTPGetActionArgs,
     KeyToPathArgs,
     LifecycleArgs,
@@ -86,27 +92,42 @@ RUN_AS = 10101
 """A high UID of no image user: the weights are readable by all (Mountpoint allow-other)."""
 SHM_GIB = 16
 """Shared memory for NCCL between tensor-parallel workers."""
+STABLE = "stable"
+CANARY = "canary"
+TRACK_LABEL = "llm-platform/track"
+"""On a canary's objects and pods only (the stable's selectors and labels stay as they were)."""
+MODEL_LABEL = "llm-platform/model"
 
 
-def labels(model: str) -> dict[str, str]:
+def workload_name(model: str, track: str = STABLE) -> str:
+    """The Deployment, Service and PDB name of a model's track: `<model>` or `<model>-canary`
+    (the canary's Service name is also the `service` label of its scraped series)."""
+    return model if track == STABLE else f"{model}-{track}"
+
+
+def labels(model: str, track: str = STABLE) -> dict[str, str]:
     """Pod and object labels; `component: serving` marks them for the policy pack."""
-    return {
+    out = {
         **PART_OF,
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": model,
+        "app.kubernetes.io/instance": workload_name(model, track),
         "app.kubernetes.io/component": "serving",
     }
+    if track != STABLE:
+        out |= {TRACK_LABEL: track, MODEL_LABEL: model}
+    return out
 
 
 def selector(model: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": model}
 
 
-def vllm_args(model: ServedModel, engine: EngineSettings) -> list[str]:
-    """vLLM v0.11.0's OpenAI server flags for `model`, tuned by its resolved `engine`."""
+def vllm_args(model: ServedModel, engine: EngineSettings, revision: str | None = None) -> list[str]:
+    """vLLM v0.11.0's OpenAI server flags for `model`, tuned by its resolved `engine`
+    (`revision`: another than the model's, a canary's)."""
     args = [
         "--model",
-        f"{WEIGHTS_PATH}/{model.revision}",
+        f"{WEIGHTS_PATH}/{revision or model.revision}",
         "--served-model-name",
         model.name,
         "--host",
@@ -129,6 +150,10 @@ def vllm_args(model: ServedModel, engine: EngineSettings) -> list[str]:
         if engine.enable_chunked_prefill
         else "--no-enable-chunked-prefill",
     ]
+    if engine.pipeline_parallel_size > 1:
+        # Stages on several nodes: vLLM's Ray executor, over the group's Ray cluster.
+        args += ["--pipeline-parallel-size", str(engine.pipeline_parallel_size)]
+        args += ["--distributed-executor-backend", "ray"]
     if engine.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", engine.kv_cache_dtype]
     if model.quantization != "none":
@@ -142,6 +167,9 @@ def vllm_args(model: ServedModel, engine: EngineSettings) -> list[str]:
         args += ["--enable-lora", "--max-loras", str(engine.max_loras)]
         args += ["--max-lora-rank", str(engine.max_lora_rank), "--lora-modules"]
         args += [f"{name}={WEIGHTS_PATH}/{path}" for name, path in engine.lora_adapters.items()]
+    if engine.otlp_traces_endpoint:
+        # A span per request, continuing the gateway's trace (traceparent).
+        args += ["--otlp-traces-endpoint", engine.otlp_traces_endpoint]
     return args
 
 
@@ -158,17 +186,38 @@ def _http(path: str, port: int | str) -> HTTPGetActionArgs:
 
 
 def vllm_container(
-    model: ServedModel, engine: EngineSettings, instance_type: str, gpu_resource: str
+    model: ServedModel,
+    engine: EngineSettings,
+    instance_type: str,
+    gpu_resource: str,
+    revision: str | None = None,
+    *,
+    command: list[str] | None = None,
+    extra_resources: dict[str, str] | None = None,
+    extra_env: list[EnvVarArgs] | None = None,
+    probe_command: list[str] | None = None,
 ) -> ContainerArgs:
+    """vLLM's container (`command`: a script that starts the server itself, as a group's
+    leader or worker does; `probe_command`: probes that run it instead of asking the
+    server's `/health`, for a worker, which serves no HTTP)."""
+    probes = probe_command is None
+
+    def check() -> dict[str, object]:
+        if probe_command is None:
+            return {"http_get": _http("/health", gateway.VLLM_PORT)}
+        return {"exec_": ExecActionArgs(command=probe_command)}
+
     cpu, memory = replica_resources(model, catalog().instance(instance_type))
     gpus = str(model.gpus_per_replica)
+    more = dict(extra_resources or {})
     pins = catalog().serving
     assert pins is not None, "catalog.yaml has no serving section"
     return ContainerArgs(
         name="vllm",
         image=pins.vllm_image,
         image_pull_policy="Always",
-        args=vllm_args(model, engine),
+        command=command,
+        args=None if command is not None else vllm_args(model, engine, revision),
         env=[
             EnvVarArgs(name="HF_HUB_OFFLINE", value="1"),
             EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),
@@ -179,26 +228,29 @@ def vllm_container(
             EnvVarArgs(name="TRITON_CACHE_DIR", value=f"{CACHE_PATH}/triton"),
             EnvVarArgs(name="TMPDIR", value="/tmp"),
             EnvVarArgs(name="USER", value="vllm"),  # no passwd entry for RUN_AS
+            *(extra_env or []),
         ],
-        ports=[ContainerPortArgs(name="metrics", container_port=gateway.VLLM_PORT)],
+        ports=[ContainerPortArgs(name="metrics", container_port=gateway.VLLM_PORT)]
+        if probes
+        else None,
         resources=ResourceRequirementsArgs(
-            requests={"cpu": str(cpu), "memory": f"{memory}Gi", gpu_resource: gpus},
-            limits={"cpu": str(cpu), "memory": f"{memory}Gi", gpu_resource: gpus},
+            requests={"cpu": str(cpu), "memory": f"{memory}Gi", gpu_resource: gpus, **more},
+            limits={"cpu": str(cpu), "memory": f"{memory}Gi", gpu_resource: gpus, **more},
         ),
         startup_probe=ProbeArgs(
-            http_get=_http("/health", gateway.VLLM_PORT),
+            **check(),  # type: ignore[arg-type]
             period_seconds=10,
             timeout_seconds=5,
             failure_threshold=STARTUP_BUDGET_S // 10,
         ),
         readiness_probe=ProbeArgs(
-            http_get=_http("/health", gateway.VLLM_PORT),
+            **check(),  # type: ignore[arg-type]
             period_seconds=5,
             timeout_seconds=3,
             failure_threshold=3,
         ),
         liveness_probe=ProbeArgs(
-            http_get=_http("/health", gateway.VLLM_PORT),
+            **check(),  # type: ignore[arg-type]
             period_seconds=15,
             timeout_seconds=10,
             failure_threshold=4,
@@ -256,24 +308,80 @@ def deployment_args(
     instance_type: str,
     gpu_resource: str,
     taint_key: str,
+    *,
+    track: str = STABLE,
+    revision: str | None = None,
+    replicas: int | None = None,
 ) -> DeploymentInitArgs:
-    pod_labels = labels(model.name)
+    """The model's Deployment (`track` canary: its canary's, serving `revision` with fixed
+    `replicas`; the stable leaves replicas to KEDA)."""
+    name = workload_name(model.name, track)
+    pod_labels = labels(model.name, track)
+    pod = pod_spec(
+        model,
+        engine,
+        instance_type,
+        gpu_resource,
+        taint_key,
+        spread_selector=selector(name),
+        revision=revision,
+    )
+    return DeploymentInitArgs(
+        metadata=ObjectMetaArgs(
+            name=name,
+            namespace=namespace,
+            labels=pod_labels,
+            # Rollouts are gated by readiness in the cluster; a model loading for many
+            # minutes, or scaled to zero outside serving hours, must not hold `pulumi up`.
+            annotations={"pulumi.com/skipAwait": "true"},
+        ),
+        spec=DeploymentSpecArgs(
+            replicas=replicas,
+            selector=LabelSelectorArgs(match_labels=selector(name)),
+            strategy=DeploymentStrategyArgs(
+                type="RollingUpdate",
+                rolling_update=RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
+            ),
+            revision_history_limit=5,
+            progress_deadline_seconds=STARTUP_BUDGET_S + 600,
+            template=PodTemplateSpecArgs(
+                metadata=ObjectMetaArgs(labels=pod_labels),
+                spec=pod,
+            ),
+        ),
+    )
+
+
+def pod_spec(
+    model: ServedModel,
+    engine: EngineSettings,
+    instance_type: str,
+    gpu_resource: str,
+    taint_key: str,
+    *,
+    spread_selector: dict[str, str],
+    revision: str | None = None,
+    containers: list[ContainerArgs] | None = None,
+) -> PodSpecArgs:
+    """A serving pod: vLLM and the gateway sidecar on the model's pool (`containers`:
+    others, a LeaderWorkerSet's)."""
     spread = [
         TopologySpreadConstraintArgs(
             max_skew=1,
             topology_key=key,
             when_unsatisfiable="ScheduleAnyway",
-            label_selector=LabelSelectorArgs(match_labels=selector(model.name)),
+            label_selector=LabelSelectorArgs(match_labels=spread_selector),
         )
         for key in (ZONE_KEY, HOST_KEY)
     ]
-    pod = PodSpecArgs(
+    return PodSpecArgs(
         priority_class_name=PRIORITY_CLASS,
         security_context=pod_context(RUN_AS, fs_group=RUN_AS),
         automount_service_account_token=False,
         termination_grace_period_seconds=GRACE_S,
-        containers=[
-            vllm_container(model, engine, instance_type, gpu_resource),
+        containers=containers
+        or [
+            vllm_container(model, engine, instance_type, gpu_resource, revision),
             gateway_container(),
         ],
         tolerations=[TolerationArgs(key=taint_key, operator="Exists", effect="NoSchedule")],
@@ -315,37 +423,22 @@ def deployment_args(
             ),
         ],
     )
-    return DeploymentInitArgs(
-        metadata=ObjectMetaArgs(
-            name=model.name,
-            namespace=namespace,
-            labels=pod_labels,
-            # Rollouts are gated by readiness in the cluster; a model loading for many
-            # minutes, or scaled to zero outside serving hours, must not hold `pulumi up`.
-            annotations={"pulumi.com/skipAwait": "true"},
-        ),
-        spec=DeploymentSpecArgs(
-            selector=LabelSelectorArgs(match_labels=selector(model.name)),
-            strategy=DeploymentStrategyArgs(
-                type="RollingUpdate",
-                rolling_update=RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
-            ),
-            revision_history_limit=5,
-            progress_deadline_seconds=STARTUP_BUDGET_S + 600,
-            template=PodTemplateSpecArgs(
-                metadata=ObjectMetaArgs(labels=pod_labels),
-                spec=pod,
-            ),
-        ),
-    )
 
 
-def service_args(namespace: pulumi.Input[str], model: str) -> ServiceInitArgs:
+def service_args(
+    namespace: pulumi.Input[str],
+    model: str,
+    track: str = STABLE,
+    pod_selector: dict[str, str] | None = None,
+) -> ServiceInitArgs:
+    """The track's Service (`pod_selector`: other pods than the Deployment's, a
+    LeaderWorkerSet's leaders)."""
+    name = workload_name(model, track)
     return ServiceInitArgs(
         metadata=ObjectMetaArgs(
-            name=model,
+            name=name,
             namespace=namespace,
-            labels={**labels(model), SCRAPE_LABEL: "true"},
+            labels={**labels(model, track), SCRAPE_LABEL: "true"},
             annotations={
                 "prometheus.io/scrape": "true",
                 "prometheus.io/port": str(gateway.VLLM_PORT),
@@ -354,7 +447,7 @@ def service_args(namespace: pulumi.Input[str], model: str) -> ServiceInitArgs:
         ),
         spec=ServiceSpecArgs(
             type="ClusterIP",
-            selector=selector(model),
+            selector=pod_selector or selector(name),
             ports=[
                 ServicePortArgs(name="http", port=gateway.API_PORT, target_port="http"),
                 ServicePortArgs(name="health", port=gateway.HEALTH_PORT, target_port="health"),
@@ -364,13 +457,16 @@ def service_args(namespace: pulumi.Input[str], model: str) -> ServiceInitArgs:
     )
 
 
-def pdb_args(namespace: pulumi.Input[str], model: str) -> PodDisruptionBudgetInitArgs:
+def pdb_args(
+    namespace: pulumi.Input[str], model: str, track: str = STABLE
+) -> PodDisruptionBudgetInitArgs:
     """One replica at a time: a drain never empties a model with two or more replicas,
     and never blocks forever on a model with one (minAvailable 1 would)."""
+    name = workload_name(model, track)
     return PodDisruptionBudgetInitArgs(
-        metadata=ObjectMetaArgs(name=model, namespace=namespace, labels=labels(model)),
+        metadata=ObjectMetaArgs(name=name, namespace=namespace, labels=labels(model, track)),
         spec=PodDisruptionBudgetSpecArgs(
             max_unavailable=1,
-            selector=LabelSelectorArgs(match_labels=selector(model)),
+            selector=LabelSelectorArgs(match_labels=selector(name)),
         ),
     )

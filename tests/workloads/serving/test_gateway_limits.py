@@ -24,10 +24,14 @@ from workloads.serving.gateway import ClientRate, GatewayModel
 
 pytest.importorskip("envoy.config.bootstrap.v3.bootstrap_pb2")
 # The typed_config messages the gateway names: importing registers them for `@type`.
+import envoy.config.trace.v3.opentelemetry_pb2
+import envoy.extensions.filters.http.ext_proc.v3.ext_proc_pb2
+import envoy.extensions.filters.http.header_mutation.v3.header_mutation_pb2
 import envoy.extensions.filters.http.local_ratelimit.v3.local_rate_limit_pb2
 import envoy.extensions.filters.http.rbac.v3.rbac_pb2
 import envoy.extensions.filters.http.router.v3.router_pb2
-import envoy.extensions.filters.network.http_connection_manager.v3.http_connection_manager_pb2  # noqa: F401
+import envoy.extensions.filters.network.http_connection_manager.v3.http_connection_manager_pb2
+import envoy.extensions.upstreams.http.v3.http_protocol_options_pb2  # noqa: F401
 from envoy.config.bootstrap.v3 import bootstrap_pb2
 from protoc_gen_validate.validator import ValidationFailed, validate
 
@@ -155,7 +159,11 @@ def test_every_models_gateway_config_passes_envoys_api_schema() -> None:
     engines = serving_engines(cfg, cfg.serving)
     for m in cfg.serving.models:
         model = gateway.gateway_model(
-            m, engines[m.name], cfg.serving.model_clients(m), client_rates(cfg.serving)
+            m,
+            engines[m.name],
+            cfg.serving.model_clients(m),
+            client_rates(cfg.serving),
+            cfg.monitoring.traces_endpoint,
         )
         assert envoy_schema_check(gateway.envoy_config(model, KEYS)) > 50
 
