@@ -186,25 +186,7 @@ class Cluster(pulumi.ComponentResource):
                 opts=child,
             )
 
-        node_role = aws.iam.Role(
-            f"{name}-node",
-            assume_role_policy=service_trust("ec2.amazonaws.com"),
-            description="EKS worker nodes",
-            opts=child,
-        )
-        node_policies = [
-            aws.iam.RolePolicyAttachment(
-                f"{name}-node-{short}",
-                role=node_role.name,
-                policy_arn=f"{_MANAGED}/{policy}",
-                opts=child,
-            )
-            for short, policy in (
-                ("worker", "AmazonEKSWorkerNodePolicy"),
-                ("ecr", "AmazonEC2ContainerRegistryReadOnly"),
-                ("ssm", "AmazonSSMManagedInstanceCore"),
-            )
-        ]
+        node_role, node_policies = node_role_of(name, "EKS worker nodes", child)
 
         # vpc-cni gets its own role through Pod Identity, so the node role
         # carries no ENI-management rights that every pod could borrow.
@@ -312,6 +294,32 @@ class Cluster(pulumi.ComponentResource):
                 "kubeconfig": self.kubeconfig,
             }
         )
+
+
+def node_role_of(
+    name: str, description: str, opts: pulumi.ResourceOptions
+) -> tuple[aws.iam.Role, list[aws.iam.RolePolicyAttachment]]:
+    """The nodes' role `<name>-node` and its three managed policies (worker, ECR read, SSM)."""
+    role = aws.iam.Role(
+        f"{name}-node",
+        assume_role_policy=service_trust("ec2.amazonaws.com"),
+        description=description,
+        opts=opts,
+    )
+    policies = [
+        aws.iam.RolePolicyAttachment(
+            f"{name}-node-{short}",
+            role=role.name,
+            policy_arn=f"{_MANAGED}/{policy}",
+            opts=opts,
+        )
+        for short, policy in (
+            ("worker", "AmazonEKSWorkerNodePolicy"),
+            ("ecr", "AmazonEC2ContainerRegistryReadOnly"),
+            ("ssm", "AmazonSSMManagedInstanceCore"),
+        )
+    ]
+    return role, policies
 
 
 def managed_addon(
@@ -461,25 +469,10 @@ class AdoptedCluster(pulumi.ComponentResource):
         if args.node_role_arn is not None:
             self.node_role_arn = pulumi.Output.from_input(args.node_role_arn)
         else:
-            node_role = aws.iam.Role(
-                f"{name}-node",
-                assume_role_policy=service_trust("ec2.amazonaws.com"),
-                description="EKS worker nodes of this stack's pools",
-                opts=child,
+            node_role, policies = node_role_of(
+                name, "EKS worker nodes of this stack's pools", child
             )
-            node_policies = [
-                aws.iam.RolePolicyAttachment(
-                    f"{name}-node-{short}",
-                    role=node_role.name,
-                    policy_arn=f"{_MANAGED}/{policy}",
-                    opts=child,
-                )
-                for short, policy in (
-                    ("worker", "AmazonEKSWorkerNodePolicy"),
-                    ("ecr", "AmazonEC2ContainerRegistryReadOnly"),
-                    ("ssm", "AmazonSSMManagedInstanceCore"),
-                )
-            ]
+            node_policies = list(policies)
             self.node_role_arn = node_role.arn
             self.created.append(f"node role {name}-node")
 
