@@ -273,16 +273,13 @@ class Cluster(pulumi.ComponentResource):
         self.security_group_id = cluster.vpc_config.cluster_security_group_id
         self.node_role_arn = node_role.arn
         self.certificate_authority = cluster.certificate_authority.data
-        self.kubeconfig = pulumi.Output.all(
-            cluster.name, cluster.endpoint, cluster.certificate_authority.data
-        ).apply(lambda v: _kubeconfig(v[0], v[1], v[2], args.region))
-        self.provider = k8s.Provider(
-            f"{name}-k8s",
-            kubeconfig=self.kubeconfig,
-            # Large CRDs (kube-prometheus-stack) exceed the client-side apply
-            # annotation limit; server-side apply has no such limit.
-            enable_server_side_apply=True,
-            opts=child,
+        self.kubeconfig, self.provider = kubernetes_provider(
+            name,
+            cluster.name,
+            cluster.endpoint,
+            cluster.certificate_authority.data,
+            args.region,
+            child,
         )
         self.register_outputs(
             {
@@ -294,6 +291,29 @@ class Cluster(pulumi.ComponentResource):
                 "kubeconfig": self.kubeconfig,
             }
         )
+
+
+def kubernetes_provider(
+    name: str,
+    cluster_name: pulumi.Input[str],
+    endpoint: pulumi.Input[str],
+    ca_data: pulumi.Input[str],
+    region: str,
+    opts: pulumi.ResourceOptions,
+) -> tuple[pulumi.Output[str], k8s.Provider]:
+    """The kubeconfig of a cluster, created or adopted, and the provider `<name>-k8s` on it."""
+    kubeconfig = pulumi.Output.all(cluster_name, endpoint, ca_data).apply(
+        lambda v: _kubeconfig(v[0], v[1], v[2], region)
+    )
+    provider = k8s.Provider(
+        f"{name}-k8s",
+        kubeconfig=kubeconfig,
+        # Large CRDs (kube-prometheus-stack) exceed the client-side apply
+        # annotation limit; server-side apply has no such limit.
+        enable_server_side_apply=True,
+        opts=opts,
+    )
+    return kubeconfig, provider
 
 
 def node_role_of(
@@ -543,14 +563,8 @@ class AdoptedCluster(pulumi.ComponentResource):
         self.endpoint = pulumi.Output.from_input(args.endpoint)
         self.version = pulumi.Output.from_input(args.version)
         self.security_group_id = pulumi.Output.from_input(args.security_group_id)
-        self.kubeconfig = pulumi.Output.all(
-            cluster_name, args.endpoint, args.certificate_authority_data
-        ).apply(lambda v: _kubeconfig(v[0], v[1], v[2], args.region))
-        self.provider = k8s.Provider(
-            f"{name}-k8s",
-            kubeconfig=self.kubeconfig,
-            enable_server_side_apply=True,
-            opts=child,
+        self.kubeconfig, self.provider = kubernetes_provider(
+            name, cluster_name, args.endpoint, args.certificate_authority_data, args.region, child
         )
         self.register_outputs(
             {
