@@ -1,11 +1,12 @@
-"""Launch templates and managed node groups shared by the system pool and GPU pools.
+"""Launch templates and managed node groups shared by the system pool, GPU and CPU pools.
 
-Both kinds of pool get the same floor: an encrypted gp3 root volume, IMDSv2
+Every kind of pool gets the same floor: an encrypted gp3 root volume, IMDSv2
 only (hop limit 1, so pods cannot borrow the node role), tags that reach the
 instances and volumes the Auto Scaling group launches (provider default tags
 do not), and a node group that leaves `desiredSize` to autoscalers after
-creation. Elastic pools also tag their Auto Scaling group for the Cluster
-Autoscaler (`NodeTemplate`, `autoscaling_group_tags`).
+creation. Elastic pools (GPU pools with `elastic`, every CPU pool) also tag
+their Auto Scaling group for the Cluster Autoscaler (`NodeTemplate`,
+`autoscaling_group_tags`).
 """
 
 from __future__ import annotations
@@ -190,8 +191,10 @@ def managed_node_group(
     taints: Sequence[aws.eks.NodeGroupTaintArgs] = (),
     auto_repair: bool = True,
     wait_for: Sequence[pulumi.Resource] = (),
+    node_group_name: str | None = None,
 ) -> aws.eks.NodeGroup:
-    """An EKS managed node group on `template`.
+    """An EKS managed node group on `template`, named `node_group_name` in EKS (default
+    `name`).
 
     `instance_type` None: the template names it (Capacity Blocks: EKS refuses a
     capacity-block group with `instanceTypes`). `wait_for` holds ordering edges that
@@ -200,7 +203,7 @@ def managed_node_group(
     """
     return aws.eks.NodeGroup(
         name,
-        node_group_name=name,
+        node_group_name=node_group_name or name,
         cluster_name=cluster_name,
         version=cluster_version,
         node_role_arn=node_role_arn,

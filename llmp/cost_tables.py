@@ -229,6 +229,8 @@ def _pools_tables(cost: dict[str, Any]) -> Iterator[Any]:
     # An adopted cluster's system nodes are its owner's: no row (they are not billed here).
     rows = [("system", cost["system_pool"], None)] if cost.get("system_pool") else []
     rows += [(n, cost["node_pools"][n], modes.get(n)) for n in sorted(cost["node_pools"])]
+    cpu_pools = cost.get("cpu_pools") or {}
+    rows += [(f"{n} (cpu)", cpu_pools[n], None) for n in sorted(cpu_pools)]
 
     sizes = Table(
         title="node pools (nodes at min/desired/max size; $/hour of the pool)",
@@ -277,11 +279,14 @@ def _pools_tables(cost: dict[str, Any]) -> Iterator[Any]:
             entry = (pool_modes or {}).get(mode)
             return _unit_price(entry["usd_per_instance_hour"]) if entry else "-"
 
+        # The system and CPU pools are priced at their own capacity type only.
+        own = pool["capacity_type"] if not pool_modes else None
+        price = _unit_price(pool["usd_per_instance_hour"])
         prices.add_row(
             name,
             pool["instance_type"],
-            per_node("on_demand") if pool_modes else _unit_price(pool["usd_per_instance_hour"]),
-            per_node("spot"),
+            price if own == "ON_DEMAND" else per_node("on_demand"),
+            price if own == "SPOT" else per_node("spot"),
             per_node("capacity_block"),
         )
     notes = []
@@ -293,7 +298,7 @@ def _pools_tables(cost: dict[str, Any]) -> Iterator[Any]:
         notes.append(
             f"cap. block: capacity block, catalog price, {block['region']}, {block['as_of']}"
         )
-    unpriced = "-: the system pool is priced at its own capacity type only"
+    unpriced = "-: the system and CPU pools are priced at their own capacity type only"
     if any(m.get("capacity_block_unavailable") for m in modes.values()):
         unpriced += "; no Capacity Block price in the catalog for that type"
     notes.append(unpriced)

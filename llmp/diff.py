@@ -112,17 +112,18 @@ def cost_delta(base: Plan | None, head: Plan | None) -> dict[str, list[CostLine]
         CostLine(label, side(a, missing_a, p), side(b, missing_b, p)) for p, label in _COST_MEASURES
     ]
     pools: list[CostLine] = []
-    pool_names = sorted(set(a.get("node_pools") or {}) | set(b.get("node_pools") or {}))
-    for pool in pool_names:
-        for size in ("desired", "max"):
-            path = f"node_pools.{pool}.usd_per_hour.{size}"
-            line = CostLine(
-                f"pool {pool}, $/h at {size}",
-                _number(at_path(a, path)),
-                _number(at_path(b, path)),
-            )
-            if line.base != line.head:
-                pools.append(line)
+    for section in ("node_pools", "cpu_pools"):
+        pool_names = sorted(set(a.get(section) or {}) | set(b.get(section) or {}))
+        for pool in pool_names:
+            for size in ("desired", "max"):
+                path = f"{section}.{pool}.usd_per_hour.{size}"
+                line = CostLine(
+                    f"pool {pool}, $/h at {size}",
+                    _number(at_path(a, path)),
+                    _number(at_path(b, path)),
+                )
+                if line.base != line.head:
+                    pools.append(line)
     comps_a, comps_b = _component_costs(a), _component_costs(b)
     components = [
         CostLine(f"component {name}, $/month", comps_a.get(name), comps_b.get(name))
@@ -200,7 +201,9 @@ def transition_costs(diff: PlanDiff, base: Plan | None, head: Plan | None) -> li
         return []
     recovery = catalog().recovery
     minutes = recovery.creation_minutes[NODE_GROUP].minutes if recovery else 0.0
-    pools = _cost_of(base).get("node_pools") or {}
+    cost_of_base = _cost_of(base)
+    # GPU and CPU pools (cpu_pools) by pool label: their names never collide.
+    pools = {**(cost_of_base.get("node_pools") or {}), **(cost_of_base.get("cpu_pools") or {})}
     out = []
     for r in diff.replacements:
         if r.type != NODE_GROUP or r.order is None or r.urn not in base.by_urn:

@@ -20,6 +20,7 @@ from program import args
 from spec.catalog import catalog
 from spec.errors import MISSING, ConfigError
 from spec.platform import PlatformConfig
+from spec.pools import CpuPoolConfig, NodePoolConfig
 from spec.sharing import TEAM_NAME
 
 ENDPOINT_FROM_CONFIG = "config"
@@ -186,11 +187,15 @@ POD_ADDRESSES_PER_NODE = 30
 
 
 def addresses_needed(cfg: PlatformConfig) -> dict[str, dict[str, Any]]:
-    """AZ -> the addresses the stack's pools take there at max size, and how."""
+    """AZ -> the addresses the stack's GPU and CPU pools take there at max size, and how."""
     out: dict[str, dict[str, Any]] = {}
-    for name, pool in cfg.node_pools.items():
+    pools: list[tuple[str, NodePoolConfig | CpuPoolConfig, bool]] = [
+        (name, pool, pool.efa) for name, pool in cfg.node_pools.items()
+    ]
+    pools += [(name, pool, False) for name, pool in cfg.cpu_pools.items()]
+    for name, pool, efa in pools:
         zones = cfg.pool_zones(pool)
-        per_node = _addresses_per_node(pool.instance_type, pool.efa)
+        per_node = _addresses_per_node(pool.instance_type, efa)
         # A pool over several AZs may land all its nodes in one of them.
         for zone in zones:
             entry = out.setdefault(zone, {"addresses": 0, "pools": []})

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from components.addons import AddonsArgs
 from components.checkpoint_milestones import CheckpointMilestonesArgs
 from components.cluster import ClusterArgs, SystemPool
+from components.cpu_node_pool import CpuNodePoolArgs
 from components.gpu_node_pool import GpuNodePoolArgs
 from components.image_repository import ImageRepositoryArgs
 from components.lustre import LustreFileSystemArgs
@@ -44,9 +45,10 @@ from monitoring.alertmanager import PLATFORM, Audience
 from spec.catalog import catalog
 from spec.errors import MISSING, ConfigError
 from spec.images import RELEASE_TAG_PREFIX, ImagesConfig, TrainerImageRef, is_repository_name
+from spec.labels import TEAM_LABEL
 from spec.monitoring import MonitoringConfig, StragglerWatchConfig
 from spec.platform import PlatformConfig
-from spec.pools import NodePoolConfig, PoolSizes
+from spec.pools import CpuPoolConfig, NodePoolConfig, PoolSizes
 from spec.serving import EnginePlan, ServingConfig, engine_plan
 from spec.storage import BucketConfig, LustreConfig, StorageConfig
 from spec.tenancy import TenantConfig
@@ -111,6 +113,23 @@ def gpu_pool_args(name: str, pool: NodePoolConfig, **from_components: Any) -> Gp
         size=pool_size(pool),
         placement_group=pool.uses_placement_group,
         hugepages_2mi_mib=pool.hugepages_2mi_reserved,
+        **from_components,
+    )
+
+
+def cpu_pool_args(
+    name: str, pool: CpuPoolConfig, team: str = "", **from_components: Any
+) -> CpuNodePoolArgs:
+    """`team`: a team stack's name on a shared cluster: its nodes carry the team label (as
+    its GPU pools' do) and its EKS node group is named after the team, since EKS names are
+    unique per cluster. `from_components`: the cluster's and the network's outputs."""
+    return shared(
+        pool,
+        CpuNodePoolArgs,
+        pool_name=name,
+        size=pool_size(pool),
+        labels={TEAM_LABEL: team} if team else {},
+        node_group_name=f"{team}-cpu-{name}-nodes" if team else None,
         **from_components,
     )
 
@@ -207,10 +226,11 @@ def node_autoscaler_args(
     cluster_name: pulumi.Input[str],
     system_nodes: Sequence[pulumi.Resource],
 ) -> NodeAutoscalerArgs | None:
-    """The Cluster Autoscaler's args where some pool is elastic; None where every pool is
-    fixed (nothing to scale, so nothing installed). A shared stack installs it for the
-    elastic pools of its team stacks, which it discovers by their tags."""
-    if not cfg.share_outputs and not any(p.elastic for p in cfg.node_pools.values()):
+    """The Cluster Autoscaler's args where some pool is elastic (every CPU pool is); None
+    where every pool is fixed (nothing to scale, so nothing installed). A shared stack
+    installs it for the elastic pools of its team stacks, which it discovers by their tags."""
+    elastic = cfg.cpu_pools or any(p.elastic for p in cfg.node_pools.values())
+    if not cfg.share_outputs and not elastic:
         return None
     return NodeAutoscalerArgs(
         cluster_name=cluster_name, region=cfg.region, system_nodes=list(system_nodes)

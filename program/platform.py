@@ -1,6 +1,6 @@
 """Composition: validated config -> components -> stack outputs.
 
-Network -> Cluster (control plane, system pool, core add-ons) -> GPU pools;
+Network -> Cluster (control plane, system pool, core add-ons) -> GPU and CPU pools;
 Kubernetes objects go through the provider built from the cluster's outputs.
 Every edge is a real data dependency or a named ordering constraint
 (see `Cluster.node_ready_after`): the longest chain is the time to rebuild
@@ -15,6 +15,7 @@ import pulumi_aws as aws
 from components.addons import Addons
 from components.checkpoint_milestones import CheckpointMilestones
 from components.cluster import Cluster
+from components.cpu_node_pool import CpuNodePool
 from components.gpu_node_pool import GpuNodePool
 from components.image_repository import ImageRepository
 from components.inference_router import InferenceRouter, InferenceRouterArgs
@@ -105,6 +106,26 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             ),
             on_aws,
         )
+
+    # Data work's CPU pools: beside the GPU pools, on the same role and ordering edges.
+    cpu_pools = {
+        pool_name: CpuNodePool(
+            f"cpu-{pool_name}",
+            args.cpu_pool_args(
+                pool_name,
+                pool,
+                team,
+                cluster_name=cluster.name,
+                cluster_version=cluster.version,
+                node_role_arn=cluster.node_role_arn,
+                subnet_ids=[private_subnets[z] for z in cfg.pool_zones(pool)],
+                wait_for=cluster.node_ready_after,
+                tags=tags,
+            ),
+            on_aws,
+        )
+        for pool_name, pool in cfg.cpu_pools.items()
+    }
 
     # The trainer image's registry needs nothing of the cluster, and the nodes pull from it
     # through the node role's AmazonEC2ContainerRegistryReadOnly (components/cluster.py).
@@ -406,6 +427,8 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         "node_pools",
         {name: pool.node_group_name for name, pool in pools.items()},
     )
+    if cpu_pools:
+        pulumi.export("cpu_pools", {name: pool.node_group_name for name, pool in cpu_pools.items()})
     pulumi.export("tenants", dict(tenancy.namespaces))
     if trainer_images is not None:
         # Where .github/workflows/trainer-image.yml pushes, and what job files name:

@@ -8,7 +8,8 @@ cost model and the operator's checks: one name, defined once.
 from __future__ import annotations
 
 POOL_LABEL = "llm-platform/pool"
-"""Node label (and launch-template tag): the pool a node belongs to; `system` for the CPU pool."""
+"""Node label (and launch-template tag): the pool a node belongs to; `system` for the system
+pool, the pool's name for GPU pools (`node_pools`) and CPU pools (`cpu_pools`)."""
 TEAM_LABEL = "llm-platform/team"
 """Node label of a team stack's pools on a shared cluster (`shared_stack.team`): its Kueue
 flavors select it, so a team's jobs land on its own nodes only."""
@@ -26,6 +27,11 @@ PART_OF = {"app.kubernetes.io/part-of": "llm-platform"}
 """Every Kubernetes object the platform makes carries this label."""
 SCRAPE_LABEL = "llm-platform/scrape"
 """Service label: "true" where Prometheus scrapes the Service's `metrics` port (model servers)."""
+CPU_POOL_TAINT = "llm-platform/cpu-pool"
+"""Node taint key (value the pool's name, effect NoSchedule) of a CPU pool's nodes
+(`cpu_pools.<name>`): only pods that tolerate it and select the pool by `POOL_LABEL` (data
+jobs' Ray workers) land there, so add-ons stay on the system pool and data work does not
+crowd them. The Cluster Autoscaler is told the taint while the pool has no nodes."""
 QUARANTINE_TAINT = "llm-platform/quarantined"
 """Node taint key (effect NoSchedule) of a node taken out of service: by NVSentinel for a GPU
 fault (value `gpu-fault`), by `llmp stragglers --quarantine` for a persistently slow node

@@ -7,6 +7,8 @@ gateway, no GPU nodes running until a pool asks for them.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import Field, field_validator, model_validator
 
 from spec.base import POOL_NAME, Section, known_region
@@ -17,7 +19,7 @@ from spec.images import ImagesConfig
 from spec.keys import REGION_KEY
 from spec.monitoring import MonitoringConfig
 from spec.network import NetworkConfig, TagsConfig
-from spec.pools import NodePoolConfig, SystemPoolConfig
+from spec.pools import CpuPoolConfig, NodePoolConfig, SystemPoolConfig
 from spec.serving import ServingConfig, ServingModelConfig, engine_plan
 from spec.sharing import SharedStackConfig
 from spec.storage import AdoptionConfig, StorageConfig
@@ -30,6 +32,10 @@ from spec.tenancy import (
     TenantConfig,
 )
 
+SYSTEM_POOL = "system"
+"""The system pool's `llm-platform/pool` label value: no other pool may take it."""
+CPU_POOL_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,29}[a-z0-9])?$")
+
 
 class PlatformConfig(Section):
     """Everything under the `llm-platform:` namespace, plus `aws:region`."""
@@ -41,6 +47,12 @@ class PlatformConfig(Section):
     system_pool: SystemPoolConfig = Field(default_factory=SystemPoolConfig)
     node_pools: dict[str, NodePoolConfig] = Field(
         default_factory=dict, description="Accelerated node groups by name."
+    )
+    cpu_pools: dict[str, CpuPoolConfig] = Field(
+        default_factory=dict,
+        description="Tainted CPU node groups for data work by name, autoscaled from "
+        "min_size; pods select one by `llm-platform/pool` and tolerate "
+        "`llm-platform/cpu-pool`, and Kueue admits them in the tenant's `cpu` flavor.",
     )
     storage: StorageConfig | None = Field(None, description="Buckets and file systems.")
     guardrails: GuardrailsConfig = Field(default_factory=lambda: GuardrailsConfig())
@@ -93,6 +105,23 @@ class PlatformConfig(Section):
                 )
         return v
 
+    @field_validator("cpu_pools")
+    @classmethod
+    def _cpu_pool_names(cls, v: dict[str, CpuPoolConfig]) -> dict[str, CpuPoolConfig]:
+        for name in v:
+            if not CPU_POOL_NAME.match(name):
+                raise FieldError(
+                    (name,),
+                    name,
+                    "CPU pool names are DNS labels: lowercase letters, digits and '-', up to "
+                    "31, starting with a letter and ending with a letter or digit",
+                )
+            if name == SYSTEM_POOL:
+                raise FieldError(
+                    (name,), name, "is the system pool's label; name the CPU pool otherwise"
+                )
+        return v
+
     @model_validator(mode="after")
     def _placement(self) -> PlatformConfig:
         zones = self.network.availability_zones
@@ -108,6 +137,21 @@ class PlatformConfig(Section):
                 if zone not in zones:
                     raise FieldError(
                         ("node_pools", name, "availability_zones", i),
+                        zone,
+                        f"not one of network.availability_zones ({', '.join(zones)})",
+                    )
+        for name, cpu_pool in self.cpu_pools.items():
+            if name in self.node_pools:
+                raise FieldError(
+                    ("cpu_pools", name),
+                    name,
+                    "is also a node_pools name: both label their nodes llm-platform/pool, so "
+                    "give the CPU pool another name",
+                )
+            for i, zone in enumerate(cpu_pool.availability_zones or []):
+                if zone not in zones:
+                    raise FieldError(
+                        ("cpu_pools", name, "availability_zones", i),
                         zone,
                         f"not one of network.availability_zones ({', '.join(zones)})",
                     )
@@ -459,5 +503,5 @@ class PlatformConfig(Section):
                 )
             named[name] = key
 
-    def pool_zones(self, pool: NodePoolConfig) -> list[str]:
+    def pool_zones(self, pool: NodePoolConfig | CpuPoolConfig) -> list[str]:
         return pool.availability_zones or list(self.network.availability_zones)

@@ -1,4 +1,5 @@
-"""`system_pool` and `node_pools`: the CPU pool and the accelerated managed node groups."""
+"""`system_pool`, `node_pools` and `cpu_pools`: the add-ons' CPU pool, the accelerated
+managed node groups, and the tainted, autoscaled CPU pools of data work."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from spec.errors import MISSING, FieldError, sorted_names
 
 
 class PoolSizes(Section):
-    """Sizes and update settings shared by the system pool and the GPU pools."""
+    """Sizes and update settings shared by the system pool, the GPU pools and the CPU pools."""
 
     min_size: int = Field(0, ge=0, description="Fewest nodes.")
     desired_size: int = Field(0, ge=0, description="Nodes at creation; autoscalers move it later.")
@@ -121,7 +122,9 @@ class NodePoolConfig(PoolSizes):
     @classmethod
     def _accelerated(cls, v: str) -> str:
         if not catalog().instance(v).accelerator:
-            raise ValueError("has no accelerator; CPU nodes belong in system_pool")
+            raise ValueError(
+                "has no accelerator; CPU nodes belong in cpu_pools (system_pool: add-ons)"
+            )
         return v
 
     @field_validator("capacity_reservation_id")
@@ -198,3 +201,80 @@ class NodePoolConfig(PoolSizes):
         if self.placement_group is not None:
             return self.placement_group
         return self.efa and self.capacity_reservation_id is None
+
+
+CpuCapacityType = Literal["ON_DEMAND", "SPOT"]
+
+
+class CpuPoolConfig(PoolSizes):
+    """One CPU managed node group for data work (`cpu_pools.<name>`): text cleaning, dedup,
+    tokenization on Ray (KubeRay) workers.
+
+    Always elastic: the Cluster Autoscaler scales it from `min_size` (default 0) up to
+    `max_size` as pods that select it pend, and back once they are gone. Its nodes carry
+    the label `llm-platform/pool=<name>` and the taint `llm-platform/cpu-pool=<name>:
+    NoSchedule`, so only pods that tolerate the taint and select the pool land there, and
+    the add-ons keep the system pool. Such pods are admitted by Kueue in the tenant's `cpu`
+    flavor and counted against `tenants.<t>.cpu` and `memory_gib`.
+
+    The quota is not capped at what the CPU pools hold: `tenants.<t>.cpu` is also the
+    namespace's ResourceQuota, which the CPU requests of the tenant's GPU pods count
+    against, and the `cpu` flavor (no node labels) spans the system pool and every CPU pool.
+    The pool's `max_size` bounds the nodes: pods of an admitted job beyond it stay Pending
+    until nodes free up (a Ray job runs on the workers it has meanwhile).
+    """
+
+    instance_type: str = Field(description="A CPU instance type from the catalog.")
+    max_size: int = Field(ge=1, description="Most nodes the autoscaler may run (budget cap).")
+    capacity_type: CpuCapacityType = Field(
+        "ON_DEMAND",
+        description=(
+            "ON_DEMAND or SPOT; SPOT suits restartable data work (Ray retries the tasks of a "
+            "lost node) and needs checkpointing: true."
+        ),
+    )
+    checkpointing: bool = Field(
+        False,
+        description=(
+            "Jobs on this pool resume after losing a node (label `llm-platform/checkpointing`); "
+            "required of SPOT pools (the policy pack's spot-requires-checkpointing)."
+        ),
+    )
+    availability_zones: list[str] | None = Field(
+        None,
+        description="AZs of the pool's subnets; default every AZ of the network (CPU work "
+        "needs no single-AZ fabric).",
+    )
+
+    _instance = field_validator("instance_type")(known_instance)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _cpu_only(cls, v: str) -> str:
+        if catalog().instance(v).accelerator:
+            raise ValueError("is an accelerated type; accelerated pools belong in node_pools")
+        return v
+
+    @model_validator(mode="after")
+    def _elastic(self) -> CpuPoolConfig:
+        if self.min_size == self.max_size:
+            raise FieldError(
+                ("max_size",),
+                self.max_size,
+                f"a CPU pool is autoscaled from min_size; min_size = max_size = {self.max_size} "
+                "leaves it nothing to scale: raise max_size above min_size",
+            )
+        if self.capacity_type == "SPOT" and not self.checkpointing:
+            raise FieldError(
+                ("checkpointing",),
+                False,
+                "a SPOT pool loses nodes at two minutes' notice: set true once its jobs "
+                "resume after losing a node (Ray Data retries lost tasks), or use ON_DEMAND",
+            )
+        if self.availability_zones is not None and not self.availability_zones:
+            raise FieldError(
+                ("availability_zones",),
+                [],
+                "name at least one AZ, or remove the key for every AZ of the network",
+            )
+        return self

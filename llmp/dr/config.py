@@ -255,6 +255,15 @@ def _zones(rc: RecoveryConfig, options: RecoveryOptions) -> None:
             why = "same position in the zone list"
             rc.rewrite(f"node_pools.{name}.availability_zones", pool.availability_zones, zones, why)
     rc.update(node_pools=pools)
+    cpu_pools = dict(rc.cfg.cpu_pools)
+    for name, cpu_pool in cpu_pools.items():
+        if cpu_pool.availability_zones:
+            zones = [rc.zone_map[z] for z in cpu_pool.availability_zones]
+            cpu_pools[name] = cpu_pool.model_copy(update={"availability_zones": zones})
+            why = "same position in the zone list"
+            key = f"cpu_pools.{name}.availability_zones"
+            rc.rewrite(key, cpu_pool.availability_zones, zones, why)
+    rc.update(cpu_pools=cpu_pools)
 
 
 def _adopted(rc: RecoveryConfig) -> None:

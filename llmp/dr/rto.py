@@ -306,6 +306,7 @@ def quota_needs(cfg: PlatformConfig) -> tuple[list[QuotaNeed], list[str]]:
     system = cfg.system_pool
     pools = [("system pool", system.instance_type, "ON_DEMAND", system.max_size)]
     pools += [(n, p.instance_type, p.capacity_type, p.max_size) for n, p in cfg.node_pools.items()]
+    pools += [(n, p.instance_type, p.capacity_type, p.max_size) for n, p in cfg.cpu_pools.items()]
     for name, instance_type, capacity, max_size in pools:
         if capacity == "CAPACITY_BLOCK":
             unquoted.append(name)

@@ -12,7 +12,7 @@ its root volumes, the buckets with their lifecycle and replication, the file
 system, the monitoring stack's volume and requests, the serving load balancer
 and its WAF. Only the data the buckets hold comes from the stack file, since
 no resource says it (`Usage`). The estimate is built per top-level component
-(`network`, `cluster`, `gpu-<pool>`, `storage`, ...), each with the priced
+(`network`, `cluster`, `gpu-<pool>`, `cpu-<pool>`, `storage`, ...), each with the priced
 lines it is made of, so a reviewer can follow every dollar to a quantity and
 a unit price. Monthly figures are at the pools' desired size; hourly figures
 (`usd_per_hour`) are the instance-hours at min, desired and max size plus the
@@ -90,6 +90,7 @@ def _components(
     """One entry per top-level component the stack declares, in declaration order."""
     hours = catalog().hours_per_month
     pools = {g.component: g for g in f.gpu_pools}
+    cpu_pools = {g.component: g for g in f.cpu_pools}
     out = []
     for name in f.components:
         if name == "network":
@@ -98,6 +99,8 @@ def _components(
             out.append(priced_components.cluster(f, prices, hours))
         elif name in pools:
             out.append(priced_components.gpu_pool(pools[name], prices, hours))
+        elif name in cpu_pools:
+            out.append(priced_components.cpu_pool(cpu_pools[name], prices, hours))
         elif name == "storage" and storage is not None:
             out.append(priced_components.storage(f, storage, usage))
         elif name == "lustre" and f.lustre is not None and storage is not None:
@@ -216,8 +219,9 @@ def _group(group: NodeGroup, price: float, extra: dict[str, Any]) -> dict[str, A
 def estimate(
     declared: Iterable[Declared], usage: Usage | None = None, prices: PriceBook = CATALOG_PRICES
 ) -> dict[str, Any]:
-    """The stack's `cost` output: per component, GPU against overhead, hourly at min/desired/
-    max pool sizes, each GPU pool under every pricing mode, and where the prices come from.
+    """The stack's `cost` output: per component, GPU against overhead (CPU pools are
+    overhead), hourly at min/desired/max pool sizes, each GPU pool under every pricing mode,
+    and where the prices come from.
     `usage`: what the buckets hold (`usage_of(cfg)`); none: empty buckets."""
     usage = usage or Usage()
     cat = catalog()
@@ -229,6 +233,9 @@ def estimate(
         price = priced_components.pool_hourly_price(g, prices)
         gpus = {"accelerators_at_max": cat.instance(g.instance_type).gpu_count * g.max_size}
         pools[g.pool] = _group(g, price, gpus)
+    cpu_pools = {
+        g.pool: _group(g, priced_components.pool_hourly_price(g, prices), {}) for g in f.cpu_pools
+    }
     system = f.system_pool
     system_pool = (
         _group(system, prices.on_demand(system.instance_type), {}) if system is not None else {}
@@ -236,7 +243,7 @@ def estimate(
     fixed = _hourly_fixed(f)
 
     def hourly(size: str) -> float:
-        scaled = [system_pool, *pools.values()] if system_pool else list(pools.values())
+        scaled = [*([system_pool] if system_pool else []), *pools.values(), *cpu_pools.values()]
         return round(sum(fixed.values()) + sum(p["usd_per_hour"][size] for p in scaled), 2)
 
     storage = storage_estimate(f, usage) if "storage" in f.components else None
@@ -280,6 +287,9 @@ def estimate(
         "usd_per_month_with_storage": total,
         "not_estimated": not_estimated,
     }
+    if cpu_pools:
+        # Only where the stack has some, so stacks without them keep their output as it was.
+        out["cpu_pools"] = cpu_pools
     if f.not_priced:
         out["not_priced"] = [
             {

@@ -196,6 +196,34 @@ def gpu_pool(group: NodeGroup, prices: PriceBook, hours: int) -> Component:
     )
 
 
+def cpu_pool(group: NodeGroup, prices: PriceBook, hours: int) -> Component:
+    """A CPU pool of data work: the autoscaler runs it between min and max size, so the
+    month is priced at desired size (its min at creation) and the note gives both ends."""
+    price = pool_hourly_price(group, prices)
+    notes = [
+        f"autoscaled: {group.min_size} to {group.max_size} nodes, "
+        f"${group.min_size * price:,.2f}/h at min, ${group.max_size * price:,.2f}/h at max"
+    ]
+    if group.capacity_type == "SPOT":
+        notes.append(
+            f"spot priced at the catalog's assumed {catalog().spot_discount_assumption:.0%} "
+            "discount off on-demand; spot prices float"
+        )
+    return Component(
+        group.component,
+        [
+            priced(
+                f"{group.desired_size} x {group.instance_type} {_MODE_WORDS[group.capacity_type]}",
+                group.desired_size * hours,
+                "instance-hour",
+                price,
+            ),
+            _root_volumes("root volumes", group),
+        ],
+        note="; ".join(notes),
+    )
+
+
 def storage(f: Facts, estimate: dict[str, Any], usage: Usage) -> Component:
     prices = catalog()
     by_key = {u.key: (u, b) for u, b in primaries(f, usage)}

@@ -19,7 +19,7 @@ from typing import Any
 from monitoring import charts as monitoring_component
 from program.ledger import COMPUTED, Declared
 from spec.catalog import catalog
-from spec.labels import POOL_LABEL
+from spec.labels import CPU_POOL_TAINT, POOL_LABEL
 
 HELM = "kubernetes:helm.sh/v3:Release"
 INGRESS = "kubernetes:networking.k8s.io/v1:Ingress"
@@ -114,6 +114,8 @@ class NodeGroup:
     desired_size: int
     max_size: int
     disk_gib: int
+    cpu_pool: bool = False
+    """A CPU pool of data work (`cpu_pools`: tainted `llm-platform/cpu-pool`), not a GPU pool."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,12 @@ class Facts:
 
     @property
     def gpu_pools(self) -> list[NodeGroup]:
-        return [g for g in self.node_groups if g.pool != "system"]
+        """The `node_pools` groups (accelerated)."""
+        return [g for g in self.node_groups if g.pool != "system" and not g.cpu_pool]
+
+    @property
+    def cpu_pools(self) -> list[NodeGroup]:
+        return [g for g in self.node_groups if g.cpu_pool]
 
 
 def _known(value: Any) -> Any:
@@ -201,6 +208,7 @@ def _node_group(r: Declared, templates: Mapping[tuple[str, str], Declared]) -> N
     scaling = inputs.get("scalingConfig") or {}
     mappings = template_inputs.get("blockDeviceMappings") or [{}]
     labels = inputs.get("labels") or {}
+    taints = inputs.get("taints") or []
     return NodeGroup(
         component=r.component,
         pool=str(labels.get(POOL_LABEL) or r.component),
@@ -210,6 +218,7 @@ def _node_group(r: Declared, templates: Mapping[tuple[str, str], Declared]) -> N
         desired_size=_int(scaling.get("desiredSize")),
         max_size=_int(scaling.get("maxSize")),
         disk_gib=_int((mappings[0].get("ebs") or {}).get("volumeSize")),
+        cpu_pool=any(isinstance(t, Mapping) and t.get("key") == CPU_POOL_TAINT for t in taints),
     )
 
 

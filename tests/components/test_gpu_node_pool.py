@@ -263,7 +263,9 @@ def test_the_tags_name_the_node_groups_own_auto_scaling_group(plans) -> None:
 
 
 def test_a_fixed_pool_tags_nothing(plans, synth) -> None:
-    assert not plans("pretrain").by_type(TAG)
+    # pretrain's two GPU pools are fixed: only its CPU pool (always elastic) tags its group.
+    tagged = {r.parent.rsplit("::", 1)[1] for r in plans("pretrain").by_type(TAG)}
+    assert tagged == {"cpu-data"}
     raw = with_section("finetune", "node_pools", {"h100": {"elastic": False}})
     plan = synth(raw)
     assert asg_tags(plan, "h100") == {}

@@ -172,8 +172,9 @@ def test_the_provisioning_request_crd_comes_first_for_the_autoscaler_and_kueue(p
     assert crd.urn in plan.one(RELEASE, "addons-kueue").dependencies
 
 
-def test_a_stack_of_fixed_pools_gets_no_autoscaler(plans) -> None:
-    plan = plans("pretrain")
+def test_a_stack_of_fixed_pools_gets_no_autoscaler(synth) -> None:
+    # pretrain without its CPU pool (CPU pools are always elastic): two fixed GPU pools.
+    plan = synth({**raw_stack("pretrain"), "llm-platform:cpu_pools": {}})
     assert not [r for r in plan.resources if r.name.startswith(NAME)]
     assert not plan.by_type("aws:autoscaling/tag:Tag")
     kinds = {m["kind"] for m in plan.manifests()}
@@ -181,7 +182,7 @@ def test_a_stack_of_fixed_pools_gets_no_autoscaler(plans) -> None:
 
 
 def test_one_elastic_pool_is_enough_to_install_it(synth) -> None:
-    raw = raw_stack("pretrain")
+    raw = {**raw_stack("pretrain"), "llm-platform:cpu_pools": {}}
     pools = raw["llm-platform:node_pools"]
     pools["h100-block"] = {**pools["h100-block"], "elastic": True}
     plan = synth(raw)

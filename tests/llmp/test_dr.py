@@ -805,7 +805,9 @@ def test_rpo_without_rtc_or_replication() -> None:
 def test_quotas_cover_the_pools_at_max_size(recovery: dr.DrPlan) -> None:
     by_code = {q.code: q for q in recovery.quotas}
     assert by_code["L-417A185B"].vcpus == 16 * catalog().instance("p5.48xlarge").vcpus
-    assert by_code["L-1216C47A"].pools == ["system pool"]
+    # The CPU pool data (m7i.4xlarge, max 8) shares the standard instances' quota.
+    assert by_code["L-1216C47A"].pools == ["system pool", "data"]
+    assert by_code["L-1216C47A"].vcpus == (6 + 8) * catalog().instance("m7i.4xlarge").vcpus
 
 
 # ---------------------------------------------------------------------------

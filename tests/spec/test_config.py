@@ -288,7 +288,9 @@ def test_unsupported_kubernetes_version() -> None:
 
 def test_cpu_type_in_a_gpu_pool_and_gpu_type_in_the_system_pool() -> None:
     raw = with_section("finetune", "node_pools", {"h100": {"instance_type": "m7i.4xlarge"}})
-    assert config_error(raw).endswith("has no accelerator; CPU nodes belong in system_pool")
+    assert config_error(raw).endswith(
+        "has no accelerator; CPU nodes belong in cpu_pools (system_pool: add-ons)"
+    )
     raw = with_section("finetune", "system_pool", {"instance_type": "p4d.24xlarge"})
     assert config_error(raw).endswith(
         "is an accelerated type; the system pool runs CPU add-ons only"
