@@ -85,10 +85,19 @@ Owns (each behind a flag of the `addons` config section):
   version, kept in `components/policies/`. `clusterName`, `region` and `vpcId`
   are set explicitly: nodes keep the IMDS hop limit at 1, so the controller's
   pod cannot discover them.
+- **KubeRay operator** (`kuberay-operator` chart, `kuberay-system` namespace, CRDs from the
+  chart): the RayJobs of `llmp job` data kinds (workloads/jobs/rayjob.py). Its own requests
+  equal its limits, on the system pool; its control-plane metrics on (the chart's
+  ServiceMonitor off: that CRD comes with Monitoring, built after the add-ons; the Ray pods'
+  own metrics are Monitoring's `ray` PodMonitor). No batch scheduler: Kueue admits a RayJob
+  whole (head, workers and the submitter as pod sets of one Workload), so a second gang
+  scheduler (Volcano, YuniKorn) would only race it. Kueue's `ray.io/rayjob` integration
+  needs nothing of the operator's config: it suspends and unsuspends the RayJob and builds
+  its pod sets from `rayClusterSpec`.
 - **metrics-server**.
 
 Ordering: Helm releases whose controller is a Deployment (operator, Kueue,
-LBC, metrics-server, training-operator, cert-manager, NVSentinel) wait for the
+LBC, metrics-server, training-operator, KubeRay, cert-manager, NVSentinel) wait for the
 system pool, since helm waits for their pods; NVSentinel also waits for
 cert-manager (its certificates) and the GPU operator (its DCGM); the EFA plugin
 is a DaemonSet alone and needs no node to install. Kueue's custom resources
@@ -111,7 +120,7 @@ import yaml
 
 from components.helm import pinned_release
 from components.iam import pod_identity_role
-from components.tenancy import TENANT_LABEL
+from components.tenancy import KUBERAY_NAMESPACE, TENANT_LABEL
 from monitoring.charts import STORAGE_CLASS
 from spec.catalog import catalog
 from spec.labels import EFA_LABEL, POOL_LABEL, QUARANTINE_TAINT
@@ -126,6 +135,7 @@ LBC = "aws-load-balancer-controller"
 METRICS_SERVER = "metrics-server"
 NVSENTINEL = "nvsentinel"
 CERT_MANAGER = "cert-manager"
+KUBERAY = "kuberay-operator"
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 SYSTEM_POOL = "system"
 
@@ -137,9 +147,15 @@ KUEUE_FRAMEWORKS = [
     "kubeflow.org/pytorchjob",
     "jobset.x-k8s.io/jobset",
     "leaderworkerset.x-k8s.io/leaderworkerset",
+    "ray.io/rayjob",
 ]
 """Kueue integrations: the chart's default list lacks PyTorchJob, and its MPIJob integration
-expects MPI operator v2 CRDs that the training-operator v1 does not install."""
+expects MPI operator v2 CRDs that the training-operator v1 does not install.
+
+`ray.io/rayjob`: the data jobs (KubeRay). Not `ray.io/raycluster`: at v0.19.2 the RayJob
+integration builds its pod sets from the RayJob's own `rayClusterSpec` and watches the
+RayCluster it creates only as its child (pkg/controller/jobs/rayjob), and the platform submits
+no standalone RayCluster; enabling it would add a webhook on RayClusters for nothing."""
 
 
 DCGM_METRICS_CONFIG = "llmp-dcgm-metrics"
@@ -292,6 +308,21 @@ def kueue_values() -> dict[str, Any]:
     }
 
 
+def kuberay_values() -> dict[str, Any]:
+    """The KubeRay operator's values (chart 1.7.0; the keys are read in the catalog entry's
+    source)."""
+    resources = {"cpu": "100m", "memory": "512Mi"}
+    return {
+        "nodeSelector": {POOL_LABEL: SYSTEM_POOL},
+        # The chart sets limits only (100m, 512Mi: "about 500 Ray pods"); requests equal
+        # limits so the scheduler counts what it may use.
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "metrics": {"enabled": True, "serviceMonitor": {"enabled": False}},
+        # Kueue is the gang admitter; a batch scheduler here would make a second decision.
+        "batchScheduler": {"enabled": False, "name": ""},
+    }
+
+
 def lbc_values(cluster_name: str, region: str, vpc_id: str, service_account: str) -> dict[str, Any]:
     return {
         "clusterName": cluster_name,
@@ -323,6 +354,7 @@ SYSTEM_NAMESPACES = (
     GPU_OPERATOR_NAMESPACE,
     "kueue-system",
     "kubeflow",
+    KUBERAY_NAMESPACE,
     "monitoring",
 )
 """Namespaces the node drainer leaves alone: the platform's own controllers and agents."""
@@ -494,6 +526,8 @@ class AddonsArgs:
     training_operator: bool = True
     load_balancer_controller: bool = True
     metrics_server: bool = True
+    kuberay: bool = True
+    """The KubeRay operator: the RayJobs of `llmp job` data kinds (Kueue admits them)."""
     nvsentinel: bool = False
     """NVSentinel (and the cert-manager its datastore needs): on where NVIDIA pools exist. Needs
     the GPU operator (its DCGM host engine) and the gp3 StorageClass (the Monitoring
@@ -660,6 +694,8 @@ class Addons(pulumi.ComponentResource):
             )
         if args.metrics_server:
             release(METRICS_SERVER, "kube-system", {"replicas": 2}, on_system)
+        if args.kuberay:
+            release(KUBERAY, KUBERAY_NAMESPACE, kuberay_values(), on_system)
 
         self.kueue_ready = []
         if args.kueue:

@@ -8,8 +8,12 @@ Owns, per entry of the `tenants` config (the tenant's name is its namespace):
   **LimitRange** that gives every container requests and limits;
 - **NetworkPolicies**: deny everything, then allow DNS to kube-system, traffic
   within the namespace (NCCL/gloo between workers, the rendezvous store),
-  metrics scraping from `monitoring`, the EKS Pod Identity agent, and HTTPS to
-  addresses outside the VPC (S3 through its gateway endpoint, STS). They are
+  metrics scraping from `monitoring`, the EKS Pod Identity agent, HTTPS to
+  addresses outside the VPC (S3 through its gateway endpoint, STS), and the KubeRay
+  operator (namespace `kuberay-system`) to a Ray head's dashboard port, where it reads
+  and stops a RayJob's Ray job. Within a RayJob (GCS 6379, dashboard 8265 from the
+  submitter pod, client 10001, the object manager's and workers' ports) is traffic within
+  the namespace; Prometheus scrapes Ray's metrics port 8080 from `monitoring`. They are
   enforced only where the VPC CNI's network policy agent is on;
 - **RBAC**: a Role to edit the tenant's workloads, bound to the Kubernetes
   group `llmp:tenant:<name>`, which the tenant's IAM role (`admin_role_arn`)
@@ -67,6 +71,13 @@ WORKLOAD_SERVICE_ACCOUNT = "training"
 MONITORING_NAMESPACE = "monitoring"
 POD_IDENTITY_AGENT = "169.254.170.23/32"
 METADATA = "kubernetes.io/metadata.name"
+KUBERAY_NAMESPACE = "kuberay-system"
+"""The KubeRay operator's namespace (components/addons.py installs it there)."""
+RAY_HEAD_SELECTOR = {"ray.io/node-type": "head"}
+"""The label KubeRay puts on a RayCluster's head pod."""
+RAY_DASHBOARD_PORT = 8265
+"""The head's dashboard (and job API): the operator submits no job, but reads the job's
+status there and stops it on deletion (ray-operator's dashboard client)."""
 
 
 def group(tenant: str) -> str:
@@ -189,6 +200,26 @@ def network_policies(
                                 )
                             )
                         ]
+                    )
+                ],
+            ),
+        ),
+        "allow-kuberay": _policy(
+            namespace,
+            "allow-kuberay",
+            NetworkPolicySpecArgs(
+                pod_selector=LabelSelectorArgs(match_labels=dict(RAY_HEAD_SELECTOR)),
+                policy_types=["Ingress"],
+                ingress=[
+                    NetworkPolicyIngressRuleArgs(
+                        from_=[
+                            NetworkPolicyPeerArgs(
+                                namespace_selector=LabelSelectorArgs(
+                                    match_labels={METADATA: KUBERAY_NAMESPACE}
+                                )
+                            )
+                        ],
+                        ports=[NetworkPolicyPortArgs(protocol="TCP", port=RAY_DASHBOARD_PORT)],
                     )
                 ],
             ),

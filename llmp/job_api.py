@@ -11,6 +11,12 @@ Everything goes through the official Kubernetes client (`llmp.kube.load_apis`):
   the job: QuotaReserved, the admission checks' states, Admitted with its ClusterQueue and
   flavors, Evicted/Preempted), and the job's pods (label `llm-platform/job`). Rank 0's log
   gives the training steps (`workloads/training/train.py` prints JSON `step` events).
+- a data job is a KubeRay **RayJob** instead (`ray.io/v1`): its `status.jobDeploymentStatus`
+  (Initializing, Running, Complete, Failed, Retrying, ...) and `jobStatus` (Ray's: PENDING,
+  RUNNING, SUCCEEDED, FAILED, STOPPED) say where it is, as Kueue reads them (finished when
+  the deployment is Complete or Failed, succeeded when Ray's job SUCCEEDED); its Workload is
+  owned by the RayJob; its log is the submitter pod's, which follows the driver's output
+  (`ray job logs --follow`). Every command finds a job of either kind by its name.
 - `state_of` turns them into one `State` (phase, what it means, whether it is over); it is
   a pure function, so every waiting reason is tested without a cluster.
 """
@@ -33,6 +39,10 @@ from workloads.volumes import LUSTRE_CLAIM
 FIELD_MANAGER: Final = "llmp"
 KUBEFLOW: Final = ("kubeflow.org", "v1", "pytorchjobs")
 KUEUE: Final = ("kueue.x-k8s.io", "v1beta2")
+KUBERAY: Final = ("ray.io", "v1", "rayjobs")
+SUBMITTER_COMPONENT: Final = "ray-submitter"
+SUBMITTER_CONTAINER: Final = "ray-job-submitter"
+"""The `app.kubernetes.io/component` of a RayJob's submitter pod (workloads/jobs/rayjob.py)."""
 WORKER: Final = "worker"
 POLL_S: Final = 5.0
 STEP_EVERY_S: Final = 30.0
@@ -44,6 +54,7 @@ _sleep: Callable[[float], None] = time.sleep
 _PATHS: Final = {
     ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps/{name}",
     ("kubeflow.org/v1", "PyTorchJob"): "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}",
+    ("ray.io/v1", "RayJob"): "/apis/ray.io/v1/namespaces/{ns}/rayjobs/{name}",
 }
 
 
@@ -93,8 +104,10 @@ class Snapshot:
     """The trainer's max_steps, when the caller knows it (submit does)."""
 
 
-def get_job(apis: KubeApis, namespace: str, name: str) -> dict[str, Any] | None:
-    group, version, plural = KUBEFLOW
+def _get(
+    apis: KubeApis, api: tuple[str, str, str], kind: str, namespace: str, name: str
+) -> dict[str, Any] | None:
+    group, version, plural = api
     try:
         job = apis.custom.get_namespaced_custom_object(
             group, version, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT
@@ -102,8 +115,20 @@ def get_job(apis: KubeApis, namespace: str, name: str) -> dict[str, Any] | None:
     except Exception as exc:
         if status_of(exc) == 404:
             return None
-        raise _api_failure(exc, apis, f"read PyTorchJob {namespace}/{name}") from None
+        raise _api_failure(exc, apis, f"read {kind} {namespace}/{name}") from None
     return dict(job)
+
+
+def get_job(apis: KubeApis, namespace: str, name: str) -> dict[str, Any] | None:
+    """The job called `name`: its PyTorchJob, else its RayJob (a data job)."""
+    job = _get(apis, KUBEFLOW, "PyTorchJob", namespace, name)
+    if job is None:
+        job = _get(apis, KUBERAY, "RayJob", namespace, name)
+    return job
+
+
+def _is_ray(job: dict[str, Any]) -> bool:
+    return job.get("kind") == "RayJob"
 
 
 def _workloads(apis: KubeApis, namespace: str) -> list[dict[str, Any]]:
@@ -124,7 +149,8 @@ def workload_of(job: dict[str, Any], workloads: list[dict[str, Any]]) -> dict[st
     uid = (job.get("metadata") or {}).get("uid")
     for wl in workloads:
         owners = (wl.get("metadata") or {}).get("ownerReferences") or []
-        if any(o.get("uid") == uid and o.get("kind") == "PyTorchJob" for o in owners):
+        kind = job.get("kind", "PyTorchJob")
+        if any(o.get("uid") == uid and o.get("kind") == kind for o in owners):
             return wl
     return None
 
@@ -146,14 +172,20 @@ def worker_pod(name: str, index: int = 0) -> str:
 
 
 def read_log(
-    apis: KubeApis, namespace: str, pod: str, *, tail: int | None = None, follow: bool = False
+    apis: KubeApis,
+    namespace: str,
+    pod: str,
+    *,
+    tail: int | None = None,
+    follow: bool = False,
+    container: str = "pytorch",
 ) -> Any:
     """The pod's log as bytes (or, with `follow`, the streaming response)."""
     try:
         return apis.core.read_namespaced_pod_log(
             pod,
             namespace,
-            container="pytorch",
+            container=container,
             tail_lines=tail,
             follow=follow,
             _preload_content=False,
@@ -163,6 +195,21 @@ def read_log(
         if status_of(exc) in (400, 404):
             return None
         raise _api_failure(exc, apis, f"read the log of {namespace}/{pod}") from None
+
+
+def log_target(apis: KubeApis, namespace: str, name: str, worker: int = 0) -> tuple[str, str]:
+    """(pod, container) whose log `llmp job logs` reads: a PyTorchJob's worker, or a RayJob's
+    submitter, which follows the Ray driver's output (`ray job logs --follow`)."""
+    job = get_job(apis, namespace, name)
+    if job is None or not _is_ray(job):
+        return worker_pod(name, worker), "pytorch"
+    pod = submitter_pod(_pods(apis, namespace, name))
+    if pod is None:
+        raise JobError(
+            f"RayJob {namespace}/{name} has no submitter pod yet: it is queued or its cluster "
+            f"is starting (`llmp job status {name} -n {namespace}`)"
+        )
+    return pod, SUBMITTER_CONTAINER
 
 
 def last_step(log: bytes | None) -> dict[str, Any] | None:
@@ -178,6 +225,18 @@ def last_step(log: bytes | None) -> dict[str, Any] | None:
     return found
 
 
+def submitter_pod(pods: list[dict[str, Any]]) -> str | None:
+    """A RayJob's submitter pod among its pods (the newest, if it was retried)."""
+    found = [
+        p
+        for p in pods
+        if ((p.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component")
+        == SUBMITTER_COMPONENT
+    ]
+    found.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp", "")))
+    return found[-1]["metadata"]["name"] if found else None
+
+
 def snapshot(apis: KubeApis, namespace: str, name: str) -> Snapshot:
     job = get_job(apis, namespace, name)
     snap = Snapshot(namespace, name, job)
@@ -185,6 +244,8 @@ def snapshot(apis: KubeApis, namespace: str, name: str) -> Snapshot:
         return snap
     snap.workload = workload_of(job, _workloads(apis, namespace))
     snap.pods = _pods(apis, namespace, name)
+    if _is_ray(job):
+        return snap
     started = any(
         p["metadata"]["name"] == worker_pod(name)
         and p.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed")
@@ -262,13 +323,38 @@ def _is_training(job: dict[str, Any]) -> bool:
     return bool(kind == "training")
 
 
+def _ray_state(job: dict[str, Any]) -> tuple[State | None, dict[str, dict[str, Any]]]:
+    """A RayJob's end (as Kueue reads it: rayjob.Finished), or the conditions the rest of
+    `state_of` reads (`Restarting` while KubeRay retries it)."""
+    status = job.get("status") or {}
+    deployment = status.get("jobDeploymentStatus") or ""
+    ray = status.get("jobStatus") or ""
+    message = " ".join(str(status.get("message") or status.get("reason") or "").split())
+    if deployment in ("Complete", "Failed") or deployment == "ValidationFailed":
+        if ray == "SUCCEEDED" and deployment == "Complete":
+            return State(
+                "succeeded", "the Ray job SUCCEEDED; its cluster is deleted", True, True
+            ), {}
+        detail = f"{deployment}" + (f" (Ray job {ray})" if ray else "")
+        return State("failed", f"{detail}: {message}" if message else detail, done=True), {}
+    conds: dict[str, dict[str, Any]] = {}
+    if deployment == "Retrying":
+        conds["Restarting"] = {"status": "True", "message": message or "the Ray job failed"}
+    return None, conds
+
+
 def state_of(snap: Snapshot) -> State:
-    """The job's one state, from its PyTorchJob, its Kueue Workload and its pods."""
+    """The job's one state, from its PyTorchJob or RayJob, its Kueue Workload and its pods."""
     job, wl = snap.job, snap.workload
     if job is None:
         return State("gone", f"no PyTorchJob {snap.namespace}/{snap.name}", done=True)
-    resumes = _is_training(job)
-    jconds = _conditions(job)
+    ray = _is_ray(job)
+    if ray:
+        ended, jconds = _ray_state(job)
+        if ended is not None:
+            return ended
+    resumes = not ray and _is_training(job)
+    jconds = jconds if ray else _conditions(job)
     replica = ((job.get("status") or {}).get("replicaStatuses") or {}).get("Worker") or {}
     if _true(jconds, "Succeeded"):
         done = f"{replica.get('succeeded', 0)} workers succeeded"
@@ -349,6 +435,15 @@ def state_of(snap: Snapshot) -> State:
             flavors=flavors,
         )
     nodes = sorted({p.get("spec", {}).get("nodeName") or "?" for p in snap.pods})
+    if ray:
+        status = job.get("status") or {}
+        return State(
+            "running",
+            f"Ray job {status.get('jobStatus') or 'PENDING'}; {running}/{len(phases)} pods "
+            f"running on {len(nodes)} nodes",
+            cluster_queue=queue,
+            flavors=flavors,
+        )
     if snap.last_step is not None:
         return State(
             "training",
@@ -523,8 +618,12 @@ def submit(
 
 
 def cancel(apis: KubeApis, namespace: str, name: str) -> list[str]:
-    """Delete the PyTorchJob (its pods and Workload go with it) and its ConfigMap."""
-    group, version, plural = KUBEFLOW
+    """Delete the PyTorchJob or RayJob (its pods, RayCluster and Workload go with it) and its
+    ConfigMap."""
+    found = get_job(apis, namespace, name)
+    ray = found is not None and _is_ray(found)
+    group, version, plural = KUBERAY if ray else KUBEFLOW
+    kind = "RayJob" if ray else "PyTorchJob"
     try:
         apis.custom.delete_namespaced_custom_object(
             group,
@@ -538,8 +637,8 @@ def cancel(apis: KubeApis, namespace: str, name: str) -> list[str]:
     except Exception as exc:
         if status_of(exc) == 404:
             raise JobError(f"no job {name} in namespace {namespace}") from None
-        raise _api_failure(exc, apis, f"delete PyTorchJob {namespace}/{name}") from None
-    deleted = [f"PyTorchJob {namespace}/{name}"]
+        raise _api_failure(exc, apis, f"delete {kind} {namespace}/{name}") from None
+    deleted = [f"{kind} {namespace}/{name}"]
     try:
         apis.core.delete_namespaced_config_map(
             config_map_name(name), namespace, _request_timeout=REQUEST_TIMEOUT
@@ -625,9 +724,10 @@ class Listed:
     created: str
 
 
-def list_jobs(apis: KubeApis, namespace: str | None) -> list[Listed]:
-    """The PyTorchJobs in `namespace` (every namespace when None) and their states."""
-    group, version, plural = KUBEFLOW
+def _list(
+    apis: KubeApis, api: tuple[str, str, str], kind: str, namespace: str | None
+) -> list[dict[str, Any]]:
+    group, version, plural = api
     try:
         if namespace is None:
             listed = apis.custom.list_cluster_custom_object(
@@ -643,10 +743,19 @@ def list_jobs(apis: KubeApis, namespace: str | None) -> list[Listed]:
                 "listing jobs in every namespace is not allowed for this identity: pass "
                 "--namespace (your tenant's)"
             ) from None
-        raise _api_failure(exc, apis, "list PyTorchJobs") from None
+        if kind == "RayJob" and status_of(exc) == 404:  # KubeRay not installed: no data jobs
+            return []
+        raise _api_failure(exc, apis, f"list {kind}s") from None
+    return [{"kind": kind, **item} for item in listed.get("items") or []]
+
+
+def list_jobs(apis: KubeApis, namespace: str | None) -> list[Listed]:
+    """The PyTorchJobs and RayJobs in `namespace` (every namespace when None), their states."""
+    jobs = _list(apis, KUBEFLOW, "PyTorchJob", namespace)
+    jobs += _list(apis, KUBERAY, "RayJob", namespace)
     out = []
     workloads: dict[str, list[dict[str, Any]]] = {}
-    for job in listed.get("items") or []:
+    for job in jobs:
         meta = job.get("metadata") or {}
         ns = meta.get("namespace", namespace or "")
         if ns not in workloads:
@@ -655,6 +764,10 @@ def list_jobs(apis: KubeApis, namespace: str | None) -> list[Listed]:
         snap.pods = _pods(apis, ns, snap.name)
         elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
         nodes = f"{elastic.get('minReplicas', '?')}..{elastic.get('maxReplicas', '?')}"
+        if _is_ray(job):
+            cluster = (job.get("spec") or {}).get("rayClusterSpec") or {}
+            groups = cluster.get("workerGroupSpecs") or []
+            nodes = f"1+{sum(int(g.get('replicas', 1)) for g in groups)}"
         out.append(Listed(ns, snap.name, state_of(snap), nodes, meta.get("creationTimestamp", "")))
     return sorted(out, key=lambda j: (j.namespace, j.name))
 

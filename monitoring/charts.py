@@ -22,6 +22,8 @@ from spec.labels import JOB_KIND_LABEL, PART_OF, SCRAPE_LABEL
 
 NAMESPACE = "monitoring"
 """Where the monitoring stack runs."""
+RAY_NODE_LABEL = "ray.io/is-ray-node"
+"""The label KubeRay sets (value `yes`) on every pod of a RayCluster, head and workers."""
 STORAGE_CLASS = "gp3"
 """The StorageClass Prometheus's volume is claimed from (the component makes it)."""
 KPS = "kube-prometheus-stack"
@@ -271,7 +273,7 @@ def otel_values(otlp_endpoint: str | None, region: str) -> dict[str, Any]:
 
 
 def monitors(namespace: str) -> list[Monitor]:
-    """DCGM exporter, training pods and vLLM servers (monitoring/models.py)."""
+    """DCGM exporter, training pods, Ray pods and vLLM servers (monitoring/models.py)."""
     labels = dict(PART_OF)
     return [
         Monitor(
@@ -309,6 +311,19 @@ def monitors(namespace: str) -> list[Monitor]:
                 # without honorLabels Prometheus renames it `exported_job` and the
                 # training alerts and dashboard stop matching.
                 pod_metrics_endpoints=[Endpoint(port="metrics", honor_labels=True)],
+            ),
+        ),
+        Monitor(
+            kind="PodMonitor",
+            metadata=Metadata(name="ray", namespace=namespace, labels=labels),
+            spec=MonitorSpec(
+                # Every pod of a RayCluster (head and workers) carries this KubeRay label;
+                # each serves its node's Ray metrics on the port the RayJob builder names
+                # `metrics` (workloads/jobs/rayjob.py, 8080). Tenant namespaces admit the
+                # scrape from `monitoring` (components/tenancy.py).
+                selector=LabelSelector(match_labels={RAY_NODE_LABEL: "yes"}),
+                namespace_selector=NamespaceSelector(any=True),
+                pod_metrics_endpoints=[Endpoint(port="metrics")],
             ),
         ),
         Monitor(

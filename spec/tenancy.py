@@ -140,6 +140,11 @@ class AddonsConfig(Section):
         True, description="AWS Load Balancer Controller (Pod Identity role)."
     )
     metrics_server: bool = Field(True, description="metrics-server (kubectl top, HPA).")
+    kuberay: bool = Field(
+        True,
+        description="KubeRay operator: the RayJobs of `llmp job` data kinds (data-text, "
+        "data-multimodal), admitted by Kueue as gangs.",
+    )
     nvsentinel: bool = Field(
         True,
         description=(

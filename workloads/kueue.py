@@ -541,8 +541,8 @@ class PodSet:
 
 def pod_sets(manifest: dict[str, Any]) -> list[PodSet]:
     """The pod sets Kueue makes of a workload: a PyTorchJob's replica types (count =
-    replicas), a batch/v1 Job's pods (count = parallelism), or one LeaderWorkerSet
-    group's leader and workers."""
+    replicas), a batch/v1 Job's pods (count = parallelism), one LeaderWorkerSet
+    group's leader and workers, or a RayJob's head, worker groups and submitter."""
     kind, spec = manifest.get("kind"), manifest.get("spec") or {}
     if kind == "PyTorchJob":
         replicas = spec.get("pytorchReplicaSpecs") or {}
@@ -564,7 +564,61 @@ def pod_sets(manifest: dict[str, Any]) -> list[PodSet]:
             PodSet(name="leader", count=1, template=group["leaderTemplate"]),
             PodSet(name="worker", count=size - 1, template=group["workerTemplate"]),
         ]
+    if kind == "RayJob":
+        return ray_job_pod_sets(spec)
     raise AdmissionError(f"{kind} is not a kind this platform submits to Kueue")
+
+
+RAY_SUBMITTER_DEFAULT: Final = {
+    "containers": [
+        {
+            "name": "ray-job-submitter",
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "200Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+            },
+        }
+    ]
+}
+"""The submitter pod Kueue counts when a RayJob gives no template (v0.19.2
+rayjob.getSubmitterTemplate, copied from KubeRay's default submitter container)."""
+RAY_AUTOSCALER_DEFAULT: Final = {
+    "name": "autoscaler",
+    "resources": {
+        "requests": {"cpu": "500m", "memory": "512Mi"},
+        "limits": {"cpu": "500m", "memory": "512Mi"},
+    },
+}
+"""The autoscaler sidecar Kueue adds to the head pod set with in-tree autoscaling on."""
+
+
+def ray_job_pod_sets(spec: dict[str, Any]) -> list[PodSet]:
+    """A RayJob's pod sets as Kueue 0.19.2 builds them (raycluster.BuildPodSets, then
+    rayjob.addSubmitterPodSet): `head` (1; with Ray's in-tree autoscaler its sidecar too),
+    each worker group by its groupName (replicas, default 1, times numOfHosts), and in
+    K8sJobMode (the default) `submitter` (1): the RayJob's submitterPodTemplate, or KubeRay's
+    default one. In SidecarMode the submitter is a container of the head instead."""
+    cluster = spec.get("rayClusterSpec") or {}
+    head_template = dict(cluster["headGroupSpec"]["template"])
+    mode = spec.get("submissionMode", "K8sJobMode")
+    extra: list[dict[str, Any]] = []
+    if cluster.get("enableInTreeAutoscaling"):
+        extra.append(RAY_AUTOSCALER_DEFAULT)
+    if mode == "SidecarMode":
+        extra.append(RAY_SUBMITTER_DEFAULT["containers"][0])
+    if extra:
+        head_spec = dict(head_template.get("spec") or {})
+        head_spec["containers"] = [*(head_spec.get("containers") or []), *extra]
+        head_template["spec"] = head_spec
+    sets = [PodSet(name="head", count=1, template=head_template)]
+    for group in cluster.get("workerGroupSpecs") or []:
+        hosts = int(group.get("numOfHosts", 1))
+        count = int(group.get("replicas", 1)) * max(1, hosts)
+        sets.append(PodSet(name=group["groupName"], count=count, template=group["template"]))
+    if mode == "K8sJobMode":
+        submitter = spec.get("submitterPodTemplate") or {"spec": RAY_SUBMITTER_DEFAULT}
+        sets.append(PodSet(name="submitter", count=1, template=submitter))
+    return sets
 
 
 def _selector_terms(pod_spec: dict[str, Any], keys: set[str]) -> list[list[dict[str, Any]]]:

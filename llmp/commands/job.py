@@ -195,13 +195,13 @@ def logs(
     kubeconfig: options.Kubeconfig = None,
     context: options.Context = None,
 ) -> None:
-    """A worker's log (rank 0's JSON events by default)."""
+    """A worker's log (rank 0's JSON events by default); a data job's driver output."""
     from llmp import job_api
 
     apis = _apis(kubeconfig, context)
     ns = job_api.find_namespace(apis, name, namespace)
-    pod = job_api.worker_pod(name, worker)
-    response = job_api.read_log(apis, ns, pod, tail=tail, follow=follow)
+    pod, container = job_api.log_target(apis, ns, name, worker)
+    response = job_api.read_log(apis, ns, pod, tail=tail, follow=follow, container=container)
     if response is None:
         raise job_api.JobError(f"no log for {ns}/{pod}: the pod does not exist or has not started")
     if follow:

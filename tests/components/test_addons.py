@@ -53,6 +53,7 @@ ADDON_RELEASES = {
     "kueue",
     "aws-load-balancer-controller",
     "metrics-server",
+    "kuberay-operator",
     "nvsentinel",
     "cert-manager",
 }

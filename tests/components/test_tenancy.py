@@ -55,6 +55,7 @@ def test_every_finetune_tenant_gets_its_objects(plans) -> None:
             "allow-dns",
             "allow-same-namespace",
             "allow-monitoring",
+            "allow-kuberay",
             "allow-aws-apis",
         }
         # Objects in the namespace take its name as data: created after it.

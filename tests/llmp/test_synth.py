@@ -119,6 +119,7 @@ def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
         "namespace-foundation.yaml",
         "networkpolicy-foundation-allow-aws-apis.yaml",
         "networkpolicy-foundation-allow-dns.yaml",
+        "networkpolicy-foundation-allow-kuberay.yaml",
         "networkpolicy-foundation-allow-monitoring.yaml",
         "networkpolicy-foundation-allow-same-namespace.yaml",
         "networkpolicy-foundation-default-deny.yaml",
@@ -166,7 +167,9 @@ def test_cost_output_follows_the_catalog(plans) -> None:
     }
     assert cost["usd_per_hour"]["desired"] == pytest.approx(16 * 55.04 + fixed + 3 * m7i, abs=0.01)
     assert cost["usd_per_hour"]["max"] == pytest.approx(
-        32 * 55.04 - 16 * (55.04 - p5.capacity_block_usd_per_hour) + fixed + 6 * m7i, abs=0.01
+        # The system pool's 6 and the CPU pool data's 8 m7i.4xlarge at their max sizes.
+        32 * 55.04 - 16 * (55.04 - p5.capacity_block_usd_per_hour) + fixed + (6 + 8) * m7i,
+        abs=0.01,
     )
     assert cost["prices_as_of"] == catalog().prices.on_demand_as_of
     spot = plans("finetune").outputs["cost"]["node_pools"]["a100-spot"]

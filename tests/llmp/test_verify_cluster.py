@@ -51,7 +51,9 @@ CLUSTER = "llm-platform-pretrain"
 H100 = "gpu-h100-nodes"
 H100_BLOCK = "gpu-h100-block-nodes"
 SYSTEM = "cluster-system"
-GROUPS = (SYSTEM, H100, H100_BLOCK)
+DATA = "cpu-data-nodes"
+"""pretrain's CPU pool `data` (cpu_pools)."""
+GROUPS = (SYSTEM, H100, H100_BLOCK, DATA)
 ADDONS = (
     "aws-ebs-csi-driver",
     "coredns",

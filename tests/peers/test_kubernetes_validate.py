@@ -34,16 +34,18 @@ from tests.conftest import STACKS, raw_stack
 # its ServiceAccount, Role, RoleBinding, Deployment, Service, PDB and API-server
 # NetworkPolicy, and the InferencePool (custom); traces add the allow-traces NetworkPolicy.
 EXPECTED = {
-    "pretrain": {"checked": 19, "custom": 6},
-    "finetune": {"checked": 43, "custom": 12},
-    "inference": {"checked": 34, "custom": 12},
+    "pretrain": {"checked": 20, "custom": 6},
+    "finetune": {"checked": 46, "custom": 12},
+    "inference": {"checked": 35, "custom": 12},
 }
+# Each tenant's allow-kuberay NetworkPolicy (the KubeRay operator to a Ray head's dashboard)
+# is one more checked object per tenant: pretrain 1, finetune 3, inference 1.
 # Monitoring (every stack, components/monitoring.py) adds its Namespace, ResourceQuota,
 # LimitRange and the gp3 StorageClass, a Grafana dashboard ConfigMap per
-# monitoring/dashboards/*.json (read at synth time), and as custom resources three
-# monitors and the PrometheusRules of monitoring/rules.py: gpu, nodes, training and inference on
+# monitoring/dashboards/*.json (read at synth time), and as custom resources four
+# monitors (DCGM, training, ray, vllm) and the PrometheusRules of monitoring/rules.py: gpu, nodes, training and inference on
 # every stack, storage (the FSx CloudWatch alerts) only on a stack with storage.lustre.
-MONITORING = {"checked": 4, "custom": 7}
+MONITORING = {"checked": 4, "custom": 8}
 FSX_RULES = 1
 # The straggler watcher (monitoring.stragglers.enabled: pretrain and finetune): its
 # ServiceAccount, Deployment and NetworkPolicy; its PodMonitor and the `stragglers`

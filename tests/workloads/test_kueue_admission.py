@@ -1,7 +1,7 @@
 """Kueue's admission rule over every pod template the platform's builders render.
 
 The journey this guards: a job is rendered by a builder (PyTorchJob, fabric test, DCGM
-diagnostic, data prep), submitted to the tenant's LocalQueue, and Kueue admits it
+diagnostic, a data pipeline's RayJob), submitted to the tenant's LocalQueue, and Kueue admits it
 against the ClusterQueues and flavors the stack declares, with the Configuration the
 stack installs. Kueue refuses a workload that requests a resource its queue neither
 covers nor excludes, so a job that asks for `vpc.amazonaws.com/efa` would wait forever.
@@ -17,16 +17,52 @@ import yaml
 from components.addons import kueue_manager_config
 from program.args import pool_capacities, tenant_shares
 from spec.catalog import catalog
+from spec.labels import CPU_POOL_TAINT
 from spec.platform import PlatformConfig
 from spec.stackfile import load_config
 from workloads import kueue
 from workloads.jobs import pytorchjob
-from workloads.jobs.data_prep import DataPrepSpec, data_prep_job
 from workloads.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
 from workloads.jobs.fabric import FabricSpec, fabric_manifests
+from workloads.jobs.rayjob import RayJobSpec, ray_job
 
 TENANT = "team"
 POOL = "gpu"
+CPU_POOL = "data"
+
+
+def data_job(
+    instance_type: str = "m7i.4xlarge",
+    pool: str = CPU_POOL,
+    workers: int = 4,
+    gpus: int = 0,
+    taint: str = CPU_POOL_TAINT,
+) -> dict[str, Any]:
+    """The RayJob of a data job (the text pipeline on CPU workers, by default)."""
+    return ray_job(
+        RayJobSpec(
+            name="clean",
+            namespace=TENANT,
+            image="registry.example.com/data:1.0",
+            module="workloads.data.text",
+            args=[
+                "--config",
+                "/etc/llmp/pipeline.json",
+                "--input",
+                "/fsx/raw",
+                "--output",
+                "/fsx/o",
+            ],
+            queue_name=kueue.LOCAL_QUEUE,
+            pool=pool,
+            instance_type=instance_type,
+            pool_taint=taint,
+            workers=workers,
+            gpus_per_worker=gpus,
+            service_account="training",
+            config_map="clean-config",
+        )
+    )
 
 
 def excluded() -> tuple[str, ...]:
@@ -92,17 +128,7 @@ def workloads_for(instance_type: str, nodes: int = 2) -> dict[str, dict[str, Any
     assert acc is not None
     out: dict[str, dict[str, Any]] = {
         "pytorchjob": training_job(instance_type, nodes),
-        "data-prep": data_prep_job(
-            DataPrepSpec(
-                name="prep",
-                namespace=TENANT,
-                image="registry.example.com/trainer:1.0",
-                dataset="web",
-                datasets_bucket="datasets",
-                count=4,
-                queue_name=kueue.LOCAL_QUEUE,
-            )
-        ),
+        "rayjob-cpu": data_job(),
     }
     if acc.kind == "nvidia":
         (out["dcgm-diag"],) = dcgm_diag_manifests(
@@ -153,10 +179,9 @@ def test_every_rendered_pod_is_admitted_by_the_queues_the_stack_declares(
     manifest = workloads_for(instance_type)[kind]
     result = admission(cfg, manifest, excluded())
     assert result.admitted, result.problems
-    flavor = "cpu" if kind == "data-prep" else kueue.flavor_name(POOL)
-    assert set(result.flavors["main" if manifest["kind"] == "Job" else "worker"].values()) == {
-        flavor
-    }
+    flavor = "cpu" if kind == "rayjob-cpu" else kueue.flavor_name(POOL)
+    main = {"Job": "main", "RayJob": "workers"}.get(manifest["kind"], "worker")
+    assert set(result.flavors[main].values()) == {flavor}
 
 
 def test_each_requested_resource_is_covered_or_excluded_for_every_shape() -> None:
@@ -273,8 +298,8 @@ def test_a_job_on_a_fixed_pool_is_admitted_on_quota_alone() -> None:
 
 def test_cpu_work_in_a_stack_with_elastic_pools_does_not_wait() -> None:
     cfg = one_pool_stack("p5.48xlarge", nodes=2, elastic=True)
-    result = admission(cfg, workloads_for("p5.48xlarge")["data-prep"], excluded())
-    assert set(result.flavors["main"].values()) == {kueue.CPU_FLAVOR}
+    result = admission(cfg, workloads_for("p5.48xlarge")["rayjob-cpu"], excluded())
+    assert set(result.flavors["workers"].values()) == {kueue.CPU_FLAVOR}
     assert result.state == kueue.ADMITTED
 
 
@@ -289,7 +314,7 @@ def test_a_queue_naming_a_check_that_does_not_exist_admits_nothing() -> None:
     pools = pool_capacities(cfg)
     flavors, queues = kueue.platform_queues(pools, tenant_shares(cfg))
     queue = next(q for q in queues if q.metadata.name == TENANT)
-    sets = kueue.pod_sets(workloads_for("p5.48xlarge")["data-prep"])
+    sets = kueue.pod_sets(workloads_for("p5.48xlarge")["rayjob-cpu"])
     missing = kueue.admit(sets, queue, flavors, cohort=queues, checks=[])
     assert missing.problems == [
         f"ClusterQueue {TENANT} is inactive: its AdmissionCheck gpu-provisioning does not exist"
@@ -359,3 +384,94 @@ def test_the_stacks_training_job_is_admitted_by_what_the_plan_declares(plans, st
             assert result.state == expected, (tenant, pool)
             submitted += 1
     assert submitted >= 2
+
+
+# --- data jobs: KubeRay RayJobs --------------------------------------------------------------
+
+
+def test_a_rayjob_is_one_gang_of_head_workers_and_submitter_as_kueue_builds_it() -> None:
+    """Kueue 0.19.2 (raycluster.BuildPodSets, rayjob.addSubmitterPodSet): head 1, the worker
+    group by its name at `replicas`, and in K8sJobMode the submitter, counted from the
+    template the RayJob gives (its requests, not KubeRay's default 500m/200Mi)."""
+    sets = kueue.pod_sets(data_job(workers=4))
+    assert [(ps.name, ps.count) for ps in sets] == [("head", 1), ("workers", 4), ("submitter", 1)]
+    head, workers, submitter = (ps.requests() for ps in sets)
+    assert head == {"cpu": 2, "memory": kueue.quantity("8Gi")}
+    # m7i.4xlarge: 16 vCPUs, 64 GiB; 85% of them per worker.
+    assert workers == {"cpu": 13, "memory": kueue.quantity("54Gi")}
+    assert submitter == {"cpu": kueue.quantity("500m"), "memory": kueue.quantity("512Mi")}
+
+
+def test_kueues_default_submitter_and_autoscaler_sidecar_are_counted() -> None:
+    job = data_job()
+    spec = job["spec"]
+    del spec["submitterPodTemplate"]
+    spec["rayClusterSpec"]["enableInTreeAutoscaling"] = True
+    head, _, submitter = kueue.pod_sets(job)
+    assert head.requests()["cpu"] == 2 + kueue.quantity("500m")
+    assert submitter.requests() == {"cpu": kueue.quantity("500m"), "memory": 200 * 2**20}
+    spec["submissionMode"] = "SidecarMode"
+    assert [ps.name for ps in kueue.pod_sets(job)] == ["head", "workers"]
+
+
+def _pretrain() -> PlatformConfig:
+    from tests.conftest import raw_stack
+
+    cfg = load_config(raw_stack("pretrain"))
+    assert CPU_POOL in cfg.cpu_pools, "the pretrain stack's data CPU pool"
+    return cfg
+
+
+def _admit_on(cfg: PlatformConfig, manifest: dict[str, Any], tenant: str) -> kueue.Admission:
+    pools = pool_capacities(cfg)
+    flavors, queues = kueue.platform_queues(pools, tenant_shares(cfg))
+    provisioning = kueue.provisioning_check(pools)
+    checks = [provisioning[0]] if provisioning else []
+    queue = next(q for q in queues if q.metadata.name == tenant)
+    return kueue.admit(
+        kueue.pod_sets(manifest), queue, flavors, cohort=queues, excluded=excluded(), checks=checks
+    )
+
+
+def test_a_text_data_job_on_the_pretrain_cpu_pool_is_admitted_in_the_cpu_flavor() -> None:
+    cfg = _pretrain()
+    (tenant,) = cfg.tenants
+    pool = cfg.cpu_pools[CPU_POOL]
+    job = data_job(pool.instance_type, workers=pool.max_size)
+    job["metadata"]["namespace"] = tenant
+    result = _admit_on(cfg, job, tenant)
+    assert result.admitted, result.problems
+    assert {f for by in result.flavors.values() for f in by.values()} == {kueue.CPU_FLAVOR}
+    # No provisioning check on the cpu flavor: the autoscaler scales the pool as pods pend.
+    assert result.state == kueue.ADMITTED
+
+
+def test_a_multimodal_job_on_a_gpu_pool_is_admitted_in_the_pools_flavor() -> None:
+    cfg = one_pool_stack("g6e.12xlarge", nodes=2, elastic=True)
+    kind = catalog().accelerator_kind("g6e.12xlarge")
+    assert kind is not None
+    job = data_job("g6e.12xlarge", pool=POOL, workers=2, gpus=4, taint=kind.taint_key)
+    result = admission(cfg, job, excluded())
+    assert result.admitted, result.problems
+    assert result.flavors["workers"] == {
+        "cpu": kueue.flavor_name(POOL),
+        "memory": kueue.flavor_name(POOL),
+        "nvidia.com/gpu": kueue.flavor_name(POOL),
+    }
+    # The head and the submitter hold no GPU: they stay on the cpu flavor (the system pool).
+    assert (
+        set(result.flavors["head"].values())
+        == set(result.flavors["submitter"].values())
+        == {kueue.CPU_FLAVOR}
+    )
+    assert result.state == kueue.WAITING_FOR_PROVISIONING
+
+
+def test_a_data_job_above_the_tenants_cpu_quota_is_refused_with_the_reason() -> None:
+    cfg = one_pool_stack("p5.48xlarge")  # tenant cpu 256 vCPUs, 1024 GiB
+    result = admission(cfg, data_job(workers=20), excluded())
+    assert not result.admitted
+    (problem,) = result.problems
+    assert problem.startswith("workers: no flavor of ClusterQueue team fits")
+    # 20 workers x 13 vCPUs against 256 less the head's 2 (placed first).
+    assert "cpu: cpu 260 > 254" in problem

@@ -59,6 +59,30 @@ image: 123456789012.dkr.ecr.us-west-2.amazonaws.com/llm-platform-trainer:v0.4.0
 checkpoint: /fsx/checkpoints/chat-sft   # the training job's checkpoint root (--checkpoints)
 promote: {from_job: chat-sft, name: chat-8b, heldout: /fsx/datasets/chat/heldout}
 ```
+
+Two kinds run a data pipeline as a KubeRay RayJob (workloads/jobs/rayjob.py) instead of a
+PyTorchJob: `data-text` (`python -m workloads.data.text`: clean, filter, deduplicate and
+tokenize text, on a CPU pool of `cpu_pools`) and `data-multimodal` (`python -m
+workloads.data.multimodal`: frames, CLIP, VAD and Whisper, on a GPU pool, `gpus_per_node`
+GPUs per worker, or on a CPU pool). They take `workers` (a count: Kueue admits the Ray
+cluster at that size, as one gang), `input` (s3:// of the stack's buckets, in the tenant's
+`s3_prefixes`, or under /fsx/), `output` (the same) and `pipeline` (the pipeline's own
+config, validated by its `TextPipelineConfig` or `MultimodalPipelineConfig`, keyed
+`pipeline.<field>`), and none of the trainer's keys. The ConfigMap `<name>-config` holds the
+pipeline config (`pipeline.json`), mounted at /etc/llmp; the head runs on the system pool.
+
+```yaml
+kind: data-text
+name: web-clean
+stack: pretrain
+tenant: foundation
+pool: data                     # a CPU pool (cpu_pools)
+workers: 4
+image: 123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-platform-pretrain/trainer:trainer-v0.1.0
+input: s3://acme-llm-pretrain-datasets/foundation/raw/web/
+output: /fsx/datasets/foundation/web
+pipeline: {dedup: {threshold: 0.8}}
+```
 """
 
 from __future__ import annotations
@@ -80,10 +104,13 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from spec.catalog import catalog
 from spec.labels import PART_OF
+from workloads.data.multimodal.config import MultimodalPipelineConfig
+from workloads.data.text.config import TextPipelineConfig
 from workloads.jobs import revisions
 from workloads.jobs.pod import FSX_MOUNT, check_dns_label, check_image, on_fsx
 from workloads.jobs.pytorchjob import CONFIG_MOUNT, JobKind, JobSpec
 from workloads.jobs.quantize import SCHEMES
+from workloads.jobs.rayjob import RayJobSpec
 from workloads.kueue import LOCAL_QUEUE
 from workloads.scheduling import PRIORITIES
 from workloads.training.ds_config import TASKS, JobConfig, ModelConfig
@@ -113,7 +140,17 @@ SET_BY_THE_FILE: Final = (
 )
 """Trainer settings the job file (or the pool) decides; `trainer` may not set them again."""
 
-Kind = Literal["pretrain", "sft", "dpo", "grpo", "pretrain-3d", "promote", "quantize"]
+Kind = Literal[
+    "pretrain",
+    "sft",
+    "dpo",
+    "grpo",
+    "pretrain-3d",
+    "promote",
+    "quantize",
+    "data-text",
+    "data-multimodal",
+]
 TRAINER_KINDS: Final = TASKS
 """The trainer's tasks: an elastic PyTorchJob of `workloads.training.train`."""
 PARALLEL_KINDS: Final = ("pretrain-3d",)
@@ -124,6 +161,19 @@ STEP_KINDS: Final = ("promote", "quantize")
 STEP_JOB_KINDS: Final[dict[str, JobKind]] = {"promote": "promotion", "quantize": "quantization"}
 """A step's pods' `llm-platform/job-kind` (not `training`: no metrics, no GPU-idle alert)."""
 STEP_MODULES: Final = {"promote": PROMOTION_MODULE, "quantize": QUANTIZE_MODULE}
+DATA_MODULES: Final = {
+    "data-text": "workloads.data.text",
+    "data-multimodal": "workloads.data.multimodal",
+}
+"""The data kinds: a RayJob whose driver runs `python -m <module> --config --input --output`."""
+DATA_KINDS: Final = tuple(DATA_MODULES)
+DATA_CONFIGS: Final[dict[str, type[BaseModel]]] = {
+    "data-text": TextPipelineConfig,
+    "data-multimodal": MultimodalPipelineConfig,
+}
+DATA_CONFIG_KEY: Final = "pipeline.json"
+"""The pipeline's config in the data job's ConfigMap (JSON, which its YAML reader reads too)."""
+DATA_KEYS: Final = frozenset({"workers", "input", "output", "pipeline"})
 REQUIRED_HERE: Final = "required_here"
 """Error type of a key that this kind (or this block) requires: shown as `<missing>`."""
 DEFAULT_ZERO_STAGE: Final = 3
@@ -139,6 +189,7 @@ _TAKES: Final[dict[str, frozenset[str]]] = {
     ),
     "promote": frozenset({"nodes", "checkpoint", "promote"}),
     "quantize": frozenset({"nodes", "quantize"}),
+    **{kind: DATA_KEYS for kind in DATA_KINDS},
 }
 """The keys that depend on `kind`, and which kinds take them."""
 _REQUIRES: Final[dict[str, frozenset[str]]] = {
@@ -146,6 +197,7 @@ _REQUIRES: Final[dict[str, frozenset[str]]] = {
     "pretrain-3d": frozenset({"nodes", "data", "checkpoint", "parallel"}),
     "promote": frozenset({"checkpoint", "promote"}),
     "quantize": frozenset({"quantize"}),
+    **{kind: frozenset({"workers", "input", "output"}) for kind in DATA_KINDS},
 }
 _MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 """`workloads.jobs.promotion`'s rule for --name (it refuses others, exit 2)."""
@@ -422,6 +474,31 @@ class JobFile(BaseModel):
         description="kind pretrain-3d: `{tp, pp}` (and `dp`, else world / (tp x pp)); tp "
         "within a node, dividing the attention and key/value heads.",
     )
+    workers: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        validate_default=True,
+        description="Data kinds: Ray worker pods, one per node of the pool; Kueue admits them "
+        "all at once with the head and the submitter.",
+    )
+    input: str | None = Field(
+        None,
+        validate_default=True,
+        description=f"Data kinds: what the pipeline reads: s3://bucket/prefix/ of the stack's "
+        f"(in the tenant's s3_prefixes) or a path under {FSX_MOUNT}/.",
+    )
+    output: str | None = Field(
+        None,
+        validate_default=True,
+        description=f"Data kinds: where it writes: a path under {FSX_MOUNT}/ or s3:// as input.",
+    )
+    pipeline: dict[str, Any] = Field(
+        default_factory=dict,
+        validate_default=True,
+        description="Data kinds: the pipeline's config (TextPipelineConfig or "
+        "MultimodalPipelineConfig); defaults where it says nothing.",
+    )
 
     @field_validator(
         "nodes",
@@ -433,6 +510,10 @@ class JobFile(BaseModel):
         "promote",
         "quantize",
         "parallel",
+        "workers",
+        "input",
+        "output",
+        "pipeline",
         mode="before",
     )
     @classmethod
@@ -444,7 +525,11 @@ class JobFile(BaseModel):
             return v
         given = v is not None and v != {}
         if given and key not in _TAKES[kind]:
-            if kind in STEP_KINDS:
+            if kind in DATA_KINDS:
+                why = f"it runs {DATA_MODULES[kind]} on Ray workers with what pipeline says"
+            elif key in DATA_KEYS:
+                why = f"that is for the data kinds ({', '.join(DATA_KINDS)})"
+            elif kind in STEP_KINDS:
                 why = f"it runs {STEP_MODULES[kind]} with what its {kind} block says"
             elif kind in PARALLEL_KINDS:
                 why = "it shards with tensor, pipeline and FSDP data parallelism, not ZeRO"
@@ -459,6 +544,11 @@ class JobFile(BaseModel):
             )
         if not given and key in _REQUIRES[kind]:
             raise _required(f"by kind {kind}")
+        if kind in DATA_KINDS and key not in DATA_KEYS:
+            # Unused by a RayJob; the typed keys keep a value of their type.
+            unused = {"min": 1, "max": 1}
+            defaults = {"nodes": unused, "zero_stage": DEFAULT_ZERO_STAGE, "max_restarts": 0}
+            return defaults.get(key, {} if key == "trainer" else None)
         if key == "nodes":
             if kind in STEP_KINDS:
                 if given and v not in (1, {"min": 1, "max": 1}):
@@ -524,6 +614,25 @@ class JobFile(BaseModel):
             raise ValueError(str(e)) from None
         return v
 
+    @field_validator("input", "output")
+    @classmethod
+    def _location(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return v
+        if v.startswith(S3_SCHEME):
+            try:
+                split_uri(v)
+            except S3Error as e:
+                raise ValueError(str(e)) from None
+            return v
+        try:
+            return on_fsx(v)
+        except ValueError:
+            raise ValueError(
+                f"s3://bucket/prefix/ of the stack's buckets or a path under {FSX_MOUNT}/ "
+                "(the tenant's FSx claim)"
+            ) from None
+
     @field_validator("priority")
     @classmethod
     def _priority(cls, v: str) -> str:
@@ -561,6 +670,52 @@ class JobFile(BaseModel):
     @property
     def config_map_name(self) -> str:
         return config_map_name(self.name)
+
+    @property
+    def is_data(self) -> bool:
+        """A data pipeline on Ray (a RayJob), not a PyTorchJob."""
+        return self.kind in DATA_KINDS
+
+    def pipeline_config(self) -> BaseModel:
+        """The pipeline's config, validated by its own model (ValidationError, keyed relative
+        to the `pipeline` block)."""
+        return DATA_CONFIGS[self.kind].model_validate(self.pipeline)
+
+    def data_args(self) -> list[str]:
+        """The pipeline module's flags: its mounted config, the input and the output."""
+        if self.input is None or self.output is None:
+            raise ValueError(f"kind {self.kind} has no input and output")
+        config = f"{CONFIG_MOUNT}/{DATA_CONFIG_KEY}"
+        return ["--config", config, "--input", self.input, "--output", self.output]
+
+    def ray_job_spec(
+        self,
+        *,
+        instance_type: str,
+        pool_taint: str,
+        gpus_per_worker: int,
+        service_account: str,
+    ) -> RayJobSpec:
+        """The RayJob's spec on the pool (the stack decides its type and taint)."""
+        if self.workers is None:
+            raise ValueError(f"kind {self.kind} needs workers")
+        return RayJobSpec(
+            name=self.name,
+            namespace=self.namespace,
+            image=self.image,
+            module=DATA_MODULES[self.kind],
+            args=self.data_args(),
+            queue_name=self.queue,
+            pool=self.pool,
+            instance_type=instance_type,
+            pool_taint=pool_taint,
+            workers=self.workers,
+            gpus_per_worker=gpus_per_worker,
+            service_account=service_account,
+            config_map=self.config_map_name,
+            priority_class=self.priority,
+            labels={JOB_LABEL: self.name},
+        )
 
     @property
     def is_step(self) -> bool:
@@ -704,6 +859,20 @@ def _keyed_error(key: str, value: Any, why: str) -> ValidationError:
         input=value,
     )
     return ValidationError.from_exception_data("JobFile", [detail])
+
+
+def data_config_map(job: JobFile, pipeline: BaseModel) -> dict[str, Any]:
+    """The ConfigMap the data pipeline reads its config from (`--config`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": job.config_map_name,
+            "namespace": job.namespace,
+            "labels": {JOB_LABEL: job.name, **PART_OF},
+        },
+        "data": {DATA_CONFIG_KEY: json.dumps(pipeline.model_dump(mode="json"), indent=2) + "\n"},
+    }
 
 
 def config_map(job: JobFile, trainer: JobConfig) -> dict[str, Any]:
