@@ -381,19 +381,7 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
             job.nodes.max,
             f"pool {job.pool} has at most {pool.max_size} nodes (node_pools.{job.pool}.max_size)",
         )
-    lustre = cfg.storage.lustre if cfg.storage is not None else None
-    if lustre is None or job.namespace not in lustre.mount_namespaces:
-        where = (
-            f"storage.lustre.mount_namespaces: {_names(lustre.mount_namespaces)}"
-            if lustre is not None
-            else f"stack {stack} has no storage.lustre"
-        )
-        raise _fail(
-            path,
-            "tenant",
-            job.tenant,
-            f"namespace {job.namespace} has no {LUSTRE_CLAIM} claim for /fsx ({where})",
-        )
+    _fsx_claim(path, job, cfg)
     for key, uri in _s3_locations(job):
         why = _read_denied(cfg, job.tenant, uri)
         if why is not None:

@@ -863,20 +863,16 @@ def _keyed_error(key: str, value: Any, why: str) -> ValidationError:
 
 def data_config_map(job: JobFile, pipeline: BaseModel) -> dict[str, Any]:
     """The ConfigMap the data pipeline reads its config from (`--config`)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": job.config_map_name,
-            "namespace": job.namespace,
-            "labels": {JOB_LABEL: job.name, **PART_OF},
-        },
-        "data": {DATA_CONFIG_KEY: json.dumps(pipeline.model_dump(mode="json"), indent=2) + "\n"},
-    }
+    return _config_map(job, DATA_CONFIG_KEY, pipeline)
 
 
 def config_map(job: JobFile, trainer: JobConfig) -> dict[str, Any]:
     """The ConfigMap the trainer reads its config from."""
+    return _config_map(job, CONFIG_KEY, trainer)
+
+
+def _config_map(job: JobFile, key: str, config: BaseModel) -> dict[str, Any]:
+    """`<name>-config` in the job's namespace: `config` as JSON under `key`."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -885,5 +881,5 @@ def config_map(job: JobFile, trainer: JobConfig) -> dict[str, Any]:
             "namespace": job.namespace,
             "labels": {JOB_LABEL: job.name, **PART_OF},
         },
-        "data": {CONFIG_KEY: json.dumps(trainer.model_dump(mode="json"), indent=2) + "\n"},
+        "data": {key: json.dumps(config.model_dump(mode="json"), indent=2) + "\n"},
     }
