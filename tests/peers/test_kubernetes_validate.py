@@ -43,8 +43,9 @@ EXPECTED = {
 # Monitoring (every stack, components/monitoring.py) adds its Namespace, ResourceQuota,
 # LimitRange and the gp3 StorageClass, a Grafana dashboard ConfigMap per
 # monitoring/dashboards/*.json (read at synth time), and as custom resources four
-# monitors (DCGM, training, ray, vllm) and the PrometheusRules of monitoring/rules.py: gpu, nodes, training and inference on
-# every stack, storage (the FSx CloudWatch alerts) only on a stack with storage.lustre.
+# monitors (DCGM, training, ray, vllm) and the PrometheusRules of monitoring/rules.py:
+# gpu, nodes, training and inference on every stack, storage (the FSx CloudWatch alerts)
+# only on a stack with storage.lustre.
 MONITORING = {"checked": 4, "custom": 8}
 FSX_RULES = 1
 # The straggler watcher (monitoring.stragglers.enabled: pretrain and finetune): its

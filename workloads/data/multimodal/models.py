@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from workloads.data.engine import filesystem
+
 _DIGESTED = (
     "config.json",
     "generation_config.json",
@@ -34,11 +36,8 @@ class ModelPathError(ValueError):
 
 
 def _fs(uri: str) -> tuple[Any, str]:
-    from pyarrow import fs
-
-    if "://" in uri:
-        return fs.FileSystem.from_uri(uri)
-    return fs.LocalFileSystem(), str(Path(uri).resolve())
+    """The file system of `uri` (on the driver: its own S3 endpoint, `engine.filesystem`)."""
+    return filesystem(uri if "://" in uri else str(Path(uri).resolve()))
 
 
 def _model_files(uri: str) -> tuple[Any, list[str]]:
@@ -82,8 +81,9 @@ def model_digest(uri: str) -> dict[str, Any]:
     return {"path": uri, "sha256": total.hexdigest(), "files": files}
 
 
-def local_model_dir(uri: str) -> Path:
-    """A local directory holding the model: `uri` itself, or its copy on this node's disk."""
+def local_model_dir(uri: str, endpoint: str | None = None) -> Path:
+    """A local directory holding the model: `uri` itself, or its copy on this node's disk;
+    `endpoint`: the driver's S3 endpoint (an actor does not have the driver's environment)."""
     if "://" not in uri or uri.startswith("file://"):
         return Path(uri.removeprefix("file://"))
     from pyarrow import fs
@@ -95,7 +95,7 @@ def local_model_dir(uri: str) -> Path:
     with open(cache / f"{dest.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
-            src, root = fs.FileSystem.from_uri(uri)
+            src, root = filesystem(uri, endpoint)
             fs.copy_files(root, str(dest), source_filesystem=src)
             done.touch()
     return dest

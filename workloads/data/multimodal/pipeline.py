@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from workloads.data.engine import filesystem, s3_endpoint
 from workloads.data.multimodal.config import MultimodalPipelineConfig
 from workloads.data.multimodal.devices import wants_gpus
 from workloads.data.multimodal.media import MEDIA_EXTENSIONS, MediaError, decode
@@ -60,12 +61,10 @@ class InputError(ValueError):
     """The input is unusable as a whole (nothing to process, or the one file is not media)."""
 
 
-def _fs(uri: str) -> tuple[Any, str]:
-    from pyarrow import fs
-
-    if "://" in uri:
-        return fs.FileSystem.from_uri(uri)
-    return fs.LocalFileSystem(), str(Path(uri).resolve())
+def _fs(uri: str, endpoint: str | None = None) -> tuple[Any, str]:
+    """`uri`'s file system; `endpoint`: the driver's S3 endpoint, shipped with each task
+    (`engine.filesystem`: a worker does not have the driver's environment)."""
+    return filesystem(uri if "://" in uri else str(Path(uri).resolve()), endpoint)
 
 
 def list_media(input_uri: str) -> tuple[str, list[str]]:
@@ -127,10 +126,14 @@ def _failed(row: dict[str, Any], stage: str, err: Exception) -> dict[str, Any]:
 
 
 def decode_row(
-    row: dict[str, Any], input_uri: str, root: str, config: MultimodalPipelineConfig
+    row: dict[str, Any],
+    input_uri: str,
+    root: str,
+    config: MultimodalPipelineConfig,
+    endpoint: str | None = None,
 ) -> dict[str, Any]:
     """Ray task: one file to its sampled frames and 16 kHz audio (or a failed row)."""
-    filesystem, _ = _fs(input_uri)
+    filesystem, _ = _fs(input_uri, endpoint)
     rel = row["path"]
     out: dict[str, Any] = {
         "path": rel,
@@ -171,12 +174,12 @@ def decode_row(
 class ClipStage:
     """Actor: CLIP loaded once; adds `embeddings` [frames, dim] to each file's row."""
 
-    def __init__(self, config: MultimodalPipelineConfig) -> None:
+    def __init__(self, config: MultimodalPipelineConfig, endpoint: str | None = None) -> None:
         from workloads.data.multimodal.clip import FrameEmbedder
 
         assert config.models.clip is not None
         self._embedder = FrameEmbedder(
-            local_model_dir(config.models.clip),
+            local_model_dir(config.models.clip, endpoint),
             config.compute.device,
             config.compute.clip_batch_size,
         )
@@ -225,13 +228,13 @@ class VadStage:
 class AsrStage:
     """Actor: Whisper loaded once; adds each segment's transcript to `segments_json`."""
 
-    def __init__(self, config: MultimodalPipelineConfig) -> None:
+    def __init__(self, config: MultimodalPipelineConfig, endpoint: str | None = None) -> None:
         from workloads.data.multimodal.asr import Transcriber
 
         assert config.models.whisper is not None
         self._sr = config.audio.sample_rate
         self._asr = Transcriber(
-            local_model_dir(config.models.whisper),
+            local_model_dir(config.models.whisper, endpoint),
             config.models,
             config.compute.device,
             config.compute.asr_batch_size,
@@ -264,11 +267,16 @@ def _npy(arr: npt.NDArray[Any]) -> bytes:
     return buf.getvalue()
 
 
-def write_row(row: dict[str, Any], output: str, config: MultimodalPipelineConfig) -> dict[str, Any]:
+def write_row(
+    row: dict[str, Any],
+    output: str,
+    config: MultimodalPipelineConfig,
+    endpoint: str | None = None,
+) -> dict[str, Any]:
     """Ray task: write one file's arrays; return its small summary for the manifest."""
     from workloads.data.multimodal.media import encode_jpeg
 
-    filesystem, out_root = _fs(output)
+    filesystem, out_root = _fs(output, endpoint)
     rel = str(row["path"])
     frames = np.asarray(row["frames"], np.uint8)
     summary: dict[str, Any] = {
@@ -326,25 +334,33 @@ def build_dataset(
 
     c = config.compute
     root = _root(input_uri)
+    endpoint = s3_endpoint()  # read here, on the driver: the tasks get it as an argument
     ds: Any = ray.data.from_items([{"path": p} for p in files], override_num_blocks=len(files))
     ds = ds.map(
         decode_row,
-        fn_kwargs={"input_uri": input_uri, "root": root, "config": config},
+        fn_kwargs={"input_uri": input_uri, "root": root, "config": config, "endpoint": endpoint},
         num_cpus=c.decode_cpus,
     )
     model_gpus: dict[str, Any] = {"num_gpus": c.gpus_per_actor} if gpus else {}
-    common: dict[str, Any] = {
-        "fn_constructor_kwargs": {"config": config},
-        "batch_size": c.files_per_batch,
-        "batch_format": "numpy",
-    }
+    common: dict[str, Any] = {"batch_size": c.files_per_batch, "batch_format": "numpy"}
+    with_model = {"fn_constructor_kwargs": {"config": config, "endpoint": endpoint}}
     if config.runs("clip"):
-        ds = ds.map_batches(ClipStage, concurrency=c.clip_actors, **model_gpus, **common)
+        ds = ds.map_batches(
+            ClipStage, concurrency=c.clip_actors, **model_gpus, **with_model, **common
+        )
     if config.runs("vad"):
-        ds = ds.map_batches(VadStage, concurrency=c.vad_actors, num_cpus=1, **common)
+        ds = ds.map_batches(
+            VadStage,
+            concurrency=c.vad_actors,
+            num_cpus=1,
+            fn_constructor_kwargs={"config": config},
+            **common,
+        )
     if config.runs("asr"):
-        ds = ds.map_batches(AsrStage, concurrency=c.asr_actors, **model_gpus, **common)
-    return ds.map(write_row, fn_kwargs={"output": output, "config": config})
+        ds = ds.map_batches(
+            AsrStage, concurrency=c.asr_actors, **model_gpus, **with_model, **common
+        )
+    return ds.map(write_row, fn_kwargs={"output": output, "config": config, "endpoint": endpoint})
 
 
 def build_manifest(

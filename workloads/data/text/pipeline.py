@@ -52,6 +52,8 @@ from pyarrow import fs as pafs
 from pyarrow import parquet as pq
 from tokenizers import Tokenizer
 
+from workloads.data.engine import filesystem as _filesystem
+from workloads.data.engine import s3_endpoint
 from workloads.data.text import minhash
 from workloads.data.text.clean import clean_document, text_hash
 from workloads.data.text.config import TextPipelineConfig
@@ -105,13 +107,6 @@ def shuffle_partitions(cfg: TextPipelineConfig) -> int:
     return cfg.shuffle_partitions or minhash.default_partitions()
 
 
-def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in uri:
-        filesystem, root = pafs.FileSystem.from_uri(uri)
-        return filesystem, root.rstrip("/")
-    return pafs.LocalFileSystem(), os.path.abspath(uri)
-
-
 def _kind(name: str) -> str | None:
     if name.endswith(GZ_SUFFIXES):
         return "jsonl.gz"
@@ -147,7 +142,8 @@ def input_splits(uri: str, block_size: int) -> tuple[int, list[Split]]:
             for start in range(0, max(size, 1), block_size):
                 splits.append(Split(rel, kind, start, min(start + block_size, size)))
         elif kind == "parquet":
-            meta = pq.ParquetFile(filesystem.open_input_file(f.path)).metadata
+            with filesystem.open_input_file(f.path) as handle:
+                meta = pq.ParquetFile(handle).metadata
             first = 0
             for g in range(meta.num_row_groups):
                 splits.append(Split(rel, kind, row_group=g, first_row=first))
@@ -189,14 +185,15 @@ def _record_text(line: bytes) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def _read_split(batch: dict[str, Any], uri: str) -> Iterator[dict[str, Any]]:
-    filesystem, root = _filesystem(uri)
+def _read_split(batch: dict[str, Any], uri: str, endpoint: str | None) -> Iterator[dict[str, Any]]:
+    filesystem, root = _filesystem(uri, endpoint)
     for raw in batch["split"]:
         split = Split(**json.loads(raw))
         path = f"{root}/{split.rel}"
         rows: list[tuple[str, str, str]] = []
         if split.kind == "parquet":
-            table = pq.ParquetFile(filesystem.open_input_file(path)).read_row_group(split.row_group)
+            with filesystem.open_input_file(path) as f:
+                table = pq.ParquetFile(f).read_row_group(split.row_group)
             texts = table.column("text").to_pylist() if "text" in table.column_names else []
             if not texts:
                 texts = [None] * table.num_rows
@@ -206,9 +203,10 @@ def _read_split(batch: dict[str, Any], uri: str) -> Iterator[dict[str, Any]]:
                 rows.append((doc_id, text if ok else "", "" if ok else "read/no_text"))
         else:
             if split.kind == "jsonl":
-                lines = _range_lines(filesystem.open_input_file(path), split.start, split.end)
+                with filesystem.open_input_file(path) as f:
+                    lines = list(_range_lines(f, split.start, split.end))
             else:
-                lines = _gz_lines(filesystem.open_input_stream(path, compression="gzip"))
+                lines = list(_gz_lines(filesystem.open_input_stream(path, compression="gzip")))
             for offset, line in lines:
                 if not line.strip():
                     continue
@@ -346,11 +344,16 @@ def _encode(batch: dict[str, Any], tokenizer_json: str, eos_id: int, parts: int)
 
 
 def _write_part(
-    group: dict[str, Any], out_uri: str, parts: int, dtype: Dtype, shard_tokens: int
+    group: dict[str, Any],
+    out_uri: str,
+    endpoint: str | None,
+    parts: int,
+    dtype: Dtype,
+    shard_tokens: int,
 ) -> dict[str, Any]:
     index = int(group["part"][0])
     order = sorted(range(len(group["doc_id"])), key=lambda i: str(group["doc_id"][i]))
-    writer = ShardWriter(OutputDir(out_uri), part_name(index, parts), dtype, shard_tokens)
+    writer = ShardWriter(OutputDir(out_uri, endpoint), part_name(index, parts), dtype, shard_tokens)
     for i in order:
         writer.add(np.frombuffer(group["ids"][i], dtype=np.uint32))
     writer.flush()
@@ -403,10 +406,13 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
     import ray.data
 
     input_files, splits, tok_text = preflight(cfg, input_uri)
+    # The tasks run in other processes (other pods): the driver's S3 endpoint goes with
+    # them; credentials do not (each worker's own chain: Pod Identity on EKS).
+    endpoint = s3_endpoint()
 
     items = [{"split": json.dumps(s.__dict__, sort_keys=True)} for s in splits]
     raw = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map_batches(
-        partial(_read_split, uri=input_uri), batch_size=1, batch_format="numpy"
+        partial(_read_split, uri=input_uri, endpoint=endpoint), batch_size=1, batch_format="numpy"
     )
     processed = raw.map_batches(partial(process_batch, cfg=cfg), batch_format="numpy").materialize()
     totals: Counter[str] = Counter()
@@ -459,7 +465,7 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
     tok_json = canonical_json(tokenizer)
     parts = cfg.shards.parts
 
-    out = OutputDir(output_uri)
+    out = OutputDir(output_uri, endpoint)
     out.makedirs()
     _clear_output(out)
     written: dict[int, list[dict[str, Any]]] = {}
@@ -472,6 +478,7 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
             partial(
                 _write_part,
                 out_uri=output_uri,
+                endpoint=endpoint,
                 parts=parts,
                 dtype=dtype,
                 shard_tokens=cfg.shards.shard_tokens,

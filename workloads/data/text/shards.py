@@ -29,6 +29,8 @@ import numpy.typing as npt
 from pyarrow import fs as pafs
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from workloads.data.engine import filesystem
+
 FORMAT_V1: Final = "llmp-tokens/1"
 FORMAT: Final = "llmp-tokens/2"
 Dtype = Literal["uint16", "uint32"]
@@ -135,22 +137,26 @@ def manifest_name(index: int, count: int) -> str:
 
 class OutputDir:
     """A directory on the local file system (FSx is mounted) or under an s3:// prefix,
-    through pyarrow's file systems (S3 credentials: the pod's, at run time)."""
+    through pyarrow's file systems (S3 credentials: the pod's, at run time; the endpoint:
+    `endpoint`, the driver's, else this process's `AWS_ENDPOINT_URL[_S3]`)."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, endpoint: str | None = None) -> None:
         self.uri = uri
-        if "://" in uri:
-            self.fs, root = pafs.FileSystem.from_uri(uri)
-        else:
-            self.fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
-        self.root = root.rstrip("/")
+        self.fs, self.root = filesystem(uri, endpoint)
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
 
     def path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
     def makedirs(self) -> None:
-        self.fs.create_dir(self.root, recursive=True)
+        """The directory locally; on S3 (no directories) a check that the bucket exists,
+        before any work, and no empty `prefix/` marker object beside the shards."""
+        if self.local:
+            self.fs.create_dir(self.root, recursive=True)
+            return
+        bucket = self.root.split("/", 1)[0]
+        if self.fs.get_file_info(bucket).type != pafs.FileType.Directory:
+            raise FileNotFoundError(f"{self.uri}: no such bucket {bucket}")
 
     def names(self) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
