@@ -487,6 +487,7 @@ def _fsx_claim(path: str, job: JobFile, cfg: PlatformConfig) -> None:
 def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
     """A data job (`data-text`, `data-multimodal`) against the stack: JobFileError on the
     first problem, else the ConfigMap and RayJob and Kueue's verdict."""
+    from program.adoption import team_name
     from program.args import pool_capacities, tenant_shares
 
     stack = job.stack
@@ -574,6 +575,7 @@ def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
             pool_taint=kind.taint_key if gpu and kind is not None else CPU_POOL_TAINT,
             gpus_per_worker=gpus,
             service_account=WORKLOAD_SERVICE_ACCOUNT,
+            team=team_name(cfg, job.stack),
         )
     except ValidationError as exc:
         raise _validation_error(path, exc) from None

@@ -695,8 +695,10 @@ class JobFile(BaseModel):
         pool_taint: str,
         gpus_per_worker: int,
         service_account: str,
+        team: str = "",
     ) -> RayJobSpec:
-        """The RayJob's spec on the pool (the stack decides its type and taint)."""
+        """The RayJob's spec on the pool (the stack decides its type and taint, and, for a
+        team stack on a shared cluster, the team its pools carry)."""
         if self.workers is None:
             raise ValueError(f"kind {self.kind} needs workers")
         return RayJobSpec(
@@ -707,6 +709,7 @@ class JobFile(BaseModel):
             args=self.data_args(),
             queue_name=self.queue,
             pool=self.pool,
+            team=team,
             instance_type=instance_type,
             pool_taint=pool_taint,
             workers=self.workers,

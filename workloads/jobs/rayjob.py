@@ -62,7 +62,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from spec.catalog import catalog
-from spec.labels import JOB_KIND_LABEL, PART_OF, POOL_LABEL
+from spec.labels import JOB_KIND_LABEL, PART_OF, POOL_LABEL, TEAM_LABEL
 from workloads.jobs.pod import (
     Affinity,
     ConfigMapSource,
@@ -214,6 +214,12 @@ class RayJobSpec(BaseModel):
     args: list[str] = Field(default_factory=list, description="The module's arguments.")
     queue_name: str
     pool: str = Field(description="The workers' pool (`llm-platform/pool`).")
+    team: str = Field(
+        "",
+        description="A team stack's name on a shared cluster: the workers also select "
+        "`llm-platform/team`, since two teams' CPU pools may share a name (and Kueue's cpu "
+        "flavor, which has no node labels, would not tell them apart).",
+    )
     instance_type: str = Field(description="The pool's instance type (sizes the workers).")
     pool_taint: str = Field(description="The taint key of the pool the workers tolerate.")
     workers: int = Field(ge=1, le=1000)
@@ -367,6 +373,11 @@ def worker_template(
     affinity, tolerations = node_placement(spec.instance_type, spec.pool)
     if not tolerations:  # a CPU pool: its own taint
         tolerations = [Toleration(key=spec.pool_taint)]
+    if spec.team:
+        selector = affinity.node_affinity.required_during_scheduling_ignored_during_execution
+        team = NodeSelectorRequirement(key=TEAM_LABEL, operator="In", values=[spec.team])
+        for term in selector.node_selector_terms:
+            term.match_expressions.append(team)
     volumes, mounts = _volumes(spec, shm_gib)
     return RayPodTemplate(
         metadata=ObjectMeta(

@@ -23,7 +23,7 @@ import pytest
 
 from llmp.jobs import DataPrepared, prepare
 from spec.catalog import catalog
-from spec.labels import CPU_POOL_TAINT, JOB_KIND_LABEL, POOL_LABEL
+from spec.labels import CPU_POOL_TAINT, JOB_KIND_LABEL, POOL_LABEL, TEAM_LABEL
 from tests.workloads.serving.test_multinode import _unknown_fields
 from workloads import kueue
 from workloads.jobs import rayjob
@@ -206,3 +206,32 @@ def test_a_multimodal_worker_asks_for_its_gpus_and_tolerates_the_gpu_taint() -> 
     assert params["num-gpus"] == "4"
     taint = catalog().accelerator_kinds["nvidia"].taint_key
     assert [t["key"] for t in worker["tolerations"]] == [taint]
+
+
+def test_on_a_shared_cluster_the_workers_select_their_teams_pool() -> None:
+    """Two team stacks may both name a CPU pool `data`; Kueue's cpu flavor has no node
+    labels, so the workers themselves select the team's nodes."""
+    spec = _prepared(TEXT).job.ray_job_spec(
+        instance_type="m7i.4xlarge",
+        pool_taint=CPU_POOL_TAINT,
+        gpus_per_worker=0,
+        service_account="training",
+        team="code-models",
+    )
+    worker = rayjob.ray_job(spec)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    terms = worker["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms and all(
+        {"key": TEAM_LABEL, "operator": "In", "values": ["code-models"]} in t["matchExpressions"]
+        for t in terms
+    )
+    own = rayjob.ray_job(
+        _prepared(TEXT).job.ray_job_spec(
+            instance_type="m7i.4xlarge",
+            pool_taint=CPU_POOL_TAINT,
+            gpus_per_worker=0,
+            service_account="training",
+        )
+    )["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert TEAM_LABEL not in json.dumps(own)
