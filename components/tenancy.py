@@ -65,6 +65,7 @@ from pulumi_kubernetes.rbac.v1 import (
 from components.iam import pod_identity_role
 from spec.catalog import catalog
 from workloads import kueue, volumes
+from workloads.jobs.rayjob import DASHBOARD_PORT
 
 TENANT_LABEL = "llm-platform/tenant"
 WORKLOAD_SERVICE_ACCOUNT = "training"
@@ -75,9 +76,10 @@ KUBERAY_NAMESPACE = "kuberay-system"
 """The KubeRay operator's namespace (components/addons.py installs it there)."""
 RAY_HEAD_SELECTOR = {"ray.io/node-type": "head"}
 """The label KubeRay puts on a RayCluster's head pod."""
-RAY_DASHBOARD_PORT = 8265
-"""The head's dashboard (and job API): the operator submits no job, but reads the job's
-status there and stops it on deletion (ray-operator's dashboard client)."""
+RAY_DASHBOARD_PORT = DASHBOARD_PORT
+"""The head's dashboard (and job API), the port the RayJob builder gives it: the operator
+submits no job, but reads the job's status there and stops it on deletion (ray-operator's
+dashboard client)."""
 
 
 def group(tenant: str) -> str:

@@ -9,7 +9,6 @@ from components.addons import KUBERAY, KUEUE_FRAMEWORKS, kueue_manager_config
 from components.tenancy import KUBERAY_NAMESPACE, RAY_DASHBOARD_PORT
 from monitoring.charts import RAY_NODE_LABEL, monitors
 from spec.catalog import catalog
-from workloads.jobs import rayjob
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NETPOL = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -54,7 +53,6 @@ def test_tenant_policies_admit_the_operator_to_the_head_dashboard_only(plans) ->
     same = policies["allow-same-namespace"]
     assert "ports" not in same["ingress"][0] and "ports" not in same["egress"][0]
     assert "ports" not in policies["allow-monitoring"]["ingress"][0]
-    assert rayjob.DASHBOARD_PORT == RAY_DASHBOARD_PORT
 
 
 def test_prometheus_scrapes_every_ray_pod_on_its_metrics_port() -> None:
