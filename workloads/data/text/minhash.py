@@ -151,7 +151,7 @@ def jaccard(a: npt.NDArray[np.uint32], b: npt.NDArray[np.uint32]) -> float:
 
 
 def exact_jaccard(a: str, b: str, shingle_words: int = 5, seed: int = 0) -> float:
-    """The Jaccard of two texts' shingle sets (tests and the benchmark use it)."""
+    """The Jaccard of two texts' shingle sets (the tests plant and check pairs by it)."""
     return jaccard(shingle_hashes(a, shingle_words, seed), shingle_hashes(b, shingle_words, seed))
 
 
