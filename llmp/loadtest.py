@@ -12,15 +12,10 @@ first. It always stops by itself: requests are capped (`MAX_REQUESTS`), the dura
 capped (`MAX_DURATION_S`), each request has a timeout, and in-flight requests are
 cancelled at `duration + timeout`.
 
-Measured from the Server-Sent Events stream, per request:
-- TTFT: from sending the request to the first chunk that carries text;
-- inter-token latency (ITL): between successive text-carrying chunks;
-- output tokens: the final `usage.completion_tokens` when the server sends it
-  (`stream_options.include_usage`), else the number of text-carrying chunks;
-- cached prompt tokens: `usage.prompt_tokens_details.cached_tokens` (vLLM reports its
-  prefix-cache hits there), giving the prefix hit rate.
-An error is a transport failure or timeout, a non-2xx status, an `error` object in the
-stream, or a stream that ends without `data: [DONE]`. A 429 is also counted apart as
+Each request is measured from its Server-Sent Events stream (`llmp.loadtest_request`):
+TTFT, inter-token latency (ITL), output tokens, and cached prompt tokens, giving the prefix
+hit rate. An error is a transport failure or timeout, a non-2xx status, an `error` object
+in the stream, or a stream that ends without `data: [DONE]`. A 429 is also counted apart as
 shed (refused by a concurrency guard); `accepted` is every other request.
 
 Goodput (`--goodput ttft:MS,itl:MS,e2el:MS`) is the share of all requests sent that
@@ -28,31 +23,34 @@ succeeded inside every given per-request SLO (TTFT; mean ITL of the request, the
 time per output token; end-to-end latency), as vLLM's benchmark defines it.
 
 Prompts are words drawn from a fixed vocabulary of common English words, each one token
-in common BPE vocabularies: the length is an approximation, not an exact count. Their
-length is `--prompt-tokens`, or normal around it with `--prompt-tokens-stdev`; with
-`--prefix-tokens P` each prompt starts with one of `--prefix-groups` shared prefixes of P
-words (a system prompt, a few-shot header), drawn uniformly. `--seed` fixes prompts and
-arrivals.
+in common BPE vocabularies (llmp/data/loadtest_words.txt): the length is an approximation,
+not an exact count. Their length is `--prompt-tokens`, or normal around it with
+`--prompt-tokens-stdev`; with `--prefix-tokens P` each prompt starts with one of
+`--prefix-groups` shared prefixes of P words (a system prompt, a few-shot header), drawn
+uniformly. `--seed` fixes prompts and arrivals.
 
 With several URLs (replicas of one model) each request goes to one of them as
 `--routing` says: `round-robin`, or `endpoint-picker` (llmp.routing: the Gateway API
 Inference Extension endpoint picker's scoring, re-implemented client-side).
+
+The command (`llmp.commands.loadtest`) renders a report as a table.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from importlib.resources import files
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from llmp import errors, routing
+from llmp.loadtest_request import Sample, one_request
 
 MAX_REQUESTS = 1_000_000
 MAX_DURATION_S = 24 * 3600.0
@@ -62,181 +60,9 @@ MAX_PROMPT_TOKENS = 1_000_000
 ARRIVALS = ("poisson", "constant")
 GOODPUT_METRICS = ("ttft", "itl", "e2el")
 # One token each in common BPE vocabularies (GPT-2, Llama 3): prompts made of them have
-# about as many tokens as words.
-VOCABULARY = (
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "that",
-    "for",
-    "it",
-    "as",
-    "was",
-    "with",
-    "be",
-    "by",
-    "on",
-    "not",
-    "he",
-    "this",
-    "are",
-    "or",
-    "his",
-    "from",
-    "at",
-    "which",
-    "but",
-    "have",
-    "an",
-    "they",
-    "you",
-    "were",
-    "her",
-    "she",
-    "there",
-    "one",
-    "all",
-    "we",
-    "their",
-    "has",
-    "been",
-    "if",
-    "more",
-    "when",
-    "will",
-    "would",
-    "who",
-    "so",
-    "no",
-    "out",
-    "up",
-    "into",
-    "do",
-    "any",
-    "your",
-    "what",
-    "can",
-    "some",
-    "time",
-    "could",
-    "them",
-    "only",
-    "other",
-    "new",
-    "about",
-    "than",
-    "then",
-    "may",
-    "like",
-    "now",
-    "people",
-    "its",
-    "first",
-    "two",
-    "over",
-    "after",
-    "also",
-    "most",
-    "such",
-    "made",
-    "many",
-    "well",
-    "where",
-    "way",
-    "much",
-    "down",
-    "should",
-    "very",
-    "even",
-    "back",
-    "good",
-    "years",
-    "work",
-    "world",
-    "long",
-    "still",
-    "own",
-    "day",
-    "here",
-    "life",
-    "last",
-    "great",
-    "man",
-    "old",
-    "same",
-    "place",
-    "small",
-    "part",
-    "both",
-    "used",
-    "three",
-    "little",
-    "water",
-    "number",
-    "right",
-    "found",
-    "home",
-    "under",
-    "never",
-    "each",
-    "point",
-    "light",
-    "high",
-    "house",
-    "while",
-    "came",
-    "hand",
-    "power",
-    "side",
-    "year",
-    "ways",
-    "state",
-    "school",
-    "large",
-    "city",
-    "open",
-    "every",
-    "study",
-    "system",
-    "market",
-    "form",
-    "end",
-    "left",
-    "line",
-    "best",
-    "order",
-    "move",
-    "face",
-    "book",
-    "fact",
-    "word",
-    "door",
-    "night",
-    "game",
-    "area",
-    "case",
-    "week",
-    "group",
-    "table",
-    "money",
-    "music",
-    "story",
-    "plan",
-    "food",
-    "early",
-    "field",
-    "voice",
-    "model",
-    "data",
-    "level",
-    "test",
-    "road",
-    "river",
-    "paper",
-    "code",
+# about as many tokens as words. The list ships with the package, one word a line.
+VOCABULARY: tuple[str, ...] = tuple(
+    files("llmp").joinpath("data/loadtest_words.txt").read_text(encoding="utf-8").split()
 )
 
 
@@ -271,20 +97,6 @@ class Options:
     @property
     def all_urls(self) -> list[str]:
         return [self.url, *self.urls]
-
-
-@dataclass
-class Sample:
-    ok: bool
-    ttft_s: float | None = None
-    itl_s: list[float] = field(default_factory=list)
-    output_tokens: int = 0
-    latency_s: float = 0.0
-    error: str | None = None
-    shed: bool = False
-    prompt_tokens: int | None = None  # from usage
-    cached_tokens: int | None = None
-    replica: int = 0
 
 
 @dataclass
@@ -453,86 +265,6 @@ def request_body(opts: Options, words: list[str] | None = None) -> dict[str, Any
     return body
 
 
-def _chunk_text(chunk: dict[str, Any], chat: bool) -> str:
-    texts = []
-    for choice in chunk.get("choices") or []:
-        if chat:
-            texts.append((choice.get("delta") or {}).get("content") or "")
-        else:
-            texts.append(choice.get("text") or "")
-    return "".join(texts)
-
-
-def _read_usage(sample: Sample, usage: dict[str, Any]) -> None:
-    with contextlib.suppress(TypeError, ValueError):
-        if usage.get("completion_tokens") is not None:
-            sample.output_tokens = int(usage["completion_tokens"])
-        if usage.get("prompt_tokens") is not None:
-            sample.prompt_tokens = int(usage["prompt_tokens"])
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and details.get("cached_tokens") is not None:
-            sample.cached_tokens = int(details["cached_tokens"])
-
-
-async def one_request(client: Any, url: str, body: dict[str, Any], opts: Options) -> Sample:
-    import httpx
-
-    t0 = time.perf_counter()
-    last: float | None = None
-    sample = Sample(ok=False)
-    chunks = 0
-    done = False
-    try:
-        async with client.stream("POST", url, json=body) as resp:
-            if resp.status_code // 100 != 2:
-                await resp.aread()
-                sample.error = f"HTTP {resp.status_code}"
-                sample.shed = resp.status_code == 429
-                return sample
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    done = True
-                    break
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    sample.error = "bad SSE payload"
-                    return sample
-                if not isinstance(chunk, dict):
-                    sample.error = "bad SSE payload"
-                    return sample
-                if chunk.get("error"):
-                    sample.error = "error event"
-                    return sample
-                usage = chunk.get("usage")
-                if isinstance(usage, dict):
-                    _read_usage(sample, usage)
-                if _chunk_text(chunk, opts.chat):
-                    now = time.perf_counter()
-                    if last is None:
-                        sample.ttft_s = now - t0
-                    else:
-                        sample.itl_s.append(now - last)
-                    last = now
-                    chunks += 1
-    except httpx.TimeoutException:
-        sample.error = "timeout"
-        return sample
-    except httpx.HTTPError as exc:
-        sample.error = type(exc).__name__
-        return sample
-    if not done:
-        sample.error = "stream ended without [DONE]"
-        return sample
-    sample.ok = True
-    sample.output_tokens = sample.output_tokens or chunks
-    sample.latency_s = time.perf_counter() - t0
-    return sample
-
-
 async def _reachable(url: str, timeout_s: float) -> None:
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -590,7 +322,7 @@ async def run(opts: Options, progress: Progress | None = None) -> Report:
         body = request_body(opts, words)
         try:  # a total cap: httpx's timeout is per read, and a trickle never trips it
             async with asyncio.timeout(opts.timeout_s):
-                sample = await one_request(client, urls[replica], body, opts)
+                sample = await one_request(client, urls[replica], body, opts.chat)
         except TimeoutError:
             sample = Sample(ok=False, error="timeout")
         sample.replica = replica
@@ -757,63 +489,3 @@ def slo_misses(opts: Options, report: Report) -> list[str]:
     if opts.slo_error_rate is not None and report.error_rate > opts.slo_error_rate:
         missed.append(f"error rate {report.error_rate:.4g} > {opts.slo_error_rate:g}")
     return missed
-
-
-def _fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.1f}"
-
-
-def render(report: Report) -> Any:
-    """A rich Table of the report."""
-    from rich.table import Table
-
-    table = Table(title=f"loadtest {report.url}")
-    table.add_column("metric")
-    table.add_column("p50", justify="right")
-    table.add_column("p99", justify="right")
-    for name, d in (
-        ("TTFT (ms)", report.ttft_ms),
-        ("inter-token latency (ms)", report.itl_ms),
-        ("request latency (ms)", report.latency_ms),
-    ):
-        table.add_row(name, _fmt(d["p50"]), _fmt(d["p99"]))
-    table.add_section()
-    table.add_row("requests", str(report.requests), "")
-    if report.shed:
-        table.add_row("accepted / shed (429)", f"{report.accepted} / {report.shed}", "")
-    errors = f"{report.errors} ({report.error_rate:.1%})"
-    if report.error_kinds:
-        errors += " " + ", ".join(f"{k}: {n}" for k, n in report.error_kinds.items())
-    table.add_row("errors", errors, "")
-    table.add_row("output tokens/s", f"{report.output_tokens_per_s:,.1f}", "")
-    if report.goodput is not None:
-        table.add_row("goodput", f"{report.goodput:.1%} ({report.goodput_rps:g} req/s)", "")
-    if report.prefix_hit_rate is not None:
-        table.add_row("prefix cache hits", f"{report.prefix_hit_rate:.1%}", "")
-    if report.routing:
-        spread = " ".join(str(n) for n in report.per_replica)
-        table.add_row(f"routing: {report.routing}", spread, "")
-    load = (f"{report.concurrency}" if report.rate is None
-            else f"{report.rate:g}/s {report.arrival}")  # fmt: skip
-    table.add_row("load / wall (s)", f"{load} / {report.wall_s:.2f}", "")
-    return table
-
-
-def render_sweep(reports: Sequence[Report]) -> Any:
-    """One row per rate of a sweep (times in ms), narrow enough for 80 columns."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title=f"loadtest sweep {reports[0].url if reports else ''}", box=box.SIMPLE)
-    for col in ("rate/s", "sent", "shed", "err", "TTFT p50", "TTFT p99", "ITL p50",
-                "ITL p99", "tok/s", "good"):  # fmt: skip
-        table.add_column(col, justify="right")
-    for r in reports:
-        table.add_row(
-            f"{r.rate:g}", str(r.requests), str(r.shed), str(r.errors),
-            _fmt(r.ttft_ms["p50"]), _fmt(r.ttft_ms["p99"]),
-            _fmt(r.itl_ms["p50"]), _fmt(r.itl_ms["p99"]),
-            f"{r.output_tokens_per_s:,.0f}",
-            "-" if r.goodput is None else f"{r.goodput:.0%}",
-        )  # fmt: skip
-    return table

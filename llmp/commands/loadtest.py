@@ -1,17 +1,23 @@
-"""`llmp loadtest`: stream requests at an OpenAI-compatible endpoint and judge the SLO."""
+"""`llmp loadtest`: stream requests at an OpenAI-compatible endpoint and judge the SLO.
+
+The run is `llmp.loadtest`'s; this module takes the options and shows its reports: a table
+per report (`render`), or one row per rate of a sweep (`render_sweep`)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmp import console
 from llmp.errors import BadInput, Failed, prefixed
+
+if TYPE_CHECKING:
+    from llmp.loadtest import Report
 
 
 def loadtest(
@@ -128,9 +134,9 @@ def loadtest(
     if as_json:
         print(json.dumps(doc, indent=2))
     elif len(reports) == 1:
-        console.out.print(lt.render(reports[0]))
+        console.out.print(render(reports[0]))
     else:
-        console.out.print(lt.render_sweep(reports))
+        console.out.print(render_sweep(reports))
     missed = [
         f"{'' if r.rate is None or len(reports) == 1 else f'at {r.rate:g}/s: '}{m}"
         for r in reports
@@ -155,6 +161,66 @@ def _progress() -> Iterator[Callable[[int, int | None], None] | None]:
             bar.update(task, completed=done, total=total)
 
         yield update
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def render(report: Report) -> Any:
+    """A rich Table of the report."""
+    from rich.table import Table
+
+    table = Table(title=f"loadtest {report.url}")
+    table.add_column("metric")
+    table.add_column("p50", justify="right")
+    table.add_column("p99", justify="right")
+    for name, d in (
+        ("TTFT (ms)", report.ttft_ms),
+        ("inter-token latency (ms)", report.itl_ms),
+        ("request latency (ms)", report.latency_ms),
+    ):
+        table.add_row(name, _fmt(d["p50"]), _fmt(d["p99"]))
+    table.add_section()
+    table.add_row("requests", str(report.requests), "")
+    if report.shed:
+        table.add_row("accepted / shed (429)", f"{report.accepted} / {report.shed}", "")
+    errors = f"{report.errors} ({report.error_rate:.1%})"
+    if report.error_kinds:
+        errors += " " + ", ".join(f"{k}: {n}" for k, n in report.error_kinds.items())
+    table.add_row("errors", errors, "")
+    table.add_row("output tokens/s", f"{report.output_tokens_per_s:,.1f}", "")
+    if report.goodput is not None:
+        table.add_row("goodput", f"{report.goodput:.1%} ({report.goodput_rps:g} req/s)", "")
+    if report.prefix_hit_rate is not None:
+        table.add_row("prefix cache hits", f"{report.prefix_hit_rate:.1%}", "")
+    if report.routing:
+        spread = " ".join(str(n) for n in report.per_replica)
+        table.add_row(f"routing: {report.routing}", spread, "")
+    load = (f"{report.concurrency}" if report.rate is None
+            else f"{report.rate:g}/s {report.arrival}")  # fmt: skip
+    table.add_row("load / wall (s)", f"{load} / {report.wall_s:.2f}", "")
+    return table
+
+
+def render_sweep(reports: Sequence[Report]) -> Any:
+    """One row per rate of a sweep (times in ms), narrow enough for 80 columns."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"loadtest sweep {reports[0].url if reports else ''}", box=box.SIMPLE)
+    for col in ("rate/s", "sent", "shed", "err", "TTFT p50", "TTFT p99", "ITL p50",
+                "ITL p99", "tok/s", "good"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for r in reports:
+        table.add_row(
+            f"{r.rate:g}", str(r.requests), str(r.shed), str(r.errors),
+            _fmt(r.ttft_ms["p50"]), _fmt(r.ttft_ms["p99"]),
+            _fmt(r.itl_ms["p50"]), _fmt(r.itl_ms["p99"]),
+            f"{r.output_tokens_per_s:,.0f}",
+            "-" if r.goodput is None else f"{r.goodput:.0%}",
+        )  # fmt: skip
+    return table
 
 
 def register(app: typer.Typer) -> None:
