@@ -37,7 +37,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from llmp.compare import PlanDiff, at_path, compare_plans
+from llmp.compare import PlanDiff, compare_plans
+from llmp.input_leaves import at_path
 from llmp.plan import Plan
 
 GITHUB_COMMENT_LIMIT = 65536

@@ -20,16 +20,12 @@ from typing import Any
 
 import pytest
 
-from llmp.compare import (
-    ABSENT,
-    PlanDiff,
-    compare_plans,
-    computed_markers,
-    replacement_rules,
-)
+from llmp.compare import PlanDiff, compare_plans
 from llmp.diff import CostLine, DiffReport, cost_delta, exit_code, render_markdown, violation_delta
+from llmp.input_leaves import ABSENT
 from llmp.plan import SECRET, Plan, Resource
 from llmp.policy import Violation
+from llmp.replacements import computed_markers, replacement_rules
 from llmp.synth import REPO_ROOT
 from spec.catalog import catalog
 from spec.replacement import Conditional, ReplaceInput, TypeRule, replacement_table

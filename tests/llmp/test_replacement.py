@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from llmp.compare import PlanDiff, compare_plans, leaves
+from llmp.compare import PlanDiff, compare_plans
 from llmp.diff import transition_costs
+from llmp.input_leaves import leaves
 from llmp.plan import SECRET, Plan, Resource
 from spec.replacement import ReplacementTable, replacement_table, skips_minor, version_key
 from tests.conftest import STACKS

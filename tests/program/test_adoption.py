@@ -64,7 +64,7 @@ def test_every_example_stack_synthesizes_and_is_priced(name: str) -> None:
     "name", sorted(p.name.split(".")[1] for p in EXAMPLES.glob("Pulumi.*.yaml"))
 )
 def test_every_input_of_an_example_stack_is_classified_for_llmp_diff(name: str) -> None:
-    from llmp.compare import leaves
+    from llmp.input_leaves import leaves
     from spec.replacement import replacement_table
 
     plan = plan_of(name)
