@@ -53,6 +53,7 @@ def diff_command(
     revision, invalid stack file) or a side that cannot be synthesized.
     """
     from llmp import diff as plan_diff
+    from llmp.diff_render import render_markdown, render_terminal
     from llmp.revision import repo_root
     from llmp.synth import REPO_ROOT
     from policies.config import PolicyConfigError
@@ -66,13 +67,13 @@ def diff_command(
     if markdown is not None:
         try:
             markdown.parent.mkdir(parents=True, exist_ok=True)
-            markdown.write_text(plan_diff.render_markdown(report))
+            markdown.write_text(render_markdown(report))
         except OSError as exc:
             raise BadInput(f"cannot write {markdown}: {exc.strerror or exc}") from None
     if as_json:
         console.write(json.dumps(plan_diff.report_to_json(report), indent=2) + "\n")
     else:
-        plan_diff.render_terminal(report, console.out)
+        render_terminal(report, console.out)
     code = plan_diff.exit_code(report, fail_on_replace)
     if code:
         raise typer.Exit(code)

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from llmp.compare import PlanDiff, compare_plans
-from llmp.diff import CostLine, DiffReport, cost_delta, exit_code, render_markdown, violation_delta
+from llmp.diff import CostLine, DiffReport, cost_delta, exit_code, violation_delta
+from llmp.diff_render import render_markdown
 from llmp.input_leaves import ABSENT
 from llmp.plan import SECRET, Plan, Resource
 from llmp.policy import Violation
