@@ -12,7 +12,7 @@ from llmp import console
 from llmp.commands import options
 
 if TYPE_CHECKING:
-    from llmp.job_api import State
+    from llmp.job_state import State
     from llmp.kube import KubeApis
 
 app = typer.Typer(
@@ -127,11 +127,12 @@ def status(
     Exit 0: the job is running or succeeded; 1: it failed; 2: no such job.
     """
     from llmp import job_api
+    from llmp.job_state import explain, state_of
 
     apis = _apis(kubeconfig, context)
     ns = job_api.find_namespace(apis, name, namespace)
     snap = job_api.snapshot(apis, ns, name)
-    state = job_api.state_of(snap)
+    state = state_of(snap)
     if state.phase == "gone":
         raise job_api.JobError(f"no job {name} in namespace {ns}")
     if as_json:
@@ -139,7 +140,7 @@ def status(
     else:
         console.line(f"job {ns}/{name}: {state.phase}")
         console.line(job_api.wrapped("  ", state.detail, 2))
-        for line in job_api.explain(state):
+        for line in explain(state):
             console.line(f"  {line}")
     if state.done and not state.ok:
         raise typer.Exit(1)

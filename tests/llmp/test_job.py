@@ -21,7 +21,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from llmp import console as llmp_console
-from llmp import job_api
+from llmp import job_api, job_state
 from llmp.cli import app
 from llmp.jobs import JobFileError, check, load_job_file, manifests_yaml, prepare
 from llmp.synth import REPO_ROOT
@@ -428,7 +428,7 @@ def test_state_of_a_restarting_job_says_it_resumes() -> None:
             }
         ]
     )
-    state = job_api.state_of(job_api.Snapshot("chat", "j", job, workload))
+    state = job_state.state_of(job_state.Snapshot("chat", "j", job, workload))
     assert state.phase == "restarting"
     assert "resume from the last checkpoint" in state.detail
     assert state.cluster_queue == "chat" and state.flavors == ("pool-h100",)
@@ -436,7 +436,7 @@ def test_state_of_a_restarting_job_says_it_resumes() -> None:
 
 def test_a_failed_job_is_done_and_not_ok() -> None:
     job = _job(conditions=[{"type": "Failed", "status": "True", "message": "backoff limit"}])
-    state = job_api.state_of(job_api.Snapshot("chat", "j", job))
+    state = job_state.state_of(job_state.Snapshot("chat", "j", job))
     assert (state.phase, state.done, state.ok, state.detail) == (
         "failed",
         True,
@@ -446,7 +446,7 @@ def test_a_failed_job_is_done_and_not_ok() -> None:
 
 
 def test_a_request_kueue_can_never_fit_is_said_so() -> None:
-    kind, sentence = job_api.why_queued(
+    kind, sentence = job_state.why_queued(
         "couldn't assign flavors to pod set worker: insufficient quota for nvidia.com/gpu in "
         "flavor pool-h100, request > maximum capacity (24 > 16)"
     )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from llmp import job_api
+from llmp import job_api, job_state
 from llmp.cli import app
 from llmp.jobs import JobFileError, prepare
 from tests.llmp.job_files import job_file
@@ -128,27 +128,27 @@ def _workload(admitted: bool) -> dict[str, Any]:
 
 
 def test_a_rayjobs_state_is_read_as_kueue_reads_it() -> None:
-    snap = job_api.Snapshot("foundation", "web-clean", _ray({"jobDeploymentStatus": "New"}))
-    assert job_api.state_of(snap).phase == "created"
+    snap = job_state.Snapshot("foundation", "web-clean", _ray({"jobDeploymentStatus": "New"}))
+    assert job_state.state_of(snap).phase == "created"
     wl = _workload(admitted=True)
     assert job_api.workload_of(_ray({}), [wl]) is wl
     running = _ray({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"})
     pods = [{"metadata": {"name": "p"}, "status": {"phase": "Running"}, "spec": {"nodeName": "n"}}]
-    state = job_api.state_of(job_api.Snapshot("foundation", "web-clean", running, wl, pods))
+    state = job_state.state_of(job_state.Snapshot("foundation", "web-clean", running, wl, pods))
     assert (state.phase, state.detail) == (
         "running",
         "Ray job RUNNING; 1/1 pods running on 1 nodes",
     )
     done = _ray({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"})
-    ok = job_api.state_of(job_api.Snapshot("foundation", "web-clean", done, wl))
+    ok = job_state.state_of(job_state.Snapshot("foundation", "web-clean", done, wl))
     assert ok.done and ok.ok and ok.phase == "succeeded"
     failed = _ray({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "message": "exit 1"})
-    bad = job_api.state_of(job_api.Snapshot("foundation", "web-clean", failed, wl))
+    bad = job_state.state_of(job_state.Snapshot("foundation", "web-clean", failed, wl))
     assert bad.done and not bad.ok and bad.detail == "Failed (Ray job FAILED): exit 1"
     # Complete without SUCCEEDED (stopped) is not a success: Kueue's rule.
     stopped = _ray({"jobDeploymentStatus": "Complete", "jobStatus": "STOPPED"})
-    assert not job_api.state_of(job_api.Snapshot("f", "w", stopped, wl)).ok
-    queued = job_api.state_of(job_api.Snapshot("f", "w", running, _workload(False)))
+    assert not job_state.state_of(job_state.Snapshot("f", "w", stopped, wl)).ok
+    queued = job_state.state_of(job_state.Snapshot("f", "w", running, _workload(False)))
     assert queued.phase == "admitted"
 
 

@@ -615,7 +615,7 @@ def test_a_stack_without_the_bucket(tmp_path: Path) -> None:
 
 
 def test_a_step_that_restarts_or_is_preempted_starts_over() -> None:
-    from llmp import job_api
+    from llmp import job_state
 
     (job,) = prepare(str(QUANTIZE)).manifests
     job = {**copy.deepcopy(job), "metadata": {**job["metadata"], "uid": "u1"}}
@@ -630,13 +630,13 @@ def test_a_step_that_restarts_or_is_preempted_starts_over() -> None:
             "admission": {"clusterQueue": "chat", "podSetAssignments": []},
         },
     }
-    state = job_api.state_of(job_api.Snapshot("chat", "chat-sft-fp8", job, admitted))
+    state = job_state.state_of(job_state.Snapshot("chat", "chat-sft-fp8", job, admitted))
     assert state.phase == "restarting" and state.detail == "x; its pod starts over"
     preempted = {
         "metadata": admitted["metadata"],
         "status": {"conditions": [{"type": "Preempted", "status": "True", "reason": "R"}]},
     }
-    state = job_api.state_of(job_api.Snapshot("chat", "chat-sft-fp8", job, preempted))
+    state = job_state.state_of(job_state.Snapshot("chat", "chat-sft-fp8", job, preempted))
     assert state.phase == "preempted" and state.detail.endswith("starts over when admitted again")
 
 
