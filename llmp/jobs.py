@@ -18,14 +18,9 @@ later or never admit:
   workload role may write its revisions there is said in a note (`write_denied`):
   the job would do its work and then fail to publish.
 
-A data job (`kind: data-text`, `data-multimodal`) is a RayJob instead (`check_data`): the
-pool is a CPU pool of `cpu_pools` (data-text; a GPU pool is refused) or either kind of pool
-(data-multimodal: GPUs per worker on a GPU pool, where the tenant needs a `gpu_quota`), the
-workers fit the pool (one per node, `workers` <= `max_size`), the namespace has the FSx claim,
-`input` may be read and `output` written by the tenant's workload role (`s3_grants`), the
-`pipeline` block validates against the pipeline's own config model, and Kueue admits the
-RayJob's pod sets (head, workers, submitter) against the tenant's `cpu` quota or the GPU
-pool's flavor. It gives a `DataPrepared`.
+A data job (`kind: data-text`, `data-multimodal`) is a RayJob instead, checked by
+`llmp.jobs_data` (`check_data`, giving a `DataPrepared`). Reading the job file, the one-line
+errors and the checks every kind shares (the FSx claim, the S3 grants) are `llmp.job_checks`.
 
 The result, a `Prepared`, carries the manifests (`--dry-run` prints them) and what Kueue
 would do. The cluster side (`submit`, `status`, `list`, `logs`, `cancel`) is `llmp.job_api`.
@@ -34,31 +29,30 @@ would do. The cluster side (`submit`, `status`, `list`, `logs`, `cancel`) is `ll
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from components.tenancy import WORKLOAD_SERVICE_ACCOUNT
-from llmp.errors import BadInput
 from llmp.job_api import wrapped
+from llmp.job_checks import (
+    bad_key,
+    check_fsx_claim,
+    load_job_file,
+    names_or_none,
+    s3_denied,
+    unknown_name,
+    validation_error,
+    write_denied,
+)
+from llmp.jobs_data import DataPrepared, check_data
 from spec.catalog import catalog
-from spec.errors import MISSING, ConfigError, clip, closest, one_line, show, sorted_names
-from spec.labels import CPU_POOL_TAINT
+from spec.errors import ConfigError
 from spec.platform import PlatformConfig
-from spec.tenancy import MODELS_BUCKET, s3_grants
 from workloads import kueue
-from workloads.jobs import rayjob
-from workloads.jobs.jobfile import REQUIRED_HERE, JobFile, config_map, data_config_map
+from workloads.jobs.jobfile import JobFile, config_map
 from workloads.jobs.pytorchjob import pytorch_job
 from workloads.training.ds_config import JobConfig
-from workloads.volumes import LUSTRE_CLAIM
-
-
-class JobFileError(BadInput):
-    """A job file that cannot run on its stack: `job file FILE: KEY = VALUE: what is right`."""
 
 
 @dataclass(frozen=True)
@@ -176,150 +170,6 @@ class Prepared:
         ]
 
 
-@dataclass(frozen=True)
-class DataPrepared:
-    """A data job file, checked against its stack: the ConfigMap and RayJob to apply."""
-
-    path: str
-    job: JobFile
-    config: PlatformConfig
-    instance_type: str
-    pool_kind: str
-    """`CPU` (cpu_pools) or `GPU` (node_pools)."""
-    gpus_per_worker: int
-    gpu_resource: str
-    manifests: list[dict[str, Any]]
-    admission: kueue.Admission
-    worker_host: str
-    """CPU and memory (and GPUs) each worker requests."""
-    total: str
-    """What Kueue reserves for the whole RayJob."""
-    pool_max: int
-    notes: list[str] = field(default_factory=list)
-    from_job: None = None
-    max_steps: None = None
-
-    def summary(self) -> list[str]:
-        """What was checked, in a few lines of at most 80 columns."""
-        job = self.job
-        workers = job.workers or 0
-        flavors = sorted({f for by in self.admission.flavors.values() for f in by.values()})
-        lines = [
-            f"job {job.namespace}/{job.name} on stack {job.stack}: checked ({job.kind}, RayJob)",
-            f"  head on the system pool: {rayjob.HEAD_CPU} vCPUs, {rayjob.HEAD_MEMORY_GIB}Gi "
-            "(driver, GCS, dashboard; no tasks)",
-            wrapped(
-                "  ",
-                f"{workers} workers on {self.pool_kind} pool {job.pool} ({self.instance_type}), "
-                f"one per node: {self.worker_host} each",
-                4,
-            ),
-            wrapped("  ", f"{job.input} -> {job.output}", 4),
-            f"  queue {job.namespace}/{job.queue} -> ClusterQueue {self.admission.queue}, "
-            f"flavor {', '.join(flavors)}",
-            wrapped(
-                "  ",
-                f"Kueue admits head, {workers} workers and the submitter at once: {self.total}",
-                4,
-            ),
-        ]
-        if self.admission.provisioning:
-            lines.append(
-                wrapped(
-                    "  then ",
-                    f"waits for its nodes: the {', '.join(self.admission.waiting_for)} check "
-                    f"asks the autoscaler for all {workers} at once, or none",
-                    4,
-                )
-            )
-        elif self.pool_kind == "CPU":
-            lines.append(
-                wrapped(
-                    "  then ",
-                    f"the Cluster Autoscaler adds pool {job.pool}'s nodes as the workers pend "
-                    f"(max {self.pool_max}); they go when the cluster is deleted",
-                    4,
-                )
-            )
-        return [*lines, *(wrapped("  note: ", n, 8) for n in self.notes)]
-
-
-def _fail(path: str, key: str, value: Any, expected: str) -> JobFileError:
-    shown = "<missing>" if value is MISSING else show(value)
-    return JobFileError(one_line(f"job file {clip(path, 200)}: {key} = {shown}: {expected}"))
-
-
-def _validation_error(path: str, exc: ValidationError, prefix: str = "") -> JobFileError:
-    err = exc.errors()[0]
-    key = prefix + ".".join(str(p) for p in err["loc"])
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "missing":
-        return _fail(path, key, MISSING, "required")
-    if err["type"] == REQUIRED_HERE:
-        return _fail(path, key, MISSING, msg)
-    if err["type"] == "extra_forbidden":
-        return _fail(path, key, err.get("input", MISSING), "unknown key")
-    return _fail(path, key or "(file)", err.get("input", MISSING), msg)
-
-
-def load_job_file(path: str) -> JobFile:
-    """The job file at `path`, validated on its own: JobFileError on anything wrong."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise JobFileError(f"cannot read job file {path}: {one_line(str(exc))}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise JobFileError(f"job file {path}: not YAML{where}: {problem}") from None
-    if not isinstance(raw, dict):
-        raise JobFileError(
-            f"job file {path}: a mapping of keys (name, stack, tenant, pool, ...) expected, "
-            f"got {type(raw).__name__}"
-        )
-    try:
-        return JobFile.model_validate(raw)
-    except ValidationError as exc:
-        raise _validation_error(path, exc) from None
-
-
-def _names(names: Any) -> str:
-    return sorted_names(list(names)) or "none"
-
-
-def _unknown(path: str, key: str, value: str, what: str, names: list[str]) -> JobFileError:
-    hint = closest(value, names)
-    did = f" (did you mean {hint}?)" if hint else ""
-    return _fail(path, key, value, f"not {what}{did}; known: {_names(names)}")
-
-
-def write_denied(
-    cfg: PlatformConfig, tenant: str, bucket: str, key_prefix: str, verb: str = "write"
-) -> str | None:
-    """Why the tenant's workload role (service account `training`, Pod Identity) may not
-    write (or read: it is granted both on the same prefixes) under `key_prefix` of the
-    stack's bucket `bucket` (a key of storage.buckets), or None: by
-    `spec.tenancy.s3_grants`, the rule the program builds the role by."""
-    buckets = cfg.storage.buckets if cfg.storage is not None else {}
-    grants = s3_grants(cfg.tenants[tenant], buckets)
-    if any(key_prefix.startswith(p) for p in grants.get(bucket, [])):
-        return None
-    if not grants:
-        return (
-            f"tenant {tenant} has no workload role with S3 access "
-            f"(tenants.{tenant}.s3_prefixes, models_prefixes)"
-        )
-    where = "; ".join(f"{', '.join(p)} in {b}" for b, p in grants.items())
-    setting = "models_prefixes" if bucket == MODELS_BUCKET else "s3_prefixes"
-    return (
-        f"tenant {tenant}'s workload role (service account training) may {verb} only {where} "
-        f"(tenants.{tenant}.{setting})"
-    )
-
-
 def _s3_locations(job: JobFile) -> list[tuple[str, str]]:
     """(key, s3:// URI) of what the trainer reads from S3: its data, its restore point."""
     found = [("data", job.data)] if job.data and job.data.startswith("s3://") else []
@@ -327,23 +177,6 @@ def _s3_locations(job: JobFile) -> list[tuple[str, str]]:
     if isinstance(restore, dict) and isinstance(restore.get("restore_from"), str):
         found.append(("trainer.checkpoint.restore_from", restore["restore_from"]))
     return found
-
-
-def _read_denied(cfg: PlatformConfig, tenant: str, uri: str, verb: str = "read") -> str | None:
-    """Why the tenant's pods cannot read (or write) `uri`: not a bucket of the stack, or a
-    prefix its workload role is not granted."""
-    from workloads.training.s3io import S3Error, split_uri
-
-    try:
-        name, prefix = split_uri(uri)
-    except S3Error as e:
-        return str(e)
-    buckets = cfg.storage.buckets if cfg.storage is not None else {}
-    keys = {cfg.storage.bucket_name(k): k for k in buckets} if cfg.storage is not None else {}
-    if name not in keys:
-        known = ", ".join(sorted(keys)) or "none"
-        return f"bucket {name} is not one of the stack's (storage.buckets: {known})"
-    return write_denied(cfg, tenant, keys[name], prefix, verb=verb)
 
 
 def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
@@ -354,44 +187,46 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
         raise ValueError("a data job is checked by check_data")
     stack = job.stack
     if job.pool not in cfg.node_pools:
-        raise _unknown(path, "pool", job.pool, f"a node pool of stack {stack}", [*cfg.node_pools])
+        raise unknown_name(
+            path, "pool", job.pool, f"a node pool of stack {stack}", [*cfg.node_pools]
+        )
     pool = cfg.node_pools[job.pool]
     if job.tenant not in cfg.tenants:
-        raise _unknown(path, "tenant", job.tenant, f"a tenant of stack {stack}", [*cfg.tenants])
+        raise unknown_name(path, "tenant", job.tenant, f"a tenant of stack {stack}", [*cfg.tenants])
     tenant = cfg.tenants[job.tenant]
     if job.pool not in tenant.gpu_quota:
-        raise _fail(
+        raise bad_key(
             path,
             "pool",
             job.pool,
             f"tenant {job.tenant} has no quota on this pool (tenants.{job.tenant}.gpu_quota "
-            f"covers {_names(tenant.gpu_quota)})",
+            f"covers {names_or_none(tenant.gpu_quota)})",
         )
     if job.queue != kueue.LOCAL_QUEUE:
-        raise _fail(
+        raise bad_key(
             path,
             "queue",
             job.queue,
             f"namespace {job.namespace} has one LocalQueue, {kueue.LOCAL_QUEUE}",
         )
     if job.nodes.max > pool.max_size:
-        raise _fail(
+        raise bad_key(
             path,
             "nodes.max",
             job.nodes.max,
             f"pool {job.pool} has at most {pool.max_size} nodes (node_pools.{job.pool}.max_size)",
         )
-    _fsx_claim(path, job, cfg)
+    check_fsx_claim(path, job, cfg)
     for key, uri in _s3_locations(job):
-        why = _read_denied(cfg, job.tenant, uri)
+        why = s3_denied(cfg, job.tenant, uri)
         if why is not None:
-            raise _fail(path, key, uri, why)
+            raise bad_key(path, key, uri, why)
     instance_type = pool.instance_type
     bucket = None
     if job.promote is not None:
         names = list(cfg.storage.buckets) if cfg.storage is not None else []
         if job.promote.bucket not in names:
-            raise _unknown(
+            raise unknown_name(
                 path, "promote.bucket", job.promote.bucket, f"a bucket of stack {stack}", names
             )
         assert cfg.storage is not None
@@ -401,11 +236,11 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
         try:
             trainer = job.trainer_config(instance_type)
         except ValidationError as exc:
-            raise _validation_error(path, exc, "trainer.") from None
+            raise validation_error(path, exc, "trainer.") from None
     try:
         spec = job.job_spec(instance_type, pool.efa, bucket)
     except ValidationError as exc:
-        raise _validation_error(path, exc) from None
+        raise validation_error(path, exc) from None
     rendered = (
         [pytorch_job(spec)] if trainer is None else [config_map(job, trainer), pytorch_job(spec)]
     )
@@ -423,7 +258,7 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
     )
     if not admission.admitted:
         key, value = ("gpus_per_node", spec.gpus) if job.is_step else ("nodes.max", job.nodes.max)
-        raise _fail(
+        raise bad_key(
             path, key, value, f"Kueue would never admit it: {'; '.join(admission.problems)}"
         )
     requests = job_manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
@@ -464,169 +299,6 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
     return prepared
 
 
-def _quantity(value: Fraction) -> str:
-    return str(int(value)) if value.denominator == 1 else f"{float(value):g}"
-
-
-def _fsx_claim(path: str, job: JobFile, cfg: PlatformConfig) -> None:
-    lustre = cfg.storage.lustre if cfg.storage is not None else None
-    if lustre is None or job.namespace not in lustre.mount_namespaces:
-        where = (
-            f"storage.lustre.mount_namespaces: {_names(lustre.mount_namespaces)}"
-            if lustre is not None
-            else f"stack {job.stack} has no storage.lustre"
-        )
-        raise _fail(
-            path,
-            "tenant",
-            job.tenant,
-            f"namespace {job.namespace} has no {LUSTRE_CLAIM} claim for /fsx ({where})",
-        )
-
-
-def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
-    """A data job (`data-text`, `data-multimodal`) against the stack: JobFileError on the
-    first problem, else the ConfigMap and RayJob and Kueue's verdict."""
-    from program.adoption import team_name
-    from program.args import pool_capacities, tenant_shares
-
-    stack = job.stack
-    if not cfg.addons.kuberay:
-        raise _fail(
-            path,
-            "kind",
-            job.kind,
-            f"stack {stack} has no KubeRay operator to run a RayJob (addons.kuberay: false)",
-        )
-    pools = [*cfg.cpu_pools, *cfg.node_pools]
-    if job.pool not in pools:
-        raise _unknown(path, "pool", job.pool, f"a CPU or GPU pool of stack {stack}", pools)
-    if job.tenant not in cfg.tenants:
-        raise _unknown(path, "tenant", job.tenant, f"a tenant of stack {stack}", [*cfg.tenants])
-    tenant = cfg.tenants[job.tenant]
-    gpu = job.pool in cfg.node_pools
-    if gpu and job.kind == "data-text":
-        raise _fail(
-            path,
-            "pool",
-            job.pool,
-            f"a GPU pool (node_pools): {job.kind} runs on CPU workers; give a CPU pool of "
-            f"cpu_pools ({_names(cfg.cpu_pools)})",
-        )
-    if gpu and job.pool not in tenant.gpu_quota:
-        raise _fail(
-            path,
-            "pool",
-            job.pool,
-            f"tenant {job.tenant} has no quota on this pool (tenants.{job.tenant}.gpu_quota "
-            f"covers {_names(tenant.gpu_quota)})",
-        )
-    if not gpu and job.gpus_per_node is not None:
-        raise _fail(
-            path, "gpus_per_node", job.gpus_per_node, f"pool {job.pool} is a CPU pool: no GPUs"
-        )
-    if job.queue != kueue.LOCAL_QUEUE:
-        raise _fail(
-            path,
-            "queue",
-            job.queue,
-            f"namespace {job.namespace} has one LocalQueue, {kueue.LOCAL_QUEUE}",
-        )
-    pool = cfg.node_pools[job.pool] if gpu else cfg.cpu_pools[job.pool]
-    workers = job.workers or 0
-    section = "node_pools" if gpu else "cpu_pools"
-    if workers > pool.max_size:
-        raise _fail(
-            path,
-            "workers",
-            workers,
-            f"one worker per node, and pool {job.pool} has at most {pool.max_size} nodes "
-            f"({section}.{job.pool}.max_size)",
-        )
-    _fsx_claim(path, job, cfg)
-    for key, uri, verb in (("input", job.input, "read"), ("output", job.output, "write")):
-        if uri is not None and uri.startswith("s3://"):
-            why = _read_denied(cfg, job.tenant, uri, verb)
-            if why is not None:
-                raise _fail(path, key, uri, why)
-    try:
-        pipeline = job.pipeline_config()
-    except ValidationError as exc:
-        # A rule across the block's keys has no location of its own: the block is the key.
-        prefix = "pipeline." if exc.errors()[0]["loc"] else "pipeline"
-        raise _validation_error(path, exc, prefix) from None
-    instance_type = pool.instance_type
-    kind = catalog().accelerator_kind(instance_type)
-    acc = catalog().instance(instance_type).accelerator
-    gpus = 0
-    if gpu:
-        assert kind is not None and acc is not None  # node pools are accelerated
-        gpus = acc.count if job.gpus_per_node is None else job.gpus_per_node
-        if gpus > acc.count:
-            raise _fail(
-                path,
-                "gpus_per_node",
-                gpus,
-                f"{instance_type} has {acc.count} {acc.model} accelerators",
-            )
-    try:
-        spec = job.ray_job_spec(
-            instance_type=instance_type,
-            pool_taint=kind.taint_key if gpu and kind is not None else CPU_POOL_TAINT,
-            gpus_per_worker=gpus,
-            service_account=WORKLOAD_SERVICE_ACCOUNT,
-            team=team_name(cfg, job.stack),
-        )
-    except ValidationError as exc:
-        raise _validation_error(path, exc) from None
-    manifest = rayjob.ray_job(spec)
-    rendered = [data_config_map(job, pipeline), manifest]
-
-    capacities = pool_capacities(cfg)
-    flavors, queues = kueue.platform_queues(capacities, tenant_shares(cfg))
-    provisioning = kueue.provisioning_check(capacities)
-    checks = [provisioning[0]] if provisioning else []
-    queue = next(q for q in queues if q.metadata.name == job.tenant)
-    sets = kueue.pod_sets(manifest)
-    admission = kueue.admit(sets, queue, flavors, cohort=queues, checks=checks)
-    if not admission.admitted:
-        raise _fail(
-            path, "workers", workers, f"Kueue would never admit it: {'; '.join(admission.problems)}"
-        )
-    total: dict[str, Fraction] = {}
-    for ps in sets:
-        for resource, amount in ps.requests(kueue.EXCLUDED_RESOURCE_PREFIXES).items():
-            total[resource] = total.get(resource, Fraction(0)) + amount * ps.count
-    gib = Fraction(2**30)
-    reserved = f"{_quantity(total.get('cpu', Fraction(0)))} vCPUs, "
-    reserved += f"{_quantity(total.get('memory', Fraction(0)) / gib)}Gi"
-    resource = kind.resource if kind is not None else ""
-    if gpu:
-        reserved += f", {_quantity(total.get(resource, Fraction(0)))} {resource}"
-    else:
-        reserved += f" of the cpu quota ({tenant.cpu} vCPUs, {tenant.memory_gib}Gi)"
-    requests = manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"][
-        "containers"
-    ][0]["resources"]["requests"]
-    host = f"{requests['cpu']} vCPUs, {requests['memory']}"
-    if gpus:
-        host += f", {gpus} GPUs"
-    return DataPrepared(
-        path=path,
-        job=job,
-        config=cfg,
-        instance_type=instance_type,
-        pool_kind="GPU" if gpu else "CPU",
-        gpus_per_worker=gpus,
-        gpu_resource=resource,
-        manifests=rendered,
-        admission=admission,
-        worker_host=host,
-        total=reserved,
-        pool_max=pool.max_size,
-    )
-
-
 def prepare(path: str, stack: str | None = None) -> Prepared | DataPrepared:
     """Read the job file, load its stack (`stack` overrides the file's), and check it."""
     from llmp.synth import StackNotFound, load_stack
@@ -637,7 +309,7 @@ def prepare(path: str, stack: str | None = None) -> Prepared | DataPrepared:
     try:
         cfg = load_stack(job.stack)
     except (StackNotFound, ConfigError) as exc:
-        raise _fail(path, "stack", job.stack, str(exc)) from None
+        raise bad_key(path, "stack", job.stack, str(exc)) from None
     if job.is_data:
         return check_data(path, job, cfg)
     return check(path, job, cfg)

@@ -23,7 +23,8 @@ from typer.testing import CliRunner
 from llmp import console as llmp_console
 from llmp import job_api, job_state
 from llmp.cli import app
-from llmp.jobs import JobFileError, check, load_job_file, manifests_yaml, prepare
+from llmp.job_checks import JobFileError, load_job_file
+from llmp.jobs import check, manifests_yaml, prepare
 from llmp.synth import REPO_ROOT
 from spec.stackfile import load_config, load_stack_file
 from tests.llmp import job_files

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from llmp import job_api, job_state
 from llmp.cli import app
-from llmp.jobs import JobFileError, prepare
+from llmp.job_checks import JobFileError
+from llmp.jobs import prepare
 from tests.llmp.job_files import job_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +94,8 @@ def test_a_tenant_without_quota_on_the_gpu_pool_is_refused(tmp_path: Path) -> No
 
 
 def test_a_stack_without_kuberay_refuses_a_data_job() -> None:
-    from llmp.jobs import check_data, load_job_file
+    from llmp.job_checks import load_job_file
+    from llmp.jobs_data import check_data
     from llmp.synth import load_stack
 
     job = load_job_file(str(TEXT))

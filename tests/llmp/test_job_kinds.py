@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 
 from components.tenancy import s3_policy
 from llmp.cli import app
-from llmp.jobs import JobFileError, check, load_job_file, manifests_yaml, prepare, write_denied
+from llmp.job_checks import JobFileError, load_job_file, write_denied
+from llmp.jobs import check, manifests_yaml, prepare
 from llmp.synth import REPO_ROOT
 from program.args import pool_capacities
 from spec.catalog import catalog

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from llmp.jobs import JobFileError, prepare
+from llmp.job_checks import JobFileError
+from llmp.jobs import prepare
 from llmp.synth import REPO_ROOT
 from tests.llmp.job_files import job_file
 

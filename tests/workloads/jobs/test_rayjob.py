@@ -21,7 +21,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from llmp.jobs import DataPrepared, prepare
+from llmp.jobs import prepare
+from llmp.jobs_data import DataPrepared
 from spec.catalog import catalog
 from spec.labels import CPU_POOL_TAINT, JOB_KIND_LABEL, POOL_LABEL, TEAM_LABEL
 from tests.workloads.serving.test_multinode import _unknown_fields
