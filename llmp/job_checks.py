@@ -6,7 +6,9 @@
 (`bad_key`, `unknown_name`, `validation_error`). Shared by the checks of a training or
 step job (`llmp.jobs`) and of a data job (`llmp.jobs_data`): the tenant's namespace has
 the FSx claim (`check_fsx_claim`), and the tenant's workload role may read or write an
-S3 location (`s3_denied`, `write_denied`, by `spec.tenancy.s3_grants`).
+S3 location (`s3_denied`, `write_denied`, by `spec.tenancy.s3_grants`), a GPU pool is
+one the tenant has a quota on (`check_gpu_quota`) and the queue is the namespace's
+(`check_queue`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from llmp.errors import BadInput
 from spec.errors import MISSING, clip, closest, one_line, show, sorted_names
 from spec.platform import PlatformConfig
 from spec.tenancy import MODELS_BUCKET, s3_grants
+from workloads import kueue
 from workloads.jobs.jobfile import REQUIRED_HERE, JobFile
 from workloads.volumes import LUSTRE_CLAIM
 
@@ -140,4 +143,28 @@ def check_fsx_claim(path: str, job: JobFile, cfg: PlatformConfig) -> None:
             "tenant",
             job.tenant,
             f"namespace {job.namespace} has no {LUSTRE_CLAIM} claim for /fsx ({where})",
+        )
+
+
+def check_gpu_quota(path: str, job: JobFile, cfg: PlatformConfig) -> None:
+    """The job's tenant has a GPU quota on its pool: JobFileError if not."""
+    tenant = cfg.tenants[job.tenant]
+    if job.pool not in tenant.gpu_quota:
+        raise bad_key(
+            path,
+            "pool",
+            job.pool,
+            f"tenant {job.tenant} has no quota on this pool (tenants.{job.tenant}.gpu_quota "
+            f"covers {names_or_none(tenant.gpu_quota)})",
+        )
+
+
+def check_queue(path: str, job: JobFile) -> None:
+    """The job names its namespace's one LocalQueue: JobFileError if not."""
+    if job.queue != kueue.LOCAL_QUEUE:
+        raise bad_key(
+            path,
+            "queue",
+            job.queue,
+            f"namespace {job.namespace} has one LocalQueue, {kueue.LOCAL_QUEUE}",
         )

@@ -38,8 +38,9 @@ from llmp.job_api import wrapped
 from llmp.job_checks import (
     bad_key,
     check_fsx_claim,
+    check_gpu_quota,
+    check_queue,
     load_job_file,
-    names_or_none,
     s3_denied,
     unknown_name,
     validation_error,
@@ -194,21 +195,8 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
     if job.tenant not in cfg.tenants:
         raise unknown_name(path, "tenant", job.tenant, f"a tenant of stack {stack}", [*cfg.tenants])
     tenant = cfg.tenants[job.tenant]
-    if job.pool not in tenant.gpu_quota:
-        raise bad_key(
-            path,
-            "pool",
-            job.pool,
-            f"tenant {job.tenant} has no quota on this pool (tenants.{job.tenant}.gpu_quota "
-            f"covers {names_or_none(tenant.gpu_quota)})",
-        )
-    if job.queue != kueue.LOCAL_QUEUE:
-        raise bad_key(
-            path,
-            "queue",
-            job.queue,
-            f"namespace {job.namespace} has one LocalQueue, {kueue.LOCAL_QUEUE}",
-        )
+    check_gpu_quota(path, job, cfg)
+    check_queue(path, job)
     if job.nodes.max > pool.max_size:
         raise bad_key(
             path,

@@ -23,6 +23,8 @@ from llmp.job_api import wrapped
 from llmp.job_checks import (
     bad_key,
     check_fsx_claim,
+    check_gpu_quota,
+    check_queue,
     names_or_none,
     s3_denied,
     unknown_name,
@@ -137,25 +139,13 @@ def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
             f"a GPU pool (node_pools): {job.kind} runs on CPU workers; give a CPU pool of "
             f"cpu_pools ({names_or_none(cfg.cpu_pools)})",
         )
-    if gpu and job.pool not in tenant.gpu_quota:
-        raise bad_key(
-            path,
-            "pool",
-            job.pool,
-            f"tenant {job.tenant} has no quota on this pool (tenants.{job.tenant}.gpu_quota "
-            f"covers {names_or_none(tenant.gpu_quota)})",
-        )
+    if gpu:
+        check_gpu_quota(path, job, cfg)
     if not gpu and job.gpus_per_node is not None:
         raise bad_key(
             path, "gpus_per_node", job.gpus_per_node, f"pool {job.pool} is a CPU pool: no GPUs"
         )
-    if job.queue != kueue.LOCAL_QUEUE:
-        raise bad_key(
-            path,
-            "queue",
-            job.queue,
-            f"namespace {job.namespace} has one LocalQueue, {kueue.LOCAL_QUEUE}",
-        )
+    check_queue(path, job)
     pool = cfg.node_pools[job.pool] if gpu else cfg.cpu_pools[job.pool]
     workers = job.workers or 0
     section = "node_pools" if gpu else "cpu_pools"
