@@ -38,6 +38,16 @@ PRIORITIES: tuple[Priority, ...] = (
 )
 
 
+def check_priority_class(name: str) -> str:
+    """`name` if it is one of PRIORITIES, else ValueError naming them (jobs' validators)."""
+    names = [p.name for p in PRIORITIES]
+    if name not in names:
+        raise ValueError(
+            f"not a platform priority class: {name!r} is not one of {', '.join(names)}"
+        )
+    return name
+
+
 def priority_class_args(priority: Priority) -> PriorityClassInitArgs:
     return PriorityClassInitArgs(
         metadata=ObjectMetaArgs(name=priority.name, labels=PART_OF),

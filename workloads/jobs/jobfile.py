@@ -112,7 +112,7 @@ from workloads.jobs.pytorchjob import CONFIG_MOUNT, JobKind, JobSpec
 from workloads.jobs.quantize import SCHEMES
 from workloads.jobs.rayjob import RayJobSpec
 from workloads.kueue import LOCAL_QUEUE
-from workloads.scheduling import PRIORITIES
+from workloads.scheduling import check_priority_class
 from workloads.training.ds_config import TASKS, JobConfig, ModelConfig
 from workloads.training.parallel.config import (
     ParallelConfig,
@@ -636,10 +636,7 @@ class JobFile(BaseModel):
     @field_validator("priority")
     @classmethod
     def _priority(cls, v: str) -> str:
-        names = [p.name for p in PRIORITIES]
-        if v not in names:
-            raise ValueError(f"not a platform priority class; one of {', '.join(names)}")
-        return v
+        return check_priority_class(v)
 
     @field_validator("trainer")
     @classmethod

@@ -73,7 +73,7 @@ from workloads.jobs.pod import (
     restricted_container_context,
     shm_volume,
 )
-from workloads.scheduling import PRIORITIES
+from workloads.scheduling import check_priority_class
 
 API_VERSION: Final = "kubeflow.org/v1"
 KIND: Final = "PyTorchJob"
@@ -96,7 +96,6 @@ SHARD_CACHE = f"{FSX_MOUNT}/cache/shards"
 JobKind = Literal["training", "promotion", "quantization"]
 """The pod's `llm-platform/job-kind`: what its GPUs are busy with."""
 
-_PRIORITY_NAMES = tuple(p.name for p in PRIORITIES)
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
@@ -219,9 +218,7 @@ class JobSpec(BaseModel):
     @field_validator("priority_class")
     @classmethod
     def _priority(cls, v: str) -> str:
-        if v not in _PRIORITY_NAMES:
-            raise ValueError(f"priority class {v!r} is not one of {', '.join(_PRIORITY_NAMES)}")
-        return v
+        return check_priority_class(v)
 
     @field_validator("checkpoint_dir")
     @classmethod

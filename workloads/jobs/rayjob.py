@@ -89,7 +89,7 @@ from workloads.jobs.pod import (
     shm_volume,
 )
 from workloads.jobs.pytorchjob import CONFIG_MOUNT, QUEUE_LABEL, SAFE_TO_EVICT
-from workloads.scheduling import PRIORITIES
+from workloads.scheduling import check_priority_class
 
 API_VERSION: Final = "ray.io/v1"
 KIND: Final = "RayJob"
@@ -120,8 +120,6 @@ SUBMITTER_RESOURCES: Final = {"cpu": "500m", "memory": "512Mi"}
 limits 1 and 1Gi; here requests equal limits, so Kueue's count is what it may use."""
 SUBMITTER_SERVICE_ACCOUNT: Final = "default"
 """The submitter only talks to the head's dashboard: no S3 role, no API token."""
-
-_PRIORITY_NAMES = tuple(p.name for p in PRIORITIES)
 
 
 # --- the custom resource ---------------------------------------------------------------
@@ -249,9 +247,7 @@ class RayJobSpec(BaseModel):
     @field_validator("priority_class")
     @classmethod
     def _priority(cls, v: str) -> str:
-        if v not in _PRIORITY_NAMES:
-            raise ValueError(f"priority class {v!r} is not one of {', '.join(_PRIORITY_NAMES)}")
-        return v
+        return check_priority_class(v)
 
     @model_validator(mode="after")
     def _fits(self) -> RayJobSpec:
