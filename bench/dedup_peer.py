@@ -204,7 +204,7 @@ def run_datatrove(corpus: Corpus, workdir: Path) -> tuple[set[str], float]:
 
 
 def _near_config(threshold: float) -> Any:
-    from workloads.data.text.config import TextPipelineConfig
+    from contracts.text_pipeline import TextPipelineConfig
 
     cfg = TextPipelineConfig.model_validate(
         {

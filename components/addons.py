@@ -63,7 +63,7 @@ Owns (each behind a flag of the `addons` config section):
 - **EFA device plugin** (eks-charts `aws-efa-k8s-device-plugin`), only when a
   pool has EFA: on nodes labelled `llm-platform/efa: "true"`, tolerating the
   accelerator taints.
-- **Kueue** and its platform objects (`workloads.kueue`): a ResourceFlavor per
+- **Kueue** and its platform objects (`manifests.kueue`): a ResourceFlavor per
   GPU pool, a ClusterQueue per tenant plus the `spare` one, all in one cohort.
   Kueue's integrations are set here (the chart's defaults leave PyTorchJob out).
   Where some pool is elastic, the ProvisioningRequest AdmissionCheck and its
@@ -86,7 +86,7 @@ Owns (each behind a flag of the `addons` config section):
   are set explicitly: nodes keep the IMDS hop limit at 1, so the controller's
   pod cannot discover them.
 - **KubeRay operator** (`kuberay-operator` chart, `kuberay-system` namespace, CRDs from the
-  chart): the RayJobs of `llmp job` data kinds (workloads/jobs/rayjob.py). Its own requests
+  chart): the RayJobs of `llmp job` data kinds (manifests/jobs/rayjob.py). Its own requests
   equal its limits, on the system pool; its control-plane metrics on (the chart's
   ServiceMonitor off: that CRD comes with Monitoring, built after the add-ons; the Ray pods'
   own metrics are Monitoring's `ray` PodMonitor). No batch scheduler: Kueue admits a RayJob
@@ -121,11 +121,11 @@ import yaml
 from components.helm import pinned_release
 from components.iam import pod_identity_role
 from components.tenancy import KUBERAY_NAMESPACE, TENANT_LABEL
+from manifests import kueue
+from manifests.kueue import PoolCapacity, TenantShare
 from monitoring.charts import STORAGE_CLASS
 from spec.catalog import catalog
 from spec.labels import EFA_LABEL, POOL_LABEL, QUARANTINE_TAINT
-from workloads import kueue
-from workloads.kueue import PoolCapacity, TenantShare
 
 GPU_OPERATOR = "gpu-operator"
 EFA_PLUGIN = "aws-efa-k8s-device-plugin"
@@ -343,7 +343,7 @@ DCGM_SERVICE = "nvidia-dcgm"
 """The GPU operator's standalone host engine Service (`dcgm.enabled`), node-local traffic."""
 DCGM_PORT = 5555
 TRAINER_GRACE_S = 300
-"""The termination grace of a PyTorchJob pod (workloads/jobs/pytorchjob.py): a rank's time to
+"""The termination grace of a PyTorchJob pod (manifests/jobs/pytorchjob.py): a rank's time to
 write its checkpoint shard on SIGTERM. The node drainer's evictions grant it."""
 GPU_FAULT = "gpu-fault"
 """The quarantine taint's value when NVSentinel set it (`llmp stragglers` sets `slow`)."""

@@ -46,8 +46,8 @@ from pulumi_kubernetes.core.v1 import (
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 
 from components.iam import pod_identity_role
-from workloads import volumes
-from workloads.hardening import container_context, pod_context
+from manifests import volumes
+from manifests.hardening import container_context, pod_context
 
 NAME = "checkpoint-milestones"
 """The CronJob's and its service account's name."""

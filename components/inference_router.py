@@ -10,8 +10,8 @@ for it:
   and **PodDisruptionBudget**, and the **NetworkPolicy** that lets the picker reach the
   API server.
 
-What the picker does and why: `workloads.serving.router`; how the gateway calls it:
-`workloads.serving.gateway`. The component expects the Kubernetes provider through
+What the picker does and why: `manifests.serving.router`; how the gateway calls it:
+`manifests.serving.gateway`. The component expects the Kubernetes provider through
 `opts.providers`.
 """
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from manifests.serving import gateway, router, vllm
 from spec.catalog import catalog
-from workloads.serving import gateway, router, vllm
 
 
 @dataclass(frozen=True, kw_only=True)

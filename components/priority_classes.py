@@ -1,11 +1,11 @@
-"""PriorityClasses: the cluster-wide pod priorities defined in `workloads.scheduling`."""
+"""PriorityClasses: the cluster-wide pod priorities defined in `manifests.scheduling`."""
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from workloads.scheduling import PRIORITIES, priority_class_args
+from manifests.scheduling import PRIORITIES, priority_class_args
 
 
 class PriorityClasses(pulumi.ComponentResource):

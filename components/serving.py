@@ -5,7 +5,7 @@ namespace that the tenancy component creates):
 
 - **KEDA** (Helm chart pinned in the catalog, `keda` namespace): this
   component is its one owner, since only serving scales on it. Why KEDA: see
-  `workloads.serving.keda`;
+  `manifests.serving.keda`;
 - per model: a vLLM **Deployment** (weights from the read-only
   `model-weights` claim, GPUs = tensor-parallel size, probes on `/health`,
   graceful drain, surge rollouts, zone and node spread, priority
@@ -17,7 +17,7 @@ namespace that the tenancy component creates):
   plan, and per model its shed point (max_num_seqs + queue, then 429), the
   clients allowed and each one's rate limit;
 - a model over several nodes (`nodes_per_replica`): a **LeaderWorkerSet**
-  (`workloads.serving.multinode`) instead of the Deployment, queued to Kueue,
+  (`manifests.serving.multinode`) instead of the Deployment, queued to Kueue,
   its Service selecting the groups' leaders; the **LWS controller** (Helm chart
   pinned in the catalog, `lws-system`) is this component's, installed only
   where such a model is served (only serving runs pod groups over nodes);
@@ -27,7 +27,7 @@ namespace that the tenancy component creates):
 - the **Ingress** (AWS Load Balancer Controller): HTTPS on 443 only with the
   ACM certificate of the config, internal or internet-facing, a path
   `/<model>/` per model (a canaried model's through a weighted forward action,
-  `workloads.serving.canary`), and the WAF attached;
+  `manifests.serving.canary`), and the WAF attached;
 - a **WAFv2 WebACL**: AWS's known-bad-inputs rules, a rate limit per API key
   (the `authorization` header) and one per source IP;
 - a **NetworkPolicy** that lets the ALB (from the VPC) reach the gateway's
@@ -37,7 +37,7 @@ namespace that the tenancy component creates):
   Ingress's access-log attributes; where traces are on, a **NetworkPolicy** from the
   model pods to the collector's OTLP port.
 
-Why the gateway: see `workloads.serving.gateway`. The component expects the
+Why the gateway: see `manifests.serving.gateway`. The component expects the
 AWS and Kubernetes providers through `opts.providers`.
 """
 
@@ -52,9 +52,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.helm import pinned_release
-from spec.catalog import catalog
-from spec.labels import PART_OF
-from workloads.serving import (
+from manifests.serving import (
     EngineSettings,
     ServedModel,
     ServingHours,
@@ -64,6 +62,8 @@ from workloads.serving import (
     multinode,
     vllm,
 )
+from spec.catalog import catalog
+from spec.labels import PART_OF
 
 KEDA = "keda"
 LWS = "lws"

@@ -45,9 +45,9 @@ import pulumi_kubernetes as k8s
 from components.cluster import managed_addon
 from components.helm import pinned_release
 from components.iam import addon_role
+from manifests import volumes
+from manifests.volumes import NamespaceQuota
 from spec.catalog import catalog
-from workloads import volumes
-from workloads.volumes import NamespaceQuota
 
 FSX_CHART = "aws-fsx-csi-driver"
 S3_ADDON = "aws-mountpoint-s3-csi-driver"

@@ -59,11 +59,11 @@ from pulumi_kubernetes.rbac.v1 import (
     SubjectArgs,
 )
 
+from manifests.hardening import container_context, pod_context
 from monitoring.charts import KPS, NAMESPACE
 from monitoring.models import Endpoint, LabelSelector, Metadata, Monitor, MonitorSpec
 from monitoring.models import NamespaceSelector as MonitorNamespaces
 from spec.labels import PART_OF, POOL_LABEL
-from workloads.hardening import container_context, pod_context
 
 NAME = "llmp-straggler-watch"
 PORT = 9400

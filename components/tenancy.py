@@ -63,12 +63,12 @@ from pulumi_kubernetes.rbac.v1 import (
 )
 
 from components.iam import pod_identity_role
+from manifests import kueue, volumes
+from manifests.jobs.pod import WORKLOAD_SERVICE_ACCOUNT
+from manifests.jobs.rayjob import DASHBOARD_PORT
 from spec.catalog import catalog
-from workloads import kueue, volumes
-from workloads.jobs.rayjob import DASHBOARD_PORT
 
 TENANT_LABEL = "llm-platform/tenant"
-WORKLOAD_SERVICE_ACCOUNT = "training"
 MONITORING_NAMESPACE = "monitoring"
 POD_IDENTITY_AGENT = "169.254.170.23/32"
 METADATA = "kubernetes.io/metadata.name"

@@ -28,9 +28,9 @@ from rich.table import Table
 from llmp import accept_jobs, kube
 from llmp.accept_jobs import FINAL, Finding, PoolNodes, PoolTarget, Result
 from llmp.kube import REQUEST_TIMEOUT, KubeApis, KubeError
+from manifests.jobs import dcgm_diag, fabric
+from manifests.kueue import LOCAL_QUEUE
 from spec.platform import PlatformConfig
-from workloads.jobs import dcgm_diag, fabric
-from workloads.kueue import LOCAL_QUEUE
 
 POLL_SECONDS = 10.0
 MAX_TIMEOUT_MINUTES = 24 * 60
@@ -170,7 +170,7 @@ def _check_ssh_secret(apis: KubeApis, jobs: list[accept_jobs.AcceptJob]) -> None
             if kube.status_of(exc) == 404:
                 raise AcceptError(
                     f"namespace {ns} has no Secret {fabric.SSH_SECRET}, which the fabric job "
-                    "mounts: create it as workloads/jobs/fabric.py says, or pass --skip-fabric"
+                    "mounts: create it as manifests/jobs/fabric.py says, or pass --skip-fabric"
                 ) from None
             if kube.status_of(exc) in (401, 403):
                 continue

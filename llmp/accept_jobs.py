@@ -20,9 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from llmp.kube import REQUEST_TIMEOUT, KubeApis, api_message, fatal, one_line, reason, status_of
+from manifests.jobs import dcgm_diag, fabric
+from manifests.jobs.pod import JOB_NAME_LABEL
 from spec.catalog import catalog
-from workloads.jobs import dcgm_diag, fabric
-from workloads.jobs.pod import JOB_NAME_LABEL
 
 RUN_LABEL = "llm-platform/accept-run"
 CHECK_LABEL = "llm-platform/accept-check"

@@ -2,7 +2,7 @@
 the stack file, so that the next `pulumi up` applies the verdict.
 
 The canary (`serving.models[].canary`) serves `weight` percent of the model's requests
-from its own Deployment and Service (`workloads.serving.canary`). The judge reads
+from its own Deployment and Service (`manifests.serving.canary`). The judge reads
 Prometheus (read-only, the HTTP API's instant queries) for each SLI of the model's
 `slo`: the error ratio of the canary's series (`service="<model>-canary"`) over the
 canary's window and its short window, and the stable's (`service="<model>"`) over the
@@ -146,10 +146,10 @@ def judge(
 ) -> Judgement:
     """The verdict on `model`'s canary in `stack`, from Prometheus at `prometheus_url`."""
     from llmp.synth import stack_path
+    from manifests.serving.vllm import CANARY, workload_name
     from monitoring import serving_slo
     from spec.stackfile import load_config, load_stack_file
     from workloads.diagnosis import prometheus, trace
-    from workloads.serving.vllm import CANARY, workload_name
 
     cfg = load_config(load_stack_file(str(stack_path(stack, config_file))))
     if cfg.serving is None:

@@ -33,8 +33,8 @@ from typing import Any, Final
 from llmp.errors import BadInput, Failed
 from llmp.job_state import Snapshot, State, is_ray, state_of
 from llmp.kube import REQUEST_TIMEOUT, KubeApis, fatal, reason, status_of
-from workloads.jobs.jobfile import CONFIG_KEY, JOB_LABEL, config_map_name
-from workloads.volumes import LUSTRE_CLAIM
+from manifests.jobs.jobfile import CONFIG_KEY, JOB_LABEL, config_map_name
+from manifests.volumes import LUSTRE_CLAIM
 
 FIELD_MANAGER: Final = "llmp"
 KUBEFLOW: Final = ("kubeflow.org", "v1", "pytorchjobs")
@@ -42,7 +42,7 @@ KUEUE: Final = ("kueue.x-k8s.io", "v1beta2")
 KUBERAY: Final = ("ray.io", "v1", "rayjobs")
 SUBMITTER_COMPONENT: Final = "ray-submitter"
 SUBMITTER_CONTAINER: Final = "ray-job-submitter"
-"""The `app.kubernetes.io/component` of a RayJob's submitter pod (workloads/jobs/rayjob.py)."""
+"""The `app.kubernetes.io/component` of a RayJob's submitter pod (manifests/jobs/rayjob.py)."""
 WORKER: Final = "worker"
 POLL_S: Final = 5.0
 STEP_EVERY_S: Final = 30.0

@@ -1,7 +1,7 @@
 """What checking a job file reports, and the checks every kind of job shares.
 
 `load_job_file` reads a job file and validates it on its own
-(`workloads.jobs.jobfile.JobFile`); each problem, there or against the stack, is one
+(`manifests.jobs.jobfile.JobFile`); each problem, there or against the stack, is one
 `JobFileError` line naming the key: `job file FILE: KEY = VALUE: what is right`
 (`bad_key`, `unknown_name`, `validation_error`). Shared by the checks of a training or
 step job (`llmp.jobs`) and of a data job (`llmp.jobs_data`): the tenant's namespace has
@@ -20,12 +20,12 @@ import yaml
 from pydantic import ValidationError
 
 from llmp.errors import BadInput
+from manifests import kueue
+from manifests.jobs.jobfile import REQUIRED_HERE, JobFile
+from manifests.volumes import LUSTRE_CLAIM
 from spec.errors import MISSING, clip, closest, one_line, show, sorted_names
 from spec.platform import PlatformConfig
 from spec.tenancy import MODELS_BUCKET, s3_grants
-from workloads import kueue
-from workloads.jobs.jobfile import REQUIRED_HERE, JobFile
-from workloads.volumes import LUSTRE_CLAIM
 
 
 class JobFileError(BadInput):
@@ -115,7 +115,7 @@ def write_denied(
 def s3_denied(cfg: PlatformConfig, tenant: str, uri: str, verb: str = "read") -> str | None:
     """Why the tenant's pods cannot read (or write) `uri`: not a bucket of the stack, or a
     prefix its workload role is not granted."""
-    from workloads.training.s3io import S3Error, split_uri
+    from contracts.uri import S3Error, split_uri
 
     try:
         name, prefix = split_uri(uri)

@@ -1,6 +1,6 @@
 """`llmp job`: a job file checked against its stack, rendered, and Kueue's verdict on it.
 
-`prepare(path)` reads a job file (`workloads.jobs.jobfile.JobFile`), loads the stack it
+`prepare(path)` reads a job file (`manifests.jobs.jobfile.JobFile`), loads the stack it
 names, and refuses, with one line naming the key, what the cluster would only refuse
 later or never admit:
 
@@ -12,7 +12,7 @@ later or never admit:
   the job mounts for its data and checkpoints;
 - the queue is the namespace's LocalQueue;
 - Kueue admits the rendered PyTorchJob against the ClusterQueues and flavors the stack
-  declares (`workloads.kueue.admit`, the same rule the stack's admission tests use):
+  declares (`manifests.kueue.admit`, the same rule the stack's admission tests use):
   the tenant's nominal quota plus what the cohort can lend holds `nodes.max` x GPUs;
 - a promote job's `promote.bucket` is a bucket of the stack. Whether the tenant's
   workload role may write its revisions there is said in a note (`write_denied`):
@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from contracts.training import JobConfig
 from llmp.job_api import wrapped
 from llmp.job_checks import (
     bad_key,
@@ -47,13 +48,12 @@ from llmp.job_checks import (
     write_denied,
 )
 from llmp.jobs_data import DataPrepared, check_data
+from manifests import kueue
+from manifests.jobs.jobfile import JobFile, config_map
+from manifests.jobs.pytorchjob import pytorch_job
 from spec.catalog import catalog
 from spec.errors import ConfigError
 from spec.platform import PlatformConfig
-from workloads import kueue
-from workloads.jobs.jobfile import JobFile, config_map
-from workloads.jobs.pytorchjob import pytorch_job
-from workloads.training.ds_config import JobConfig
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def _s3_locations(job: JobFile) -> list[tuple[str, str]]:
 
 def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
     """`job` against the stack's validated config: JobFileError on the first problem."""
-    from program.args import pool_capacities, tenant_shares
+    from manifests.queues import pool_capacities, tenant_shares
 
     if job.is_data:
         raise ValueError("a data job is checked by check_data")

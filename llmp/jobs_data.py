@@ -18,7 +18,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from components.tenancy import WORKLOAD_SERVICE_ACCOUNT
 from llmp.job_api import wrapped
 from llmp.job_checks import (
     bad_key,
@@ -30,12 +29,13 @@ from llmp.job_checks import (
     unknown_name,
     validation_error,
 )
+from manifests import kueue
+from manifests.jobs import rayjob
+from manifests.jobs.jobfile import JobFile, data_config_map
+from manifests.jobs.pod import WORKLOAD_SERVICE_ACCOUNT
 from spec.catalog import catalog
 from spec.labels import CPU_POOL_TAINT
 from spec.platform import PlatformConfig
-from workloads import kueue
-from workloads.jobs import rayjob
-from workloads.jobs.jobfile import JobFile, data_config_map
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,7 @@ def _quantity(value: Fraction) -> str:
 def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
     """A data job (`data-text`, `data-multimodal`) against the stack: JobFileError on the
     first problem, else the ConfigMap and RayJob and Kueue's verdict."""
-    from program.adoption import team_name
-    from program.args import pool_capacities, tenant_shares
+    from manifests.queues import pool_capacities, tenant_shares
 
     stack = job.stack
     if not cfg.addons.kuberay:
@@ -189,7 +188,7 @@ def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
             pool_taint=kind.taint_key if gpu and kind is not None else CPU_POOL_TAINT,
             gpus_per_worker=gpus,
             service_account=WORKLOAD_SERVICE_ACCOUNT,
-            team=team_name(cfg, job.stack),
+            team=cfg.team_name(job.stack),
         )
     except ValidationError as exc:
         raise validation_error(path, exc) from None

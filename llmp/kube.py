@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmp.errors import BadInput
+from manifests.jobs.fabric import EFA_RESOURCE
 from spec.catalog import catalog
 from spec.labels import POOL_LABEL
-from workloads.jobs.fabric import EFA_RESOURCE
 from workloads.kube_api import (
     REFUSED,
     REQUEST_TIMEOUT,

@@ -236,8 +236,8 @@ def published(target: Target, revision: str, endpoint_url: str | None) -> dict[s
     import boto3
     import botocore.exceptions as boto_errors
 
-    from workloads.jobs import revisions
-    from workloads.serving import vllm_architectures
+    from contracts import architectures as vllm_architectures
+    from contracts import revisions
 
     key = revisions.key_prefix(target.prefix, revision)
     where = f"s3://{target.bucket}/{key}"

@@ -319,7 +319,7 @@ def monitors(namespace: str) -> list[Monitor]:
             spec=MonitorSpec(
                 # Every pod of a RayCluster (head and workers) carries this KubeRay label;
                 # each serves its node's Ray metrics on the port the RayJob builder names
-                # `metrics` (workloads/jobs/rayjob.py, 8080). Tenant namespaces admit the
+                # `metrics` (manifests/jobs/rayjob.py, 8080). Tenant namespaces admit the
                 # scrape from `monitoring` (components/tenancy.py).
                 selector=LabelSelector(match_labels={RAY_NODE_LABEL: "yes"}),
                 namespace_selector=NamespaceSelector(any=True),

@@ -8,7 +8,6 @@ what the stack adopted and what it created beside it.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pulumi
@@ -18,10 +17,8 @@ from components.cluster import AdoptedCluster, AdoptedClusterArgs, Cluster
 from components.network import AdoptedNetwork, AdoptedNetworkArgs, Network
 from program import args
 from spec.catalog import catalog
-from spec.errors import MISSING, ConfigError
 from spec.platform import PlatformConfig
 from spec.pools import CpuPoolConfig, NodePoolConfig
-from spec.sharing import TEAM_NAME
 
 ENDPOINT_FROM_CONFIG = "config"
 ENDPOINT_AT_DEPLOY = "read from EKS at deploy time"
@@ -34,23 +31,6 @@ def reference(cfg: PlatformConfig) -> pulumi.StackReference | None:
     if cfg.shared_stack is None:
         return None
     return pulumi.StackReference("shared", stack_name=cfg.shared_stack.name)
-
-
-def team_name(cfg: PlatformConfig, stack: str) -> str:
-    """A team stack's name on its shared cluster (`shared_stack.team`, else the stack's
-    name); empty where the stack owns its cluster."""
-    if not cfg.on_shared_cluster:
-        return ""
-    assert cfg.shared_stack is not None
-    name = cfg.shared_stack.team or stack
-    if not re.match(TEAM_NAME, name):
-        raise ConfigError(
-            ("shared_stack", "team"),
-            MISSING,
-            f"the stack's name {name!r} is no team name (lowercase letters, digits and '-', "
-            "at most 20): set one; it prefixes the stack's namespaces and Kueue objects",
-        )
-    return name
 
 
 def network(

@@ -41,6 +41,8 @@ from components.storage import (
 )
 from components.straggler_watch import StragglerWatchArgs
 from components.tenancy import Tenant
+from manifests.queues import pool_capacities, tenant_shares
+from manifests.serving.gateway import ClientRate
 from monitoring.alertmanager import PLATFORM, Audience
 from spec.catalog import catalog
 from spec.errors import MISSING, ConfigError
@@ -52,8 +54,6 @@ from spec.pools import CpuPoolConfig, NodePoolConfig, PoolSizes
 from spec.serving import EnginePlan, ServingConfig, engine_plan
 from spec.storage import BucketConfig, LustreConfig, StorageConfig
 from spec.tenancy import TenantConfig
-from workloads import kueue
-from workloads.serving.gateway import ClientRate
 
 A = TypeVar("A")
 
@@ -132,43 +132,6 @@ def cpu_pool_args(
         node_group_name=f"{team}-cpu-{name}-nodes" if team else None,
         **from_components,
     )
-
-
-def pool_capacities(cfg: PlatformConfig, team: str = "") -> list[kueue.PoolCapacity]:
-    """Each GPU pool at its max size, for Kueue's flavors and the cohort's capacity; `team`:
-    a team stack's name on a shared cluster (its flavors are named after it)."""
-    out = []
-    for name, pool in cfg.node_pools.items():
-        itype = catalog().instance(pool.instance_type)
-        kind = catalog().accelerator_kind(pool.instance_type)
-        if kind is None or itype.accelerator is None:
-            continue
-        count = itype.accelerator.count
-        serving = sum(t.serving_gpus.get(name, 0) for t in cfg.tenants.values())
-        out.append(
-            kueue.PoolCapacity(
-                name=name,
-                gpu_resource=kind.resource,
-                taint_key=kind.taint_key,
-                # GPUs held by services outside Kueue are not the queues' to give.
-                gpus=count * pool.max_size - serving,
-                cpu_per_gpu=itype.vcpus / count,
-                memory_gib_per_gpu=itype.memory_gib / count,
-                elastic=pool.elastic,
-                team=team,
-            )
-        )
-    return out
-
-
-def tenant_shares(cfg: PlatformConfig, prefix: str = "") -> list[kueue.TenantShare]:
-    """Each tenant's guaranteed share, for its ClusterQueue (named as its namespace)."""
-    return [
-        kueue.TenantShare(
-            name=f"{prefix}{name}", gpu_quota=t.gpu_quota, cpu=t.cpu, memory_gib=t.memory_gib
-        )
-        for name, t in cfg.tenants.items()
-    ]
 
 
 def _nvidia(instance_type: str) -> bool:

@@ -36,15 +36,15 @@ from components.storage_csi import (
 )
 from components.straggler_watch import StragglerWatch
 from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
+from manifests import kueue
+from manifests.scheduling import PRIORITIES
+from manifests.serving.gateway import AccessLogs
 from monitoring import rules, serving_slo
 from program import adoption, args, cost, ledger
 from spec.catalog import catalog
 from spec.labels import TEAM_LABEL
 from spec.platform import PlatformConfig
 from spec.tenancy import MODELS_BUCKET, TENANT_BUCKETS
-from workloads import kueue
-from workloads.scheduling import PRIORITIES
-from workloads.serving.gateway import AccessLogs
 
 
 def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, str]:
@@ -75,7 +75,7 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     shared = adoption.reference(cfg)
     # On a shared cluster the shared stack owns everything cluster-wide; this stack declares
     # only what is its own, and every cluster-scoped name of it starts with its team's.
-    team = adoption.team_name(cfg, stack)
+    team = cfg.team_name(stack)
     team_prefix = f"{team}-" if team else ""
     network = adoption.network(cfg, cluster_name, shared, on_aws)
     private_subnets = network.private_subnet_ids

@@ -192,7 +192,7 @@ class FabricThreshold(_Data):
 
 
 class FabricAcceptance(_Data):
-    """The 2-node nccl-tests run a new GPU pool must pass (workloads/jobs/fabric.py)."""
+    """The 2-node nccl-tests run a new GPU pool must pass (manifests/jobs/fabric.py)."""
 
     image: str
     image_source: str
@@ -232,7 +232,7 @@ class DcgmLevel(_Data):
 
 
 class DcgmDiagnostic(_Data):
-    """`dcgmi diag` on every GPU node of a pool (workloads/jobs/dcgm_diag.py, `llmp accept`)."""
+    """`dcgmi diag` on every GPU node of a pool (manifests/jobs/dcgm_diag.py, `llmp accept`)."""
 
     image: str
     image_source: str
@@ -264,7 +264,7 @@ class ServingPins(_Data):
     lws: Chart
     """LeaderWorkerSet, installed where a model spans nodes (`nodes_per_replica` > 1)."""
     router_image: str
-    """The endpoint picker of `routing: endpoint-picker` models (workloads/serving/router.py)."""
+    """The endpoint picker of `routing: endpoint-picker` models (manifests/serving/router.py)."""
     router_source: str
     router_verified: Verified
     inference_pool_crd: CrdManifest

@@ -14,14 +14,14 @@ from pydantic import Field, field_validator, model_validator
 from spec.base import POOL_NAME, Section, known_region
 from spec.catalog import catalog
 from spec.cluster import ClusterConfig
-from spec.errors import MISSING, FieldError, not_in, sorted_names
+from spec.errors import MISSING, ConfigError, FieldError, not_in, sorted_names
 from spec.images import ImagesConfig
 from spec.keys import REGION_KEY
 from spec.monitoring import MonitoringConfig
 from spec.network import NetworkConfig, TagsConfig
 from spec.pools import CpuPoolConfig, NodePoolConfig, SystemPoolConfig
 from spec.serving import ServingConfig, ServingModelConfig, engine_plan
-from spec.sharing import SharedStackConfig
+from spec.sharing import TEAM_NAME, SharedStackConfig
 from spec.storage import AdoptionConfig, StorageConfig
 from spec.tenancy import (
     RESERVED_NAMESPACES,
@@ -179,6 +179,23 @@ class PlatformConfig(Section):
         """A team stack on a shared stack's cluster: the shared stack owns what is
         cluster-wide (add-ons, Kueue's cohort, priority classes, monitoring)."""
         return self.shared_stack is not None and self.shared_stack.cluster
+
+    def team_name(self, stack: str) -> str:
+        """A team stack's name on its shared cluster (`shared_stack.team`, else the stack's
+        name); empty where the stack owns its cluster."""
+        if not self.on_shared_cluster:
+            return ""
+        assert self.shared_stack is not None
+        name = self.shared_stack.team or stack
+        if not re.match(TEAM_NAME, name):
+            raise ConfigError(
+                ("shared_stack", "team"),
+                MISSING,
+                f"the stack's name {name!r} is no team name (lowercase letters, digits and "
+                "'-', at most 20): set one; it prefixes the stack's namespaces and Kueue "
+                "objects",
+            )
+        return name
 
     def _team(self) -> None:
         """What a team stack cannot bring to a shared cluster: the cluster-wide parts."""

@@ -1,6 +1,8 @@
-"""What runs on the platform: scheduling classes, training and serving workloads.
+"""What runs inside the platform's pods: the trainers, the data pipelines, evaluation,
+promotion and quantization, the straggler watcher, the milestone copier.
 
-Builders here return typed Kubernetes arguments; components turn them into
-resources. The package is imported by the Pulumi program (installed, not
-found on a path), so a job spec and the cluster it runs on share one source.
+Every module here is a `python -m workloads....` entry point a manifest names, or
+what one imports. They read the configs in `contracts` and import torch, Ray,
+DeepSpeed or transformers; the Pulumi program and the manifests never import them
+(a contract in pyproject.toml), and the CLI only from a named list.
 """

@@ -13,7 +13,7 @@ from llmp.commands import options
 from llmp.errors import EXIT_FAILED, NO_CREDENTIALS, BadInput, prefixed
 
 if TYPE_CHECKING:
-    from workloads.training.restore import RestorePoint
+    from contracts.restore import RestorePoint
 
 DR_OUT_DIR = Path("out") / "dr"
 """Where `llmp dr plan` writes by default, relative to the working directory like `llmp
@@ -164,7 +164,7 @@ def dr_restore_point_command(
     Reads only (list and get). Exit 0: found; 1: no complete checkpoint; 2: bad input
     (no such bucket, no access, no credentials, unreachable endpoint).
     """
-    from workloads.training import restore as rp
+    from contracts import restore as rp
 
     try:
         import boto3
@@ -201,7 +201,7 @@ def _render(result: RestorePoint, *, verbose: bool = False) -> list[Any]:
     from rich.table import Table
     from rich.text import Text
 
-    from workloads.training.completeness import LATEST
+    from contracts.checkpoints import LATEST
 
     where = f"s3://{result.bucket}/{result.prefix}"
     parts: list[Any] = []

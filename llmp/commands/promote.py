@@ -105,7 +105,7 @@ def _json(result: dict[str, Any], change: Any) -> dict[str, Any]:
 
 
 def _text(target: Any, result: dict[str, Any], change: Any) -> str:
-    from workloads.evaluation import results_table
+    from contracts.gates import results_table
 
     check = result["export_check"]
     evaluation = result["evaluation"]

@@ -345,7 +345,7 @@ def test_circuit_breaker_caps_quarantine_from_config(plans, synth) -> None:
 
 
 def test_node_drainer_evicts_training_pods_with_the_grace_the_trainer_asks_for(plans) -> None:
-    from workloads.jobs.pytorchjob import JobSpec, pytorch_job
+    from manifests.jobs.pytorchjob import JobSpec, pytorch_job
 
     job = pytorch_job(
         JobSpec(

@@ -13,11 +13,11 @@ import pytest
 from components.cpu_node_pool import CpuNodePool, CpuNodePoolArgs
 from components.managed_nodes import CA_ENABLED_TAG, ELASTIC_TAG, NODE_TEMPLATE, PoolSize
 from llmp.synth import run
+from manifests import kueue
 from spec.catalog import catalog
 from spec.labels import CPU_POOL_TAINT, POOL_LABEL
 from spec.stackfile import load_config
 from tests.conftest import raw_stack
-from workloads import kueue
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"

@@ -10,14 +10,14 @@ import pytest
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs, efa_network_interfaces
 from components.managed_nodes import PoolSize, hugepages_script
 from llmp.synth import autoname, run
+from manifests import kueue
+from manifests.jobs import pytorchjob
+from manifests.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
+from manifests.jobs.fabric import FabricSpec, fabric_manifests
 from spec.catalog import catalog
 from spec.labels import POOL_LABEL
 from spec.stackfile import load_config
 from tests.conftest import inputs_of, raw_stack, with_section
-from workloads import kueue
-from workloads.jobs import pytorchjob
-from workloads.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
-from workloads.jobs.fabric import FabricSpec, fabric_manifests
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"

@@ -24,11 +24,11 @@ from typer.testing import CliRunner
 
 from llmp import accept, accept_jobs, kube
 from llmp.cli import app
+from manifests.jobs import dcgm_diag
 from spec.platform import PlatformConfig
 from spec.stackfile import load_config
 from tests.conftest import merge, raw_stack
 from tests.llmp.kube_fake import FakeClock, FakeCluster, FakeNode, JobScript, PodScript, api_error
-from workloads.jobs import dcgm_diag
 
 DATA = Path(__file__).parents[1] / "workloads" / "jobs" / "data"
 DCGM_PASS = (DATA / "dcgm_diag_p5_level2_pass.json").read_text()

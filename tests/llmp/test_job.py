@@ -26,13 +26,13 @@ from llmp.cli import app
 from llmp.job_checks import JobFileError, load_job_file
 from llmp.jobs import check, manifests_yaml, prepare
 from llmp.synth import REPO_ROOT
+from manifests import kueue
+from manifests.jobs.jobfile import JOB_LABEL, TRAINER_KINDS
 from spec.stackfile import load_config, load_stack_file
 from tests.llmp import job_files
 from tests.llmp.fake_apiserver import APPLY, Cluster, FakeApiServer, Script, Store
 from tests.llmp.kube_fake import FakeClock
-from tests.workloads.jobs.k8s import as_pod, policy_violations, validate
-from workloads import kueue
-from workloads.jobs.jobfile import JOB_LABEL, TRAINER_KINDS
+from tests.manifests.jobs.k8s import as_pod, policy_violations, validate
 
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 TRAINING_EXAMPLES = [
@@ -84,7 +84,8 @@ def test_every_example_renders_valid_objects_that_the_stacks_queues_admit(path: 
 
 
 def test_the_trainer_parses_the_rendered_config(tmp_path: Path) -> None:
-    from workloads.training.ds_config import build_ds_config, load_job_config, validate_ds_config
+    from contracts.training import load_job_config
+    from workloads.training.ds_config import build_ds_config, validate_ds_config
 
     prepared = prepare(str(SFT))
     path = tmp_path / "job.json"

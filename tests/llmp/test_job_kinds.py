@@ -23,22 +23,23 @@ import yaml
 from typer.testing import CliRunner
 
 from components.tenancy import s3_policy
+from contracts import revisions
 from llmp.cli import app
 from llmp.job_checks import JobFileError, load_job_file, write_denied
 from llmp.jobs import check, manifests_yaml, prepare
 from llmp.synth import REPO_ROOT
-from program.args import pool_capacities
+from manifests import kueue
+from manifests.jobs import jobfile
+from manifests.jobs.jobfile import JOB_LABEL
+from manifests.jobs.pytorchjob import JobSpec, build
+from manifests.queues import pool_capacities
 from spec.catalog import catalog
 from spec.stackfile import load_config, load_stack_file
 from spec.tenancy import TENANT_BUCKETS
 from tests.llmp.fake_apiserver import APPLY, Cluster, FakeApiServer, Script, Store
 from tests.llmp.job_files import job_file
 from tests.llmp.kube_fake import FakeClock
-from tests.workloads.jobs.k8s import as_pod, policy_violations, validate
-from workloads import kueue
-from workloads.jobs import jobfile, revisions
-from workloads.jobs.jobfile import JOB_LABEL
-from workloads.jobs.pytorchjob import JobSpec, build
+from tests.manifests.jobs.k8s import as_pod, policy_violations, validate
 
 EXAMPLES = REPO_ROOT / "examples"
 PROMOTE = EXAMPLES / "promote.yaml"
@@ -647,8 +648,8 @@ PRETRAIN_3D = EXAMPLES / "pretrain-3d.yaml"
 
 
 def test_the_3d_example_renders_valid_objects_that_the_stacks_queues_admit() -> None:
+    from contracts.parallel import Layout, ParallelJobConfig, layout_for
     from workloads.training.parallel import __main__ as parallel_main
-    from workloads.training.parallel.config import Layout, ParallelJobConfig, layout_for
 
     prepared = prepare(str(PRETRAIN_3D))
     config_map, job = prepared.manifests

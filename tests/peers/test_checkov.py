@@ -264,7 +264,7 @@ def test_bundled_checks_run_offline_and_catch_a_bad_pod(tmp_path: Path) -> None:
 def test_the_dcgm_diagnostic_job_passes_checkov(plans, tmp_path: Path) -> None:
     """`llmp accept` creates the DCGM job at run time in a tenant namespace (no plan holds
     it): scan it beside that namespace's NetworkPolicies, which CKV2_K8S_6 looks for."""
-    from workloads.jobs.dcgm_diag import COMPONENT, DcgmDiagSpec, dcgm_diag_manifests
+    from manifests.jobs.dcgm_diag import COMPONENT, DcgmDiagSpec, dcgm_diag_manifests
 
     manifests = tmp_path / "manifests"
     manifests.mkdir()

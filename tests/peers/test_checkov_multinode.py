@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 
 from llmp.synth import write_plan
+from tests.manifests.serving.test_multinode import _lws, _plan
 from tests.peers.test_checkov import _failed, _kubernetes_report, run_checkov
-from tests.workloads.serving.test_multinode import _lws, _plan
 
 
 def test_the_canary_and_the_groups_pods_pass_checkov(tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 from llmp.synth import REPO_ROOT
+from manifests.jobs import pytorchjob
 from spec.catalog import catalog
-from workloads.jobs import pytorchjob
 
 IMAGES_DIR = REPO_ROOT / "images"
 DOCKERFILES = sorted(IMAGES_DIR.glob("*/Dockerfile"))
@@ -273,3 +273,24 @@ def test_the_image_runs_torchrun_as_the_jobs_user() -> None:
     assert container["command"][: len(entrypoint)] == entrypoint
     assert pod["securityContext"]["runAsUser"] == uid
     assert pod["securityContext"]["runAsGroup"] == uid
+
+
+def test_the_image_copies_the_in_pod_half_and_what_it_imports() -> None:
+    """The trainer image holds `workloads` and the project packages it imports (read from
+    the import graph), and none of the platform side: manifests, components, program, CLI."""
+    import grimp
+
+    packages = ["spec", "contracts", "manifests", "components", "monitoring", "policies"]
+    packages += ["program", "llmp", "workloads"]
+    graph = grimp.build_graph(*packages, cache_dir=None)
+    needed = {"workloads"}
+    for module in graph.find_descendants("workloads") | {"workloads"}:
+        for imported in graph.find_upstream_modules(module):
+            needed.add(imported.split(".")[0])
+    copied = set()
+    for keyword, rest in _instructions(TRAINER):
+        if keyword == "COPY" and not rest.startswith("--from"):
+            *sources, target = rest.split()
+            copied |= {s for s in sources if target.startswith("/opt/trainer/")}
+    assert copied == needed, f"the image copies {sorted(copied)}; workloads needs {sorted(needed)}"
+    assert not copied & {"manifests", "components", "program", "llmp"}

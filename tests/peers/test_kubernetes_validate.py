@@ -116,8 +116,8 @@ def test_strict_mode_refuses_unknown_fields_and_custom_resources_are_skipped() -
 def test_dcgm_diagnostic_jobs_validate_strictly(stack: str) -> None:
     # `llmp accept` creates these at run time (no plan holds them): one per NVIDIA pool, at
     # every level, against the stack's cluster version.
+    from manifests.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
     from spec.catalog import catalog
-    from workloads.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
 
     cfg = load_config(raw_stack(stack))
     levels = sorted(catalog().dcgm_diagnostic.levels)  # type: ignore[union-attr]

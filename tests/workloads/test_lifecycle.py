@@ -21,11 +21,11 @@ import boto3
 import pytest
 import torch
 
+from contracts import architectures as vllm_architectures
 from tests.conftest import reset_moto, use_dummy_credentials
 from tests.workloads.hf import tiny_base_model
 from tests.workloads.training.harness import Run, kill_all
 from workloads.jobs import promotion
-from workloads.serving import vllm_architectures
 from workloads.training import checkpointing as ckpt
 
 BUCKET = "models"
@@ -396,9 +396,9 @@ def test_llmp_promote_publishes_and_points_the_server_at_the_revision(
 
     from llmp.cli import app
     from llmp.synth import REPO_ROOT
+    from manifests.serving.vllm import WEIGHTS_PATH, vllm_args
+    from manifests.volumes import mount_prefix
     from spec.serving import ServingModelConfig, engine_plan
-    from workloads.serving.vllm import WEIGHTS_PATH, vllm_args
-    from workloads.volumes import mount_prefix
 
     bucket = "acme-llm-inference-models"
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)

@@ -26,13 +26,7 @@ workloads/evaluation/tasks --tasks llmp ...` (from any directory: the tasks reso
 their data files against their own directory, not the working directory).
 """
 
-from workloads.evaluation.gating import (
-    Thresholds,
-    ThresholdsError,
-    gate,
-    load_thresholds,
-    results_table,
-)
+from contracts.gates import Thresholds, ThresholdsError, gate, load_thresholds, results_table
 from workloads.evaluation.harness import (
     TASKS_DIR,
     HarnessInputError,

@@ -24,14 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from contracts.gates import Thresholds, ThresholdsError, gate, load_thresholds, results_table
 from workloads.evaluation import harness
-from workloads.evaluation.gating import (
-    Thresholds,
-    ThresholdsError,
-    gate,
-    load_thresholds,
-    results_table,
-)
 
 if TYPE_CHECKING:
     from workloads.training.data import TokenShards

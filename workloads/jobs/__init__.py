@@ -1,8 +1,3 @@
-"""Batch workloads the platform runs on its node pools: training, data preparation, fabric checks.
-
-Each module turns a small, validated spec into the plain JSON a Kubernetes API
-server (or the Kubeflow training operator) accepts. The specs refuse what
-would only fail later on the cluster (an image without a pinned version, more
-GPUs or EFA interfaces than the instance has) with one `ValueError` line, so
-a bad submission never reaches a queue.
-"""
+"""Batch programs that run in a job's pod: promotion of a checkpoint to a served
+revision, quantization, and the milestone copier. Their manifests are built in
+`manifests.jobs`."""

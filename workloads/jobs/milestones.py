@@ -13,7 +13,7 @@ beside the checkpoints that expire: it has to move.
 The rules, so that a milestone is never taken for complete when it is not:
 
 - only a checkpoint complete *in S3* is copied, by the trainer's own rule
-  (`workloads.training.completeness.judge_checkpoint`: `COMPLETE` marker,
+  (`contracts.checkpoints.judge_checkpoint`: `COMPLETE` marker,
   `MANIFEST.json`, every file of the manifest at its size). The export is
   asynchronous, so a checkpoint sealed on Lustre may still be partial in S3;
   it is copied on a later run;
@@ -50,14 +50,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from contracts.checkpoints import COMPLETE, MANIFEST, ManifestMissing, Verdict, judge_checkpoint
 from workloads.training import s3io
-from workloads.training.completeness import (
-    COMPLETE,
-    MANIFEST,
-    ManifestMissing,
-    Verdict,
-    judge_checkpoint,
-)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 

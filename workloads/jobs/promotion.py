@@ -54,16 +54,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 if not torch.cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
+from contracts import architectures as vllm_architectures
+from contracts import revisions
+from contracts.training import JobConfig
 from spec.errors import validation_line
 from workloads.evaluation import Thresholds, heldout_perplexity, run_harness
 from workloads.evaluation import gate as evaluation_gate
-from workloads.jobs import revisions
-from workloads.serving import vllm_architectures
 from workloads.training import checkpointing as ckpt
 from workloads.training import model as hf
 from workloads.training import s3io
 from workloads.training.data import TokenShards
-from workloads.training.ds_config import JobConfig
 
 MANIFEST = revisions.MANIFEST
 COMPLETE = revisions.COMPLETE
@@ -372,7 +372,7 @@ def s3_client(endpoint_url: str | None) -> Any:
 
 
 def _load_job(path: str) -> JobConfig:
-    from workloads.training.ds_config import load_job_config
+    from contracts.training import load_job_config
 
     try:
         return load_job_config(path)

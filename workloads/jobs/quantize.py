@@ -93,10 +93,11 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
+from contracts import architectures as vllm_architectures
+from contracts.quantization import SCHEMES, Scheme
 from workloads import hub
-from workloads.serving import vllm_architectures
 
 FORMAT: Final = "llmp-quantization/1"
 SUMMARY: Final = "quantization.json"
@@ -138,39 +139,6 @@ VLLM_CT_ARGS_FIELDS: Final = frozenset(
 )
 """The fields of `QuantizationArgs` in compressed-tensors 0.11.0 (`extra="forbid"`), the
 version vLLM v0.11.0 requires (its wheel's METADATA: compressed-tensors==0.11.0)."""
-
-
-@dataclass(frozen=True)
-class Scheme:
-    """One `--scheme`: its llm-compressor recipe and what vLLM v0.11.0 makes of it."""
-
-    name: str
-    preset: str
-    """compressed-tensors preset scheme (`compressed_tensors.quantization.PRESET_SCHEMES`)."""
-    algorithm: Literal["rtn", "gptq", "awq"]
-    needs_calibration: bool
-    format: str
-    """`quantization_config.format` of the checkpoint (compressed-tensors CompressionFormat)."""
-    vllm_scheme: str
-    min_capability: int
-    """vLLM's `get_min_capability()` of that scheme, e.g. 89 = compute capability 8.9."""
-    group_size: int | None = None
-    """Input columns per weight scale; every quantized Linear's input width must divide by it."""
-
-
-SCHEMES: Final = {
-    s.name: s
-    for s in (
-        Scheme("fp8-dynamic", "FP8_DYNAMIC", "rtn", False, "float-quantized",
-               "CompressedTensorsW8A8Fp8", 89),
-        Scheme("w8a8-fp8", "FP8", "rtn", True, "float-quantized",
-               "CompressedTensorsW8A8Fp8", 89),
-        Scheme("w4a16-gptq", "W4A16", "gptq", True, "pack-quantized",
-               "CompressedTensorsWNA16", 80, group_size=128),
-        Scheme("w4a16-awq", "W4A16_ASYM", "awq", True, "pack-quantized",
-               "CompressedTensorsWNA16", 80, group_size=128),
-    )
-}  # fmt: skip
 
 
 class InputError(ValueError):

@@ -52,7 +52,7 @@ from typing import Any
 import torch
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
-from workloads.training.completeness import (
+from contracts.checkpoints import (
     COMPLETE,
     LATEST,
     MANIFEST,

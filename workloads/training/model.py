@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from workloads.training.ds_config import ARCHITECTURES, ModelConfig
+from contracts.training import ARCHITECTURES, ModelConfig
 
 __all__ = [
     "ModelConfig",

@@ -31,9 +31,9 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from contracts.training import JobConfig
 from workloads.training import records as rec
 from workloads.training.data import TokenShards
-from workloads.training.ds_config import JobConfig
 from workloads.training.rewards import RewardFn, reward_function
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from workloads.training.ds_config import RewardConfig
+from contracts.training import RewardConfig
 
 RewardFn = Callable[[list[dict[str, Any]], list[str], list[bool]], list[float]]
 

@@ -39,28 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from workloads.training.completeness import COMPLETE, LATEST, MANIFEST, judge_checkpoint
-
-S3_SCHEME = "s3://"
-
-
-class S3Error(RuntimeError):
-    """S3 could not give what was asked (one line: what, where)."""
-
-
-def is_s3(path: str | os.PathLike[str]) -> bool:
-    return str(path).startswith(S3_SCHEME)
-
-
-def split_uri(uri: str) -> tuple[str, str]:
-    """`s3://bucket/some/prefix` -> (`bucket`, `some/prefix/`): a directory prefix."""
-    if not is_s3(uri):
-        raise S3Error(f"{uri}: not an s3://bucket/prefix URI")
-    bucket, _, prefix = uri[len(S3_SCHEME) :].partition("/")
-    if not bucket:
-        raise S3Error(f"{uri}: no bucket (s3://bucket/prefix)")
-    prefix = prefix.lstrip("/")
-    return bucket, prefix if not prefix or prefix.endswith("/") else prefix + "/"
+from contracts.checkpoints import COMPLETE, LATEST, MANIFEST, judge_checkpoint
+from contracts.uri import S3_SCHEME, S3Error, is_s3, split_uri
 
 
 def client() -> Any:
@@ -126,8 +106,8 @@ class Pulled:
 
 def pull_restore_point(s3: Any, uri: str, root: str | Path, *, workers: int = 16) -> Pulled:
     """Make the newest complete checkpoint under `uri` a published checkpoint in `root`."""
+    from contracts.restore import find_restore_point
     from workloads.training.checkpointing import select_resume, tag, tmp_tag
-    from workloads.training.restore import find_restore_point
 
     bucket, prefix = split_uri(uri)
     root = Path(root)

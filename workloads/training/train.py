@@ -105,17 +105,13 @@ import deepspeed
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
+from contracts.training import JobConfig, read_job_config
 from workloads.diagnosis.stragglers import PHASE_METRIC, PHASES
 from workloads.training import checkpointing as ckpt
 from workloads.training import model as hf
 from workloads.training import s3io
 from workloads.training.data import micro_batch_start
-from workloads.training.ds_config import (
-    JobConfig,
-    build_ds_config,
-    read_job_config,
-    validate_ds_config,
-)
+from workloads.training.ds_config import build_ds_config, validate_ds_config
 from workloads.training.objectives import Reference, objective
 
 EXIT_REJOIN = 75
@@ -840,7 +836,9 @@ def _await_own_stop(grace_s: float) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
-        "--config", required=True, help="job config, JSON or YAML (see ds_config.JobConfig)"
+        "--config",
+        required=True,
+        help="job config, JSON or YAML (see contracts.training.JobConfig)",
     )
     p.add_argument("--rank", type=int, default=None)
     p.add_argument("--world-size", type=int, default=None)

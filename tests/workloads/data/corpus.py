@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workloads.data.text.config import PiiKind
+from contracts.text_pipeline import PiiKind
 
 ADJ = [
     "quiet",

@@ -7,9 +7,7 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from tests.workloads.data import corpus
-from workloads.data.text.clean import clean_document
-from workloads.data.text.config import (
+from contracts.text_pipeline import (
     C4Config,
     CleaningConfig,
     GopherQualityConfig,
@@ -19,6 +17,8 @@ from workloads.data.text.config import (
     RepetitionConfig,
     TextPipelineConfig,
 )
+from tests.workloads.data import corpus
+from workloads.data.text.clean import clean_document
 from workloads.data.text.langid import language_filter
 from workloads.data.text.pii import redact
 from workloads.data.text.quality import c4_filter, gopher_quality, gopher_repetition

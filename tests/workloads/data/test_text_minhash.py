@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from contracts.text_pipeline import NearDedupConfig, TrainTokenizerConfig
 from tests.workloads.data import corpus
 from workloads.data.text import minhash as minhash_mod
-from workloads.data.text.config import NearDedupConfig, TrainTokenizerConfig
 from workloads.data.text.minhash import (
     UnionFind,
     band_keys,

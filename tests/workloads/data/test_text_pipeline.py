@@ -12,9 +12,9 @@ import pytest
 import yaml
 from tokenizers import Tokenizer
 
+from contracts.text_pipeline import TextPipelineConfig
 from tests.workloads.data import corpus
 from workloads.data.text.__main__ import main
-from workloads.data.text.config import TextPipelineConfig
 from workloads.data.text.pipeline import filter_text, run
 from workloads.data.text.shards import Manifest, iter_shards, load_manifests
 from workloads.training.data import TokenShards

@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from contracts.text_pipeline import TextPipelineConfig
 from tests.conftest import reset_moto, use_dummy_credentials
 from tests.workloads.data import corpus
 from workloads.data.text.__main__ import main
-from workloads.data.text.config import TextPipelineConfig
 from workloads.data.text.pipeline import filter_text, input_splits
 from workloads.data.text.shards import Manifest
 from workloads.training.data import TokenShards

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from contracts.checkpoints import COMPLETE, MANIFEST
 from workloads.jobs.milestones import (
     EXIT_BAD_INPUT,
     EXIT_OK,
@@ -15,7 +16,6 @@ from workloads.jobs.milestones import (
     main,
     restore_milestone,
 )
-from workloads.training.completeness import COMPLETE, MANIFEST
 
 BUCKET = "acme-llm-pretrain-checkpoints"
 RUNS, MILESTONES = "runs/", "milestones/"

@@ -139,7 +139,7 @@ def test_promotes_newest_complete_checkpoint_as_a_directory_transformers_loads(
     from deepspeed.utils.zero_to_fp32 import load_state_dict_from_zero_checkpoint
     from transformers import AutoModelForCausalLM
 
-    from workloads.training.ds_config import ModelConfig
+    from contracts.training import ModelConfig
     from workloads.training.model import hf_config
 
     root = checkpoints(trained, tmp_path)
@@ -315,7 +315,7 @@ def test_an_architecture_vllm_does_not_serve_is_refused(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from workloads.serving import vllm_architectures
+    from contracts import architectures as vllm_architectures
 
     monkeypatch.setattr(vllm_architectures, "TEXT_GENERATION", frozenset({"Qwen3ForCausalLM"}))
     root = checkpoints(trained, tmp_path)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from contracts.training import RewardConfig
 from tests.workloads.hf import tiny_base_model, tiny_tokenizer
 from workloads.training import records as rec
-from workloads.training.ds_config import RewardConfig
 from workloads.training.objectives import (
     Reference,
     dpo_loss,

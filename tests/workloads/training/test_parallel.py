@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from workloads.training.parallel.config import (
+from contracts.parallel import (
     Layout,
     ParallelConfig,
     ParallelJobConfig,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import reset_moto, use_dummy_credentials
-from tests.workloads.training.test_restore import BUCKET, PREFIX, REGION, layout
+from tests.contracts.test_restore import BUCKET, PREFIX, REGION, layout
 from workloads.training import s3io
 from workloads.training.checkpointing import select_resume
 from workloads.training.data import TokenShards, write_synthetic_shards

@@ -8,15 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from contracts.training import CheckpointConfig, DataConfig, JobConfig
 from workloads.training import checkpointing as ckpt
 from workloads.training.data import TokenShards, micro_batch_start, write_synthetic_shards
-from workloads.training.ds_config import (
-    CheckpointConfig,
-    DataConfig,
-    JobConfig,
-    build_ds_config,
-    validate_ds_config,
-)
+from workloads.training.ds_config import build_ds_config, validate_ds_config
 from workloads.training.model import ModelConfig, hf_config, param_count
 
 

@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address", help="Ray address (default: RAY_ADDRESS, else a local Ray)")
     args = p.parse_args(argv)
 
+    from contracts.multimodal_pipeline import MultimodalConfigError, load_config
     from workloads.data.engine import connect
-    from workloads.data.multimodal.config import MultimodalConfigError, load_config
     from workloads.data.multimodal.models import ModelPathError, check_model_dir
     from workloads.data.multimodal.pipeline import InputError, list_media, run
 

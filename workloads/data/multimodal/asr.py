@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from workloads.data.multimodal.config import ModelsConfig
+from contracts.multimodal_pipeline import ModelsConfig
 from workloads.data.multimodal.devices import actor_device, torch_dtype
 
 

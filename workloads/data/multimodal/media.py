@@ -24,7 +24,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-from workloads.data.multimodal.config import VideoConfig
+from contracts.multimodal_pipeline import VideoConfig
 
 VIDEO_EXTENSIONS = frozenset({".mp4", ".mkv", ".mov", ".webm", ".avi", ".m4v", ".ts"})
 AUDIO_EXTENSIONS = frozenset({".wav", ".mp3", ".flac", ".m4a", ".ogg", ".opus", ".aac"})

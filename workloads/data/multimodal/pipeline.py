@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from contracts.multimodal_pipeline import MultimodalPipelineConfig
 from workloads.data.engine import filesystem, s3_endpoint
-from workloads.data.multimodal.config import MultimodalPipelineConfig
 from workloads.data.multimodal.devices import wants_gpus
 from workloads.data.multimodal.media import MEDIA_EXTENSIONS, MediaError, decode
 from workloads.data.multimodal.models import local_model_dir, model_digest

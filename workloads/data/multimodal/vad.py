@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from workloads.data.multimodal.config import AudioConfig
+from contracts.multimodal_pipeline import AudioConfig
 
 
 class SpeechDetector:

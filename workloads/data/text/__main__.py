@@ -12,8 +12,9 @@ import argparse
 import json
 import sys
 
-from workloads.data.engine import PipelineConfigError, connect, load_config
-from workloads.data.text.config import TextPipelineConfig
+from contracts.pipeline import PipelineConfigError, load_config
+from contracts.text_pipeline import TextPipelineConfig
+from workloads.data.engine import connect
 from workloads.data.text.pipeline import InputError, preflight, run
 from workloads.data.text.tokenizer import TokenizerError
 

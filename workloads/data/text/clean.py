@@ -11,7 +11,7 @@ import hashlib
 import re
 import unicodedata
 
-from workloads.data.text.config import CleaningConfig, NormalizationConfig
+from contracts.text_pipeline import CleaningConfig, NormalizationConfig
 
 _WS = re.compile(r"[^\S\n]+")
 _DROP_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from workloads.data.text.config import LanguageConfig
+from contracts.text_pipeline import LanguageConfig
 
 
 @lru_cache(maxsize=1)

@@ -85,7 +85,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from workloads.data.text.config import NearDedupConfig
+from contracts.text_pipeline import NearDedupConfig
 
 if TYPE_CHECKING:
     import ray.data

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from workloads.data.text.config import PiiConfig, PiiKind
+from contracts.text_pipeline import PiiConfig, PiiKind
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 

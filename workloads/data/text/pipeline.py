@@ -52,11 +52,11 @@ from pyarrow import fs as pafs
 from pyarrow import parquet as pq
 from tokenizers import Tokenizer
 
+from contracts.text_pipeline import TextPipelineConfig
 from workloads.data.engine import filesystem as _filesystem
 from workloads.data.engine import s3_endpoint
 from workloads.data.text import minhash
 from workloads.data.text.clean import clean_document, text_hash
-from workloads.data.text.config import TextPipelineConfig
 from workloads.data.text.langid import language_filter
 from workloads.data.text.pii import redact
 from workloads.data.text.quality import c4_filter, gopher_quality, gopher_repetition

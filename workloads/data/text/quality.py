@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from workloads.data.text.config import C4Config, GopherQualityConfig, RepetitionConfig
+from contracts.text_pipeline import C4Config, GopherQualityConfig, RepetitionConfig
 
 # Unicode dashes, quotes and bullets as escapes: they look like their ASCII cousins.
 _PUNCT = frozenset(

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from workloads.data.text.config import TrainTokenizerConfig
+from contracts.text_pipeline import TrainTokenizerConfig
 
 TOKENIZER_FILE = "tokenizer.json"
 

@@ -52,7 +52,7 @@ def _emit(rank: int, event: str, **fields: Any) -> None:
 
 
 def run(args: argparse.Namespace, job: Any) -> int:
-    from workloads.training.parallel.config import layout_for
+    from contracts.parallel import layout_for
 
     rank = int(args.rank if args.rank is not None else os.environ.get("RANK", 0))
     world = int(args.world_size if args.world_size is not None else os.environ.get("WORLD_SIZE", 1))
@@ -129,8 +129,8 @@ def run(args: argparse.Namespace, job: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workloads.training.ds_config import read_job_config
-    from workloads.training.parallel.config import ParallelJobConfig
+    from contracts.parallel import ParallelJobConfig
+    from contracts.training import read_job_config
 
     args = parse_args(argv)
     job, problem = read_job_config(args.config, ParallelJobConfig)

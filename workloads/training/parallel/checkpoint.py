@@ -40,7 +40,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from workloads.training.parallel.config import Layout
+from contracts.parallel import Layout
 
 FORMAT = "torch.distributed.checkpoint"
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)

@@ -28,8 +28,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from contracts.parallel import Layout, ParallelJobConfig, model_problem
 from workloads.training import model as hf
-from workloads.training.parallel.config import Layout, ParallelJobConfig, model_problem
 
 MESH_DIMS = ("pp", "dp", "tp")
 

@@ -29,9 +29,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
+from contracts.parallel import Layout, ParallelJobConfig
 from workloads.training.data import TokenShards
 from workloads.training.parallel import checkpoint, sharding
-from workloads.training.parallel.config import Layout, ParallelJobConfig
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from workloads.data.multimodal.config import (
+from contracts.multimodal_pipeline import (
     MultimodalConfigError,
     MultimodalPipelineConfig,
     VideoConfig,

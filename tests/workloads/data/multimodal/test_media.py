@@ -9,8 +9,8 @@ import av
 import numpy as np
 import pytest
 
+from contracts.multimodal_pipeline import VideoConfig
 from tests.workloads.data.multimodal.synthetic import write_clip, write_image
-from workloads.data.multimodal.config import VideoConfig
 from workloads.data.multimodal.media import MediaError, decode, encode_jpeg
 
 

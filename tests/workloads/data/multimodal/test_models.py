@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contracts.multimodal_pipeline import ModelsConfig
 from tests.workloads.data.multimodal.synthetic import (
     pattern_frame,
     soundtrack,
@@ -15,7 +16,6 @@ from tests.workloads.data.multimodal.synthetic import (
 )
 from workloads.data.multimodal.asr import Transcriber
 from workloads.data.multimodal.clip import FrameEmbedder
-from workloads.data.multimodal.config import ModelsConfig
 from workloads.data.multimodal.models import ModelPathError, check_model_dir, model_digest
 
 

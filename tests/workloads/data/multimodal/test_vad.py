@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from contracts.multimodal_pipeline import AudioConfig
 from tests.workloads.data.multimodal.synthetic import soundtrack
-from workloads.data.multimodal.config import AudioConfig
 from workloads.data.multimodal.vad import SpeechDetector, split_long
 
 PLANTED = [(0.8, 2.6), (3.6, 5.2)]
