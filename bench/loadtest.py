@@ -1,7 +1,7 @@
-"""`llmp loadtest` on the fake vLLM (`llmp.fake_vllm`): shedding, routing, and a peer
+"""`llmp loadtest` on the fake vLLM (`tests.llmp.fake_vllm`): shedding, routing, and a peer
 client. Prints figures; asserts nothing.
 
-Each section starts the fake in its own process on 127.0.0.1 (`python -m llmp.fake_vllm`,
+Each section starts the fake in its own process on 127.0.0.1 (`python -m tests.llmp.fake_vllm`,
 stopped by its PID, and by itself after its lifetime) and drives it with the library
 `llmp loadtest` calls.
 
@@ -14,7 +14,7 @@ stopped by its PID, and by itself after its lifetime) and drives it with the lib
    tokens), 8 shared prefixes of 1,024 words plus 64 words of each request's own, a
    prefill of 0.2 ms per uncached token: round-robin against `endpoint-picker`, our
    implementation of the Gateway API Inference Extension endpoint picker's default
-   scoring (llmp.routing). This measures that policy on the fake, not the real router.
+   scoring (llmp.loadtest.routing). This measures that policy on the fake, not the real router.
 3. **Peer client.** guidellm (when importable) and `llmp loadtest` against the same fake
    (TTFT = 20 ms + 0.4 ms per prompt token, 20 ms per token, 32 tokens), the same 30
    prompts (normal lengths around 512 words, sd 128), one request at a time (a Poisson
@@ -50,7 +50,7 @@ from llmp import loadtest as lt  # noqa: E402
 @contextmanager
 def fake(*args: str, lifetime: float = 300) -> Iterator[list[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmp.fake_vllm", "--lifetime", str(lifetime), *args],
+        [sys.executable, "-m", "tests.llmp.fake_vllm", "--lifetime", str(lifetime), *args],
         stdout=subprocess.PIPE,
         text=True,
         cwd=REPO,

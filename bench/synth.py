@@ -28,7 +28,7 @@ IMPORT = "import pulumi, pulumi_aws, pulumi_kubernetes"
 SYNTH = """
 import sys
 from pathlib import Path
-from llmp.synth import synthesize_stack, write_plan
+from llmp.plan.synth import synthesize_stack, write_plan
 plan = synthesize_stack(sys.argv[1])
 write_plan(plan, Path(sys.argv[2]))
 """
@@ -51,7 +51,7 @@ def median(code: str, *args: str) -> float:
 
 LOADED = """
 import sys
-from llmp.synth import synthesize_stack
+from llmp.plan.synth import synthesize_stack
 synthesize_stack(sys.argv[1])
 print(" ".join(sorted(m for m in sys.modules
                       if m.startswith(("pulumi_aws.", "pulumi_kubernetes.")))))

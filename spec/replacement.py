@@ -16,7 +16,7 @@ that matches several patterns takes the strongest class: a refusal or a
 replacement wins over an update, so `update: ["**"]` reads "everything else
 is updated in place".
 
-`llmp diff` (llmp/replacements.py) reads this table; a test fails when a plan holds
+`llmp diff` (llmp/diff/replacements.py) reads this table; a test fails when a plan holds
 a (type, input) pair it does not classify, so no type enters the program
 unclassified.
 """

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from llmp.synth import Plan, stack_file, synthesize
+from llmp.plan.synth import Plan, synthesize
+from llmp.stacks import stack_file
 from spec.stackfile import load_stack_file
 
 STACKS = ("pretrain", "finetune", "inference")

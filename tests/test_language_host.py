@@ -15,14 +15,15 @@ from pathlib import Path
 
 import yaml
 
-from llmp.synth import PROGRAM_DIR, REPO_ROOT, engine_config
+from llmp.plan.synth import engine_config
+from llmp.stacks import PROGRAM_DIR, REPO_ROOT
 from tests.conftest import raw_stack
 
 DRIVER = """
 import json, os, sys
 from pathlib import Path
 assert str(Path.cwd()) not in sys.path and '' not in sys.path, sys.path
-from llmp.synth import run_program
+from llmp.plan.synth import run_program
 plan = run_program(os.environ['STACK'], os.environ['REGION'], Path.cwd())
 import components, workloads
 print(json.dumps({

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from llmp.synth import REPO_ROOT
+from llmp.stacks import REPO_ROOT
 from spec.reference import config_reference
 
 README = (REPO_ROOT / "README.md").read_text()

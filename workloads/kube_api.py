@@ -1,7 +1,7 @@
 """The cluster's Kubernetes API as the platform's libraries use it: the API objects, the
 timeout of every call, and what an API error says, in one line.
 
-`llmp.kube` (the operator CLI) builds on this and adds the kubeconfig and its own errors;
+`llmp.clients.kube` (the operator CLI) builds on this and adds the kubeconfig and its own errors;
 in-cluster code (the straggler watcher) builds `KubeApis` from its service account
 (`in_cluster_apis`). The official client (`kubernetes`) is imported only when a function
 needs it: the Pulumi program imports this layer and must not import the client.

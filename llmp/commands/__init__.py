@@ -1,6 +1,6 @@
 """One module per `llmp` command: its options, and what it prints.
 
-The work itself lives in the modules beside this package (`llmp.synth`,
+The work itself lives in the modules beside this package (`llmp.plan.synth`,
 `llmp.verify`, `llmp.dr`, ...), imported inside each command so that
 `llmp --help` starts without loading Pulumi, boto3 or the Kubernetes client.
 """

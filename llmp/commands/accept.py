@@ -66,8 +66,9 @@ def accept_command(
     unless --keep. Exit 0: every check passed (warnings allowed); 1: a check failed or
     timed out, or nothing could be checked; 2: bad input, or no usable cluster.
     """
-    from llmp import accept, kube
-    from llmp.accept_jobs import RUN_LABEL
+    from llmp import accept
+    from llmp.accept.jobs import RUN_LABEL
+    from llmp.clients import kube
 
     options = accept.AcceptOptions(
         pools=tuple(pool or ()),

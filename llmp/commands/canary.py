@@ -35,8 +35,8 @@ def canary(
 ) -> None:
     """Judge MODEL's canary over its window on Prometheus: promote (exit 0; revision <- the
     canary's, weight 0), roll back (exit 1; weight 0) or wait (exit 3; nothing written)."""
-    from llmp import canary as c
-    from llmp.synth import stack_path
+    from llmp.serving import canary as c
+    from llmp.stacks import stack_path
     from spec.stackfile import load_config, load_stack_file
 
     path = stack_path(stack, config_file)

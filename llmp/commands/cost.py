@@ -33,7 +33,7 @@ def cost_command(
         ),
     ] = None,
     prices: Annotated[
-        str,  # a costs.PriceMode, checked below (llmp.cost_report is imported lazily)
+        str,  # a costs.PriceMode, checked below (llmp.cost is imported lazily)
         typer.Option(
             "--prices",
             metavar="catalog|live|auto",
@@ -54,9 +54,9 @@ def cost_command(
 
     Exit 0; 1: synthesis or the live Price List failed; 2: bad input.
     """
-    from llmp import cost_report as costs
-    from llmp import cost_tables as tables
-    from llmp.pricing import has_credentials
+    from llmp import cost as costs
+    from llmp.cost import tables
+    from llmp.cost.pricing import has_credentials
 
     mode = prices.lower()
     if mode not in {m.value for m in costs.PriceMode}:
@@ -101,7 +101,7 @@ def cost_command(
 
 
 def _fixed_prices(spec: str) -> bool:
-    from llmp import cost_report as costs
+    from llmp import cost as costs
 
     return costs.is_file_spec(spec) or costs.is_revision_spec(spec)
 

@@ -53,9 +53,9 @@ def diff_command(
     revision, invalid stack file) or a side that cannot be synthesized.
     """
     from llmp import diff as plan_diff
-    from llmp.diff_render import render_markdown, render_terminal
-    from llmp.revision import repo_root
-    from llmp.synth import REPO_ROOT
+    from llmp.diff.render import render_markdown, render_terminal
+    from llmp.plan.revision import repo_root
+    from llmp.stacks import REPO_ROOT
     from policies.config import PolicyConfigError
     from spec.errors import ConfigError
 

@@ -107,7 +107,7 @@ def dr_plan_command(
     from llmp.dr import report
     from llmp.dr.config import RecoveryOptions, parse_reservations
     from llmp.plan import load_outputs
-    from llmp.synth import StackNotFound, stack_file, stack_name_problem
+    from llmp.stacks import StackNotFound, stack_file, stack_name_problem
     from spec.stackfile import load_stack_file
 
     if problem := stack_name_problem(source):

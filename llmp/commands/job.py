@@ -12,8 +12,8 @@ from llmp import console
 from llmp.commands import options
 
 if TYPE_CHECKING:
-    from llmp.job_state import State
-    from llmp.kube import KubeApis
+    from llmp.clients.kube import KubeApis
+    from llmp.jobs.state import State
 
 app = typer.Typer(
     help="Run training jobs on a stack: submit a job file, follow, list, status, logs, cancel.",
@@ -31,7 +31,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of text
 
 
 def _apis(kubeconfig: str | None, context: str | None) -> KubeApis:
-    from llmp.kube import load_apis
+    from llmp.clients.kube import load_apis
 
     return load_apis(kubeconfig, context)
 
@@ -82,7 +82,7 @@ def submit(
     Exit 0: succeeded (or applied, with --detach; checked, with --dry-run); 1: failed or
     timed out; 2: bad input (the file, the stack, a cluster that is not the stack's).
     """
-    from llmp import job_api
+    from llmp.jobs import api as job_api
     from llmp.jobs import manifests_yaml, prepare
 
     prepared = prepare(file, stack)
@@ -126,8 +126,8 @@ def status(
 
     Exit 0: the job is running or succeeded; 1: it failed; 2: no such job.
     """
-    from llmp import job_api
-    from llmp.job_state import explain, state_of
+    from llmp.jobs import api as job_api
+    from llmp.jobs.state import explain, state_of
 
     apis = _apis(kubeconfig, context)
     ns = job_api.find_namespace(apis, name, namespace)
@@ -154,7 +154,7 @@ def list_(
     context: options.Context = None,
 ) -> None:
     """The training jobs and their states (every namespace unless --namespace)."""
-    from llmp import job_api
+    from llmp.jobs import api as job_api
 
     jobs = job_api.list_jobs(_apis(kubeconfig, context), namespace)
     if as_json:
@@ -197,7 +197,7 @@ def logs(
     context: options.Context = None,
 ) -> None:
     """A worker's log (rank 0's JSON events by default); a data job's driver output."""
-    from llmp import job_api
+    from llmp.jobs import api as job_api
 
     apis = _apis(kubeconfig, context)
     ns = job_api.find_namespace(apis, name, namespace)
@@ -221,7 +221,7 @@ def cancel(
     context: options.Context = None,
 ) -> None:
     """Delete the job: its pods stop (SIGTERM: rank 0 checkpoints), its quota is freed."""
-    from llmp import job_api
+    from llmp.jobs import api as job_api
 
     apis = _apis(kubeconfig, context)
     ns = job_api.find_namespace(apis, name, namespace)

@@ -95,7 +95,7 @@ def policy_command(
     if plan_file is not None:
         plan = load_plan(plan_file)
     else:
-        from llmp.synth import synthesize_stack
+        from llmp.plan.synth import synthesize_stack
 
         assert target is not None
         plan = synthesize_stack(target, quiet=True)
@@ -112,14 +112,14 @@ def policy_overrides(path: Path | None) -> dict[str, Any] | None:
     """The policy config of --config/--policy-config FILE, checked; None without one."""
     if path is None:
         return None
-    from llmp.policy import load_policy_config
+    from llmp.plan.policy import load_policy_config
 
     return load_policy_config(path)
 
 
 def _write_policy_config(stack: str, overrides: dict[str, Any] | None, to: Path | None) -> None:
-    from llmp.policy import stack_policy_config
-    from llmp.synth import stack_file
+    from llmp.plan.policy import stack_policy_config
+    from llmp.stacks import stack_file
     from policies.config import merge
 
     if not stack_file(stack).exists():
@@ -143,7 +143,7 @@ def run_policy(
 
     `stack_file`: the file the plan was synthesized from, whose GPU budget and FSx pool
     configure the rules (None: the plan's stack's own file, when there is one)."""
-    from llmp.policy import evaluate, failed, stack_policy_config
+    from llmp.plan.policy import evaluate, failed, stack_policy_config
     from policies.config import merge
 
     if stack_file is not None:

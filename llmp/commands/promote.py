@@ -62,7 +62,7 @@ def promote(
 ) -> None:
     """Promote a model: export, check, evaluate and publish a revision (or take one already
     published), then set serving.models[MODEL].revision in the stack file."""
-    from llmp import promote as p
+    from llmp.serving import promote as p
 
     if (checkpoints is None) == (revision is None):
         raise BadInput("give either --checkpoints DIR (with --job-config) or --revision REV")
@@ -137,7 +137,7 @@ def _text(target: Any, result: dict[str, Any], change: Any) -> str:
 
 
 def _rel(path: Any) -> str:
-    from llmp.promote import shown_path
+    from llmp.serving.promote import shown_path
 
     return shown_path(path)
 

@@ -14,7 +14,7 @@ from llmp.commands import options
 from llmp.errors import BadInput, Failed, prefixed
 
 if TYPE_CHECKING:
-    from llmp.quarantine import QuarantineReport, Target
+    from llmp.diagnosis.quarantine import QuarantineReport, Target
     from workloads.diagnosis.stragglers import Report
 
 
@@ -115,7 +115,7 @@ def stragglers(
     llmp_train_phase_seconds{job,rank,node,phase}.
 
     --quarantine isolates the SLOW nodes, worst first, as NVSentinel isolates a faulty GPU
-    node (see llmp/quarantine.py): with --kubeconfig it acts (--dry-run: reads the cluster
+    node (see llmp/diagnosis/quarantine.py): with --kubeconfig it acts (--dry-run: reads the cluster
     and changes nothing); without, it prints what it would do. A node already carrying the
     taint is left as it is; beyond --max-quarantined a node is refused.
 
@@ -123,7 +123,7 @@ def stragglers(
     by the cap, an eviction refused by a PodDisruptionBudget, a failed write; 2: bad input,
     or no usable cluster.
     """
-    from llmp.quarantine import check_cap
+    from llmp.diagnosis.quarantine import check_cap
     from workloads.diagnosis import stragglers as st
 
     if not quarantine and (kubeconfig or context or dry_run):
@@ -174,7 +174,7 @@ def slow_nodes(report: Report) -> tuple[list[Target], list[str]]:
     """The nodes flagged SLOW, most time lost first (the cap keeps the worst), each with the
     line its annotation carries; and the flagged groups that are no node (a rank whose trace
     row named none, reported as rank-N)."""
-    from llmp.quarantine import Target
+    from llmp.diagnosis.quarantine import Target
 
     targets, nameless = [], []
     for s in report.by_node:
@@ -201,8 +201,8 @@ def quarantine_slow_nodes(
     no --kubeconfig names the cluster (the plan is printed instead)."""
     import datetime
 
-    from llmp import kube
-    from llmp import quarantine as q
+    from llmp.clients import kube
+    from llmp.diagnosis import quarantine as q
 
     targets, _ = slow_nodes(report)
     if not targets or kubeconfig is None:
@@ -218,7 +218,7 @@ def quarantine_slow_nodes(
 
 
 def quarantine_lines(report: Report, isolated: QuarantineReport | None) -> list[str]:
-    from llmp.quarantine import SLOW
+    from llmp.diagnosis.quarantine import SLOW
     from spec.labels import QUARANTINE_TAINT
 
     targets, nameless = slow_nodes(report)

@@ -61,7 +61,7 @@ def synth(
     policy violation; 2: bad input (unknown stack, invalid stack file).
     """
     from llmp.commands.policy import policy_overrides, run_policy
-    from llmp.synth import synthesize_stack, write_plan
+    from llmp.plan.synth import synthesize_stack, write_plan
 
     # A bad policy config is bad input: refused before anything is synthesized or written.
     overrides = policy_overrides(policy_config) if policy else None

@@ -97,8 +97,10 @@ def verify_command(
     input (unknown stack, unreadable plan or outputs, no or refused credentials,
     unreachable endpoint or cluster).
     """
-    from llmp import drift, kube, readiness, verify
-    from llmp.synth import REPO_ROOT
+    from llmp import verify
+    from llmp.clients import kube
+    from llmp.stacks import REPO_ROOT
+    from llmp.verify import drift, readiness
 
     if len(target) == 1:
         stack, areas = target[0], list(only or verify.AREAS)
@@ -152,7 +154,8 @@ def _progress(text: str) -> None:
 def _verify_aws(
     plan: Any, region: str | None, endpoint_url: str | None, outputs: Any, areas: list[str]
 ) -> list[Any]:
-    from llmp import aws, verify
+    from llmp import verify
+    from llmp.clients import aws
 
     try:
         import boto3
@@ -181,7 +184,7 @@ def _verify_aws(
 
 def _verify_plan(stack: str, plan_file: Path | None) -> Any:
     from llmp.plan import load_plan
-    from llmp.synth import synthesize_stack
+    from llmp.plan.synth import synthesize_stack
 
     if plan_file is not None:
         plan = load_plan(plan_file)

@@ -4,7 +4,7 @@ From the source stack's file this writes the recovery stack's file (`config`): t
 same platform, with what is bound to a region rewritten (region, AZs, capacity
 reservations, ACM certificate, replication) and the storage pointed at the source's
 replicas, which the recovery stack adopts (imports, protects and retains) instead of
-creating empty buckets. It then runs both stacks offline (`llmp.synth`) and reports:
+creating empty buckets. It then runs both stacks offline (`llmp.plan.synth`) and reports:
 
 - the RTO (`rto`): the longest chain of the recovery plan's dependency graph, weighted
   by the catalog's typical creation minutes per resource type;
@@ -123,7 +123,7 @@ def make_plan(source_raw: Mapping[str, Any], options: RecoveryOptions) -> DrPlan
     Raises ConfigError (the source or the result is invalid), DrError (bad options),
     Failed (`synth failed: ...`, the program failed).
     """
-    from llmp.synth import synthesize
+    from llmp.plan.synth import synthesize
 
     rc = build_recovery_config(source_raw, options)
     with prefixed("synth failed"):
@@ -192,7 +192,7 @@ def refuse_overwrite(stack: str, out_dir: Path) -> None:
 
 def write_plan_files(plan: DrPlan, out_dir: Path, *, force: bool) -> tuple[Path, Path]:
     """Write the stack file and the runbook; an existing file is kept unless `force`."""
-    from llmp.synth import STACKS_DIR
+    from llmp.stacks import STACKS_DIR
 
     stack_path, runbook_path = plan_file_paths(plan.config.stack, out_dir)
     if not force:
@@ -213,7 +213,7 @@ def write_plan_files(plan: DrPlan, out_dir: Path, *, force: bool) -> tuple[Path,
 def from_repo_root(path: Path) -> str:
     """`path` as the runbook's commands name it: they run in the repository root (where
     Pulumi.yaml is), so relative to it when inside it, else absolute."""
-    from llmp.synth import REPO_ROOT
+    from llmp.stacks import REPO_ROOT
 
     resolved, root = path.resolve(), REPO_ROOT.resolve()
     return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(resolved)

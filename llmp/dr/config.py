@@ -145,7 +145,7 @@ def build_recovery_config(
 
     Raises ConfigError for an invalid source, DrError for options that cannot work.
     """
-    from llmp.synth import stack_name_problem
+    from llmp.stacks import stack_name_problem
 
     source, region, stack = load_config(source_raw), options.region, options.stack_name
     if stack_name_problem(stack) is not None:

@@ -3,7 +3,7 @@
 Resources are matched by type and name, the source's name translated into the
 recovery region first (`network-nat-us-east-1a` -> `network-nat-us-west-2a`). Every
 difference, a resource in one plan only (or twice in the recovery plan), or an input
-(`llmp.input_leaves.leaves`, compared with `same`), lifecycle option, parent, provider or
+(`llmp.plan.leaves.leaves`, compared with `same`), lifecycle option, parent, provider or
 dependency that differs, is explained by the named rules of ALLOWED_DIFFERENCES, or
 reported with no rule (unexplained). The region, zone, bucket-name and stack-name pairs
 are read off the two plans, each only where it is region-bound (`_Comparison._pairs`).
@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmp.dr.config import CERT_ARN, RESERVATION
-from llmp.input_leaves import MISSING, leaves, same
 from llmp.plan import AWS_PROVIDER, Plan, Resource
+from llmp.plan.leaves import MISSING, leaves, same
 
 REGION_RULE = "region"
 ZONE_RULE = "availability-zone"

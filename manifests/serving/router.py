@@ -6,7 +6,7 @@ EPP, now developed in llm-d/llm-d-router; image pinned in the catalog). It watch
 model's pods through the InferencePool, scrapes each one's vLLM `/metrics` (queue
 depth, KV-cache use) and keeps an approximate index of the prefixes it sent where; per
 request it scores the replicas (queue 2, KV cache 2, prefix cache 3: the default
-profile that `llmp.routing` re-implements and `bench/loadtest.py` measures) and answers
+profile that `llmp.loadtest.routing` re-implements and `bench/loadtest.py` measures) and answers
 Envoy's external processing call with the chosen `ip:port` in the header
 `x-gateway-destination-endpoint`. The gateway sidecar of whichever pod the ALB picked
 (`manifests.serving.gateway`) then forwards to that pod through an ORIGINAL_DST
@@ -119,7 +119,7 @@ schedulingProfiles:
     weight: 3
 """
 """The default profile of the llm-d-router-standalone chart (routerlib `_config.yaml` at
-v0.10.0), passed as `--config-text`: the scorers and weights that `llmp.routing` models."""
+v0.10.0), passed as `--config-text`: the scorers and weights that `llmp.loadtest.routing` models."""
 
 
 def picker_name(model: str) -> str:

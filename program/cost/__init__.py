@@ -3,7 +3,7 @@
 No cloud call by default: the same numbers come out of `llmp synth` and
 `pulumi up` (the catalog's dated prices), and a PR that doubles `max_size`
 shows what it costs before it merges. `llmp cost --prices live` passes a
-`PriceBook` of on-demand prices from the AWS Price List (`llmp.pricing`); the
+`PriceBook` of on-demand prices from the AWS Price List (`llmp.cost.pricing`); the
 Pulumi program never does, so previews stay deterministic and offline.
 
 What is priced is what the program declares (`program.ledger`, read by

@@ -14,7 +14,7 @@ CAPACITY_MODES = ("ON_DEMAND", "SPOT", "CAPACITY_BLOCK")
 @dataclass(frozen=True)
 class PriceBook:
     """The instance prices an estimate uses: the catalog's by default, live ones from
-    `llmp.pricing.live_price_book`. Every other price (EBS, NAT, S3, FSx, capacity
+    `llmp.cost.pricing.live_price_book`. Every other price (EBS, NAT, S3, FSx, capacity
     blocks, the spot discount) always comes from the catalog, with its date."""
 
     source: Literal["catalog", "live"] = "catalog"

@@ -437,7 +437,7 @@ def test_nvsentinel_is_off_without_what_it_needs(synth, section: str, overrides:
 
 def test_nvsentinel_alone_refuses_to_run_without_the_gpu_operator() -> None:
     from components.addons import Addons, AddonsArgs
-    from llmp.synth import run
+    from llmp.plan.synth import run
 
     def program() -> None:
         Addons(

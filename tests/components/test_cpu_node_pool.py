@@ -12,7 +12,7 @@ import pytest
 
 from components.cpu_node_pool import CpuNodePool, CpuNodePoolArgs
 from components.managed_nodes import CA_ENABLED_TAG, ELASTIC_TAG, NODE_TEMPLATE, PoolSize
-from llmp.synth import run
+from llmp.plan.synth import run
 from manifests import kueue
 from spec.catalog import catalog
 from spec.labels import CPU_POOL_TAINT, POOL_LABEL
@@ -222,7 +222,7 @@ def test_the_cost_output_prices_the_pool_from_min_to_max(plans) -> None:
 def test_llmp_cost_shows_the_pool_in_its_tables(plans) -> None:
     from rich.console import Console
 
-    from llmp.cost_tables import render
+    from llmp.cost.tables import render
 
     console = Console(file=io.StringIO(), width=80, color_system=None)
     for renderable in render("pretrain", plans("pretrain").outputs["cost"]):

@@ -9,7 +9,7 @@ import pytest
 
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs, efa_network_interfaces
 from components.managed_nodes import PoolSize, hugepages_script
-from llmp.synth import autoname, run
+from llmp.plan.synth import autoname, run
 from manifests import kueue
 from manifests.jobs import pytorchjob
 from manifests.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests

@@ -76,7 +76,7 @@ def test_long_creation_timeouts(monkeypatch) -> None:
     # Custom timeouts are resource options, not inputs: check them at construction.
     import pulumi_aws as aws
 
-    from llmp.synth import synthesize
+    from llmp.plan.synth import synthesize
     from tests.conftest import raw_stack
 
     timeouts: dict[str, str] = {}

@@ -18,7 +18,7 @@ from components.node_autoscaler import (
     NodeAutoscalerArgs,
     autoscaler_policy,
 )
-from llmp.synth import run
+from llmp.plan.synth import run
 from spec.catalog import catalog
 from spec.labels import POOL_LABEL
 from tests.conftest import raw_stack

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from components.storage import RequestLogs, alb_log_statements, waf_log_statements
-from llmp.synth import _ACCOUNT
+from llmp.plan.synth import _ACCOUNT
 from program.args import request_logs
 from spec.stackfile import load_config
 from tests.conftest import merge, raw_stack

@@ -158,7 +158,7 @@ def test_scheme_comes_from_config(synth) -> None:
 
 
 def test_api_keys_stay_secret_in_the_plan(synth, tmp_path) -> None:
-    from llmp.synth import SECRET, write_plan
+    from llmp.plan.synth import SECRET, write_plan
 
     raw = raw_stack("inference")
     raw["llm-platform-serving:chat-app"] = {"secure": "v1:c2VydmluZy1rZXktMQ=="}

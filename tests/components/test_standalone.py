@@ -21,7 +21,7 @@ from components.managed_nodes import PoolSize
 from components.network import Network, NetworkArgs
 from components.serving import Serving, ServingArgs
 from components.storage import Bucket, LifecycleRule, Storage, StorageArgs, Transition
-from llmp.synth import run
+from llmp.plan.synth import run
 
 REGION = "eu-west-1"
 

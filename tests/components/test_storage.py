@@ -103,7 +103,7 @@ def test_retain_on_delete_is_set_for_precious_buckets(plans, monkeypatch) -> Non
     # retain_on_delete is a resource option, not an input: check it at construction.
     import pulumi_aws as aws
 
-    from llmp.synth import synthesize
+    from llmp.plan.synth import synthesize
     from tests.conftest import raw_stack
 
     seen: dict[str, bool] = {}

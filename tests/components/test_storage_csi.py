@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from components.storage_csi import NamespaceQuota
-from llmp.synth import Plan, run_program
+from llmp.plan.synth import Plan, run_program
 from spec.catalog import catalog
 from spec.stackfile import load_config
 from tests.conftest import STACKS, raw_stack

@@ -19,7 +19,7 @@ from components.straggler_watch import (
     StragglerWatch,
     StragglerWatchArgs,
 )
-from llmp.synth import run
+from llmp.plan.synth import run
 from monitoring import rules
 from monitoring.charts import monitors
 from spec.errors import ConfigError

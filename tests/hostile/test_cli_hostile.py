@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from typer.testing import CliRunner
 
 from llmp.cli import app
-from llmp.synth import REPO_ROOT
+from llmp.stacks import REPO_ROOT
 from spec.errors import ConfigError
 from spec.stackfile import load_config, load_stack_file
 from tests.hostile.strategies import BASES, mutated_stack
@@ -303,7 +303,7 @@ def test_yaml_dates_and_bytes_outside_the_namespace_reach_the_program_as_text() 
     """`aws:expiry: 2030-01-01` is a date to YAML: json.dumps alone raised TypeError."""
     import datetime
 
-    from llmp.synth import engine_config
+    from llmp.plan.synth import engine_config
 
     config, _ = engine_config(
         {

@@ -17,15 +17,8 @@ import yaml
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime.config import set_all_config
 
-from llmp.synth import (
-    REPO_ROOT,
-    SECRET,
-    SynthError,
-    engine_config,
-    run_program,
-    synthesize,
-    write_plan,
-)
+from llmp.plan.synth import SECRET, SynthError, engine_config, run_program, synthesize, write_plan
+from llmp.stacks import REPO_ROOT
 from spec.errors import ConfigError
 from spec.stackfile import load_config
 from tests.conftest import raw_stack

@@ -33,7 +33,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from llmp.kube import KubeApis
+from llmp.clients.kube import KubeApis
 
 HELM_RELEASE = "meta.helm.sh/release-name"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

@@ -22,15 +22,17 @@ import urllib3
 from rich.console import Console
 from typer.testing import CliRunner
 
-from llmp import accept, accept_jobs, kube
+from llmp import accept
+from llmp.accept import jobs as accept_jobs
 from llmp.cli import app
+from llmp.clients import kube
 from manifests.jobs import dcgm_diag
 from spec.platform import PlatformConfig
 from spec.stackfile import load_config
 from tests.conftest import merge, raw_stack
 from tests.llmp.kube_fake import FakeClock, FakeCluster, FakeNode, JobScript, PodScript, api_error
 
-DATA = Path(__file__).parents[1] / "workloads" / "jobs" / "data"
+DATA = Path(__file__).parents[1] / "manifests" / "jobs" / "data"
 DCGM_PASS = (DATA / "dcgm_diag_p5_level2_pass.json").read_text()
 DCGM_MEMORY_FAIL = (DATA / "dcgm_diag_p5_level2_memory_fail.json").read_text()
 DCGM_PCIE_WARN = (DATA / "dcgm_diag_p5_level2_pcie_warn.json").read_text()

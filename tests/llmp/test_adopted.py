@@ -11,8 +11,8 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from llmp import adopted
 from llmp.cli import app
+from llmp.verify import adopted
 from spec.stackfile import load_stack_file
 from tests.conftest import merge
 

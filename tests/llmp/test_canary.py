@@ -27,8 +27,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from typer.testing import CliRunner
 
-from llmp import canary as c
 from llmp.cli import app
+from llmp.serving import canary as c
 from spec.stackfile import load_config, load_stack_file
 
 ROOT = Path(__file__).resolve().parents[2]

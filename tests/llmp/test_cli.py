@@ -23,9 +23,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from llmp import console as llmp_console
-from llmp import dr, synth
+from llmp import dr
 from llmp.cli import app
-from llmp.synth import REPO_ROOT, STACKS_DIR
+from llmp.plan import synth
+from llmp.stacks import REPO_ROOT, STACKS_DIR
 from tests.conftest import raw_stack
 
 WIDTH = 80
@@ -152,7 +153,7 @@ def test_stragglers_reads_at_80_columns(narrow) -> None:
 
 
 def test_policy_violations_read_at_80_columns(narrow, plans, tmp_path: Path) -> None:
-    from llmp.policy import evaluate
+    from llmp.plan.policy import evaluate
 
     plan = plans("pretrain").model_copy(deep=True)
     for r in plan.resources:

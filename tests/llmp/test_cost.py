@@ -14,9 +14,10 @@ from botocore.stub import Stubber
 from rich.console import Console
 from typer.testing import CliRunner
 
-from llmp import cost_report as costs
-from llmp import cost_tables, synth
+from llmp import cost as costs
 from llmp.cli import app
+from llmp.cost import tables as cost_tables
+from llmp.plan import synth
 from spec.catalog import catalog
 from tests.llmp.test_pricing import expected, page, price_item
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from llmp.plan import Plan
-from llmp.synth import _ACCOUNT as MOCK_ACCOUNT
-from llmp.synth import autoname
+from llmp.plan.synth import _ACCOUNT as MOCK_ACCOUNT
+from llmp.plan.synth import autoname
 from tests.conftest import STACKS
 
 # (dependent type, dependency type, dependency name suffix) -> why the edge exists
@@ -312,7 +312,7 @@ def tokens(resource: dict[str, Any], region: str) -> set[str]:
     if type_ == "aws:eks/nodeGroup:NodeGroup":
         out.add(f"eks-{name}-asg")  # resources[0].autoscalingGroups[0].name
     if type_ == "aws:ecr/repository:Repository":
-        # repositoryUrl (an image `<url>:<tag>` names it), as llmp.synth's mocks answer it.
+        # repositoryUrl (an image `<url>:<tag>` names it), as llmp.plan.synth's mocks answer it.
         out.add(f"{MOCK_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{resource.inputs['name']}")
     return out
 

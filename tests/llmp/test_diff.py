@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from llmp.compare import PlanDiff, compare_plans
 from llmp.diff import CostLine, DiffReport, cost_delta, exit_code, violation_delta
-from llmp.diff_render import render_markdown
-from llmp.input_leaves import ABSENT
+from llmp.diff.compare import PlanDiff, compare_plans
+from llmp.diff.render import render_markdown
+from llmp.diff.replacements import computed_markers, replacement_rules
 from llmp.plan import SECRET, Plan, Resource
-from llmp.policy import Violation
-from llmp.replacements import computed_markers, replacement_rules
-from llmp.synth import REPO_ROOT
+from llmp.plan.leaves import ABSENT
+from llmp.plan.policy import Violation
+from llmp.stacks import REPO_ROOT
 from spec.catalog import catalog
 from spec.replacement import Conditional, ReplaceInput, TypeRule, replacement_table
 from tests.llmp.test_revision import commit_all, copy_project, git

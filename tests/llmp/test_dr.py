@@ -34,7 +34,7 @@ from llmp.dr.equivalence import (
 )
 from llmp.dr.rto import critical_path, estimate_rpo, waits_for
 from llmp.plan import parse_outputs, parse_plan
-from llmp.synth import synthesize
+from llmp.plan.synth import synthesize
 from spec.catalog import catalog
 from spec.errors import ConfigError
 from spec.stackfile import load_config
@@ -590,7 +590,7 @@ def test_the_logs_bucket_admits_the_adopted_buckets(plans_pair) -> None:
 
 
 def test_the_recovery_plan_passes_the_policy_pack(plans_pair) -> None:
-    from llmp.policy import evaluate, failed
+    from llmp.plan.policy import evaluate, failed
 
     _, rebuilt = plans_pair
     violations = evaluate(parse_plan(rebuilt), stack_config=False)
@@ -846,7 +846,7 @@ def test_the_runbook_walks_through_the_recovery(recovery: dr.DrPlan) -> None:
 
 
 def test_the_copy_step_names_the_file_from_the_repository_root(tmp_path: Path) -> None:
-    from llmp.synth import REPO_ROOT
+    from llmp.stacks import REPO_ROOT
 
     inside = REPO_ROOT / "out" / "dr" / "Pulumi.pretrain-dr.yaml"
     assert dr.from_repo_root(inside) == "out/dr/Pulumi.pretrain-dr.yaml"
@@ -859,15 +859,15 @@ def test_dr_plan_writes_out_dr_by_default_and_nothing_into_stacks(
 ) -> None:
     """Every file in stacks/ is a stack the tests and CI synthesize: a recovery stack file
     lands there only when the operator copies it, as the runbook says."""
-    import llmp.synth
+    import llmp.stacks
 
     stacks = tmp_path / "repo" / "stacks"  # the repository's stacks/, copied
     stacks.mkdir(parents=True)
-    for path in llmp.synth.STACKS_DIR.glob("Pulumi.*.yaml"):
+    for path in llmp.stacks.STACKS_DIR.glob("Pulumi.*.yaml"):
         (stacks / path.name).write_text(path.read_text())
     before = sorted(p.name for p in stacks.iterdir())
-    monkeypatch.setattr(llmp.synth, "STACKS_DIR", stacks)
-    monkeypatch.setattr(llmp.synth, "REPO_ROOT", stacks.parent)
+    monkeypatch.setattr(llmp.stacks, "STACKS_DIR", stacks)
+    monkeypatch.setattr(llmp.stacks, "REPO_ROOT", stacks.parent)
     monkeypatch.setattr(dr, "make_plan", lambda source, options: recovery)
     monkeypatch.chdir(stacks.parent)
     result = CliRunner().invoke(app, ["dr", "plan", "--from", "pretrain", "--region", "us-west-2"])

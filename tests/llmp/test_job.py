@@ -21,11 +21,12 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from llmp import console as llmp_console
-from llmp import job_api, job_state
 from llmp.cli import app
-from llmp.job_checks import JobFileError, load_job_file
+from llmp.jobs import api as job_api
 from llmp.jobs import check, manifests_yaml, prepare
-from llmp.synth import REPO_ROOT
+from llmp.jobs import state as job_state
+from llmp.jobs.checks import JobFileError, load_job_file
+from llmp.stacks import REPO_ROOT
 from manifests import kueue
 from manifests.jobs.jobfile import JOB_LABEL, TRAINER_KINDS
 from spec.stackfile import load_config, load_stack_file
@@ -121,7 +122,7 @@ def test_dry_run_prints_the_manifests_and_touches_no_cluster(
     def no_cluster(*args: Any) -> None:
         raise AssertionError("--dry-run must not load a kubeconfig")
 
-    monkeypatch.setattr("llmp.kube.load_apis", no_cluster)
+    monkeypatch.setattr("llmp.clients.kube.load_apis", no_cluster)
     result = CliRunner().invoke(app, ["job", "submit", str(SFT), "--dry-run"])
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.stdout))

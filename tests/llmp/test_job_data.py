@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from llmp import job_api, job_state
 from llmp.cli import app
-from llmp.job_checks import JobFileError
+from llmp.jobs import api as job_api
 from llmp.jobs import prepare
+from llmp.jobs import state as job_state
+from llmp.jobs.checks import JobFileError
 from tests.llmp.job_files import job_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,9 +95,9 @@ def test_a_tenant_without_quota_on_the_gpu_pool_is_refused(tmp_path: Path) -> No
 
 
 def test_a_stack_without_kuberay_refuses_a_data_job() -> None:
-    from llmp.job_checks import load_job_file
-    from llmp.jobs_data import check_data
-    from llmp.synth import load_stack
+    from llmp.jobs.checks import load_job_file
+    from llmp.jobs.data import check_data
+    from llmp.stacks import load_stack
 
     job = load_job_file(str(TEXT))
     cfg = load_stack(job.stack)

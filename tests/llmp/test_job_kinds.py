@@ -25,9 +25,9 @@ from typer.testing import CliRunner
 from components.tenancy import s3_policy
 from contracts import revisions
 from llmp.cli import app
-from llmp.job_checks import JobFileError, load_job_file, write_denied
 from llmp.jobs import check, manifests_yaml, prepare
-from llmp.synth import REPO_ROOT
+from llmp.jobs.checks import JobFileError, load_job_file, write_denied
+from llmp.stacks import REPO_ROOT
 from manifests import kueue
 from manifests.jobs import jobfile
 from manifests.jobs.jobfile import JOB_LABEL
@@ -617,7 +617,7 @@ def test_a_stack_without_the_bucket(tmp_path: Path) -> None:
 
 
 def test_a_step_that_restarts_or_is_preempted_starts_over() -> None:
-    from llmp import job_state
+    from llmp.jobs import state as job_state
 
     (job,) = prepare(str(QUANTIZE)).manifests
     job = {**copy.deepcopy(job), "metadata": {**job["metadata"], "uid": "u1"}}

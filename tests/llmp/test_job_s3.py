@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from llmp.job_checks import JobFileError
 from llmp.jobs import prepare
-from llmp.synth import REPO_ROOT
+from llmp.jobs.checks import JobFileError
+from llmp.stacks import REPO_ROOT
 from tests.llmp.job_files import job_file
 
 RESTART = REPO_ROOT / "examples" / "pretrain-restart.yaml"

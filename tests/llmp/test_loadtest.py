@@ -1,4 +1,4 @@
-"""`llmp loadtest` against the fake vLLM (`llmp.fake_vllm`) on 127.0.0.1, whose delays,
+"""`llmp loadtest` against the fake vLLM (`tests.llmp.fake_vllm`) on 127.0.0.1, whose delays,
 errors, concurrency guard and prefix cache the test sets: the measured TTFT, inter-token
 latency, shed and error counts and prefix hits match them, and the SLO decides the exit
 code."""
@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from llmp import loadtest as lt
-from llmp import routing
 from llmp.cli import app
-from llmp.fake_vllm import FakeInThread, FakeModel
+from llmp.loadtest import routing
+from tests.llmp.fake_vllm import FakeInThread, FakeModel
 
 API_KEY = "sk-test"
 DEFAULTS: dict[str, Any] = {

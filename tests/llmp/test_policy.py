@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from llmp.cli import app
 from llmp.plan import Plan, PlanError, load_plan
-from llmp.policy import evaluate, failed, stack_policy_config
+from llmp.plan.policy import evaluate, failed, stack_policy_config
 from tests.conftest import with_section
 
 runner = CliRunner()
@@ -122,9 +122,9 @@ def test_write_config_writes_what_the_stack_implies(tmp_path: Path) -> None:
 
 
 def test_synth_policy_runs_the_pack(tmp_path: Path, monkeypatch, plans) -> None:
-    import llmp.synth
+    import llmp.plan.synth
 
-    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, *_, **__: plans(stack))
+    monkeypatch.setattr(llmp.plan.synth, "synthesize_stack", lambda stack, *_, **__: plans(stack))
     ok = runner.invoke(app, ["synth", "inference", "--out", str(tmp_path), "--policy"])
     assert ok.exit_code == 0, ok.output
     assert "policy: 0 mandatory" in ok.output
@@ -133,7 +133,7 @@ def test_synth_policy_runs_the_pack(tmp_path: Path, monkeypatch, plans) -> None:
     for r in bad.resources:
         if r.type == "aws:eks/cluster:Cluster":
             r.inputs["enabledClusterLogTypes"] = ["api"]
-    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, *_, **__: bad)
+    monkeypatch.setattr(llmp.plan.synth, "synthesize_stack", lambda stack, *_, **__: bad)
     failed_run = runner.invoke(app, ["synth", "inference", "--out", str(tmp_path), "--policy"])
     assert failed_run.exit_code == 1
     assert "eks-audit-logs" in failed_run.output
@@ -142,9 +142,9 @@ def test_synth_policy_runs_the_pack(tmp_path: Path, monkeypatch, plans) -> None:
 @pytest.fixture
 def cached_synth(monkeypatch, plans) -> None:
     """Stack names synthesize from the session's cached plans (the same program and file)."""
-    import llmp.synth
+    import llmp.plan.synth
 
-    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, *_, **__: plans(stack))
+    monkeypatch.setattr(llmp.plan.synth, "synthesize_stack", lambda stack, *_, **__: plans(stack))
 
 
 def _over_budget(tmp_path: Path) -> Path:
@@ -198,13 +198,13 @@ def test_cli_takes_a_stack_name_and_synthesizes_it(cached_synth) -> None:
 
 
 def test_cli_stack_name_with_a_mandatory_violation_exits_1(cached_synth, monkeypatch, plans):
-    import llmp.synth
+    import llmp.plan.synth
 
     bad = plans("pretrain").model_copy(deep=True)
     for r in bad.resources:
         if r.type == "aws:fsx/lustreFileSystem:LustreFileSystem":
             del r.inputs["kmsKeyId"]
-    monkeypatch.setattr(llmp.synth, "synthesize_stack", lambda stack, *_, **__: bad)
+    monkeypatch.setattr(llmp.plan.synth, "synthesize_stack", lambda stack, *_, **__: bad)
     result = runner.invoke(app, ["policy", "pretrain"])
     assert result.exit_code == 1
     assert "fsx-kms-key: lustre-fs" in result.stdout
@@ -234,7 +234,7 @@ def test_cli_bad_stack_arguments_are_one_line_and_exit_2(args: list[str], messag
 
 
 def test_load_plan_reads_what_synth_writes(plans, tmp_path: Path) -> None:
-    from llmp.synth import write_plan
+    from llmp.plan.synth import write_plan
 
     target = write_plan(plans("finetune"), tmp_path)
     assert load_plan(target / "plan.json").stack == "finetune"

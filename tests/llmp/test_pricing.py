@@ -12,8 +12,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from llmp.cost_report import declared
-from llmp.pricing import (
+from llmp.cost import declared
+from llmp.cost.pricing import (
     PriceNotFound,
     PricingError,
     live_price_book,

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from llmp import promote as p
 from llmp.cli import app
 from llmp.errors import BadInput
-from llmp.synth import REPO_ROOT
+from llmp.serving import promote as p
+from llmp.stacks import REPO_ROOT
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 

@@ -1,6 +1,7 @@
-"""Quarantining a slow node (`llmp stragglers --quarantine`, llmp/quarantine.py) against the
-in-memory Kubernetes API: cordon, our taint, the annotations, evictions of training pods only,
-the cap, a second run that changes nothing, and a dry run that changes nothing at all."""
+"""Quarantining a slow node (`llmp stragglers --quarantine`, llmp/diagnosis/quarantine.py)
+against the in-memory Kubernetes API: cordon, our taint, the annotations, evictions of
+training pods only, the cap, a second run that changes nothing, and a dry run that changes
+nothing at all."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from llmp import kube
-from llmp import quarantine as q
 from llmp.cli import app
+from llmp.clients import kube
+from llmp.diagnosis import quarantine as q
 from llmp.errors import BadInput, Failed
 from spec.labels import JOB_KIND_LABEL, QUARANTINE_TAINT
 from tests.llmp.kube_fake import FakeClock, FakeCluster, FakeNode, api_error, node_pod

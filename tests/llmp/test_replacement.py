@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from llmp.compare import PlanDiff, compare_plans
 from llmp.diff import transition_costs
-from llmp.input_leaves import leaves
+from llmp.diff.compare import PlanDiff, compare_plans
 from llmp.plan import SECRET, Plan, Resource
+from llmp.plan.leaves import leaves
 from spec.replacement import ReplacementTable, replacement_table, skips_minor, version_key
 from tests.conftest import STACKS
 

@@ -1,4 +1,4 @@
-"""llmp/revision.py: a revision is synthesized by its own code, in a worktree always removed.
+"""llmp/plan/revision.py: a revision is synthesized by its own code, in a worktree always removed.
 
 Each test works in a git repository made under tmp_path from the project's
 files; the project's own checkout is only read (`git ls-files`).
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import spec
-from llmp import revision
 from llmp.diff import build_report
-from llmp.revision import RevisionError, StackMissing
-from llmp.synth import REPO_ROOT
+from llmp.plan import revision
+from llmp.plan.revision import RevisionError, StackMissing
+from llmp.stacks import REPO_ROOT
 
 GIT_IDENTITY = ["-c", "user.name=llmp tests", "-c", "user.email=tests@example.invalid"]
 REVISION_PRICE = 77.77

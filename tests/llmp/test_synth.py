@@ -11,15 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmp.synth import (
-    REPO_ROOT,
-    SECRET,
-    SynthError,
-    engine_config,
-    run_program,
-    synthesize,
-    write_plan,
-)
+from llmp.plan.synth import SECRET, SynthError, engine_config, run_program, synthesize, write_plan
+from llmp.stacks import REPO_ROOT
 from spec.catalog import catalog
 from tests.conftest import STACKS, merge, raw_stack
 

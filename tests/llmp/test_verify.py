@@ -25,9 +25,11 @@ from pulumi.automation import events
 from pulumi.automation._cmd import CommandResult
 from typer.testing import CliRunner
 
-from llmp import aws, drift, verify
+from llmp import verify
 from llmp.cli import app
-from llmp.synth import REPO_ROOT
+from llmp.clients import aws
+from llmp.stacks import REPO_ROOT
+from llmp.verify import drift
 
 STACK = "pretrain"
 PRIMARY = "us-east-1"

@@ -25,7 +25,9 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from rich.console import Console
 
-from llmp import aws, console, kube, readiness, verify
+from llmp import console, verify
+from llmp.clients import aws, kube
+from llmp.verify import readiness
 from tests.llmp.kube_fake import (
     FakeClock,
     FakeCluster,

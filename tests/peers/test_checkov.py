@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llmp.synth import REPO_ROOT, write_plan
+from llmp.plan.synth import write_plan
+from llmp.stacks import REPO_ROOT
 from tests.conftest import STACKS
 
 HERE = Path(__file__).resolve().parent

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from llmp.synth import write_plan
+from llmp.plan.synth import write_plan
 from tests.manifests.serving.test_multinode import _lws, _plan
 from tests.peers.test_checkov import _failed, _kubernetes_report, run_checkov
 

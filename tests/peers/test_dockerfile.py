@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmp.synth import REPO_ROOT
+from llmp.stacks import REPO_ROOT
 from manifests.jobs import pytorchjob
 from spec.catalog import catalog
 

@@ -150,7 +150,7 @@ def test_redacted_secrets_keep_their_shape_and_validate(synth, tmp_path) -> None
 
     import yaml
 
-    from llmp.synth import SECRET, write_plan
+    from llmp.plan.synth import SECRET, write_plan
 
     raw = raw_stack("inference")
     raw["llm-platform-serving:chat-app"] = {"secure": "v1:c2VydmluZy1rZXktMQ=="}

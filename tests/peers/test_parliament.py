@@ -31,7 +31,7 @@ from typing import Any
 import parliament
 import pytest
 
-from llmp.synth import Plan
+from llmp.plan.synth import Plan
 from tests.conftest import STACKS
 
 POLICY_INPUTS = {

@@ -30,7 +30,7 @@ import typer
 import yaml
 
 from llmp.cli import app
-from llmp.synth import REPO_ROOT, STACKS_DIR
+from llmp.stacks import REPO_ROOT, STACKS_DIR
 
 WORKFLOWS_DIR = REPO_ROOT / ".github" / "workflows"
 WORKFLOWS = sorted(WORKFLOWS_DIR.glob("*.yml"))

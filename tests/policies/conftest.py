@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from llmp.plan import Plan, Resource
-from llmp.policy import Violation, evaluate
+from llmp.plan.policy import Violation, evaluate
 
 
 @pytest.fixture

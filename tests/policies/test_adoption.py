@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from llmp.plan import Plan
-from llmp.synth import synthesize
+from llmp.plan.synth import synthesize
 from tests.conftest import with_section
 from tests.policies.conftest import hits, names, res
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmp.policy import stack_policy_config
+from llmp.plan.policy import stack_policy_config
 from spec.catalog import catalog
 from tests.policies.conftest import hits, inputs, names
 

@@ -12,7 +12,8 @@ import pytest
 
 from llmp.errors import BadInput
 from llmp.plan import Plan
-from llmp.synth import stack_name_problem, synthesize, synthesize_stack
+from llmp.plan.synth import synthesize, synthesize_stack
+from llmp.stacks import stack_name_problem
 from spec.stackfile import load_stack_file
 from tests.conftest import config_error, merge
 
@@ -64,7 +65,7 @@ def test_every_example_stack_synthesizes_and_is_priced(name: str) -> None:
     "name", sorted(p.name.split(".")[1] for p in EXAMPLES.glob("Pulumi.*.yaml"))
 )
 def test_every_input_of_an_example_stack_is_classified_for_llmp_diff(name: str) -> None:
-    from llmp.input_leaves import leaves
+    from llmp.plan.leaves import leaves
     from spec.replacement import replacement_table
 
     plan = plan_of(name)

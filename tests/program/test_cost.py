@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llmp.cost_report import as_exported, declared
-from llmp.synth import synthesize
+from llmp.cost import as_exported, declared
+from llmp.plan.synth import synthesize
 from program.cost import CATALOG_PRICES, PriceBook, estimate, usage_of
 from program.cost.facts import classified
 from program.ledger import Declared

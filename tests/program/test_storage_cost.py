@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmp.cost_report import declared
+from llmp.cost import declared
 from program.cost import usage_of
 from program.cost.facts import facts
 from program.cost.storage import BucketUsage, bucket_model, lustre_monthly, storage_estimate

@@ -20,7 +20,8 @@ import yaml
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime.config import set_all_config
 
-from llmp.synth import PROGRAM_DIR, REPO_ROOT, SynthError, engine_config, run_program
+from llmp.plan.synth import SynthError, engine_config, run_program
+from llmp.stacks import PROGRAM_DIR, REPO_ROOT
 from spec.errors import ConfigError
 from spec.keys import (
     AWS_PROVIDER_KEYS,
@@ -290,7 +291,7 @@ def test_the_program_refuses_an_unknown_namespace_like_synth(restore_runtime_con
 LANGUAGE_HOST = """
 import os, sys
 from pathlib import Path
-from llmp.synth import SynthError, run_program
+from llmp.plan.synth import SynthError, run_program
 try:
     run_program('finetune', 'us-west-2', Path.cwd())
 except SynthError as exc:  # the RunError of program/__main__.py: its message, no traceback

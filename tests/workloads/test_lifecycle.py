@@ -395,7 +395,7 @@ def test_llmp_promote_publishes_and_points_the_server_at_the_revision(
     from typer.testing import CliRunner
 
     from llmp.cli import app
-    from llmp.synth import REPO_ROOT
+    from llmp.stacks import REPO_ROOT
     from manifests.serving.vllm import WEIGHTS_PATH, vllm_args
     from manifests.volumes import mount_prefix
     from spec.serving import ServingModelConfig, engine_plan

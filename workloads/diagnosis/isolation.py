@@ -1,7 +1,8 @@
 """Take a GPU node out of service the way NVSentinel does (components/addons.py), for what
 NVSentinel cannot see: a node that is persistently slow. The library behind `llmp stragglers
---quarantine` (llmp/quarantine.py adapts its errors to the CLI's) and the in-cluster straggler
-watcher (workloads/diagnosis/watch.py): both hand it a `KubeApis` and the nodes to isolate.
+--quarantine` (llmp/diagnosis/quarantine.py adapts its errors to the CLI's) and the in-cluster
+straggler watcher (workloads/diagnosis/watch.py): both hand it a `KubeApis` and the nodes to
+isolate.
 
 Quarantining a node cordons it, taints it `llm-platform/quarantined=slow:NoSchedule` (the key
 NVSentinel's rules use, a value of our own), annotates it with why and when, and evicts its

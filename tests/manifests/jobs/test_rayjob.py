@@ -22,7 +22,7 @@ import kubernetes_validate
 import pytest
 
 from llmp.jobs import prepare
-from llmp.jobs_data import DataPrepared
+from llmp.jobs.data import DataPrepared
 from manifests import kueue
 from manifests.jobs import rayjob
 from spec.catalog import catalog

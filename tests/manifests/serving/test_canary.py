@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 
 from llmp.plan import Plan
-from llmp.synth import synthesize_stack
+from llmp.plan.synth import synthesize_stack
 from manifests.serving import canary, vllm
 from spec.stackfile import load_config, load_stack_file
 from tests.conftest import config_error, merge

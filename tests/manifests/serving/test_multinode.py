@@ -23,7 +23,7 @@ import pytest
 
 from components.addons import kueue_manager_config
 from llmp.plan import Plan
-from llmp.synth import synthesize_stack
+from llmp.plan.synth import synthesize_stack
 from manifests import kueue
 from manifests.queues import pool_capacities, tenant_shares
 from manifests.serving import multinode, vllm

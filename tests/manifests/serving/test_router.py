@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from llmp import routing
+from llmp.loadtest import routing
 from manifests.serving import gateway, router, vllm
 from spec.catalog import catalog
 from spec.stackfile import load_config

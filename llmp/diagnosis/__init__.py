@@ -1,0 +1,1 @@
+"""Slow-node diagnosis from the CLI: quarantining the nodes `llmp stragglers` names."""
