@@ -169,7 +169,7 @@ assert len(BY_NAME) == len(RULES), "rule names must be unique"
 
 
 def rules_reference() -> str:
-    """A Markdown table of every rule (the README embeds it; a test keeps it in sync)."""
+    """A Markdown table of every rule (in docs/reference/policies.md; a test keeps it in sync)."""
     rows = ["| rule | domain | level | checks |", "|---|---|---|---|"]
     for rule in RULES:
         checks = rule.description.replace("|", "\\|")

@@ -15,7 +15,7 @@ from spec.platform import PlatformConfig
 
 
 def config_reference() -> str:
-    """A Markdown table of every key, generated from the models (the README embeds it)."""
+    """A Markdown table of every key, generated from the models (in docs/reference/config.md)."""
     rows = ["| key | type | default | description |", "|---|---|---|---|"]
     rows.append(
         f"| `{REGION_KEY}` | string | required | The region the stack deploys to: one that "

@@ -8,7 +8,7 @@ from llmp import console
 
 
 def config_reference() -> None:
-    """Print the Markdown reference of every stack-config key (the README embeds it)."""
+    """Print the Markdown reference of every stack-config key (in docs/reference/config.md)."""
     from spec.reference import config_reference as reference
 
     console.write(reference())

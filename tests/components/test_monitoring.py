@@ -310,12 +310,12 @@ def test_without_a_password_the_warning_says_how_to_set_one(synth, monkeypatch) 
     assert grafana_password_warning() not in warned
 
 
-def test_the_readme_documents_the_grafana_password_key() -> None:
+def test_the_monitoring_docs_document_the_grafana_password_key() -> None:
     from pathlib import Path
 
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    page = " ".join((Path(__file__).parents[2] / "docs/monitoring.md").read_text().split())
     key = f"{SECRET_CONFIG_NAMESPACE}:{GRAFANA_PASSWORD_KEY}"
-    assert f"pulumi config set --secret {key} <password>" in readme
+    assert f"pulumi config set --secret {key} <password>" in page
 
 
 def test_without_a_password_grafana_login_is_off(plans) -> None:

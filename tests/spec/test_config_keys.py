@@ -261,9 +261,9 @@ def test_the_components_read_the_namespaces_the_schema_accepts() -> None:
     assert monitoring.GRAFANA_PASSWORD_KEY == GRAFANA_PASSWORD_KEY
 
 
-def test_the_readme_says_which_namespaces_a_stack_file_may_use() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme.split("## Stack config reference", 1)[1].split(
+def test_the_config_reference_says_which_namespaces_a_stack_file_may_use() -> None:
+    page = (REPO_ROOT / "docs/reference/config.md").read_text()
+    section = page.split("# Stack config reference", 1)[1].split(
         "<!-- config-reference:start -->", 1
     )[0]
     for namespace in CONFIG_NAMESPACES:
