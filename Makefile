@@ -1,26 +1,36 @@
-# The two commands a newcomer needs. Both create .venv from the requirements
-# files when it is missing or older than them, so a fresh clone needs nothing else:
-# requirements.txt (what `pulumi up` needs), requirements-ops.txt (the llmp CLI, the
-# project's ops extra) and requirements-dev.txt (the tests and their peers).
+# The commands a newcomer needs. Each creates .venv from the requirements files when
+# it is missing or older than them, so a fresh clone needs nothing else:
+#   requirements.txt        what `pulumi up` needs (make preview adds the CLI)
+#   requirements-ops.txt    the llmp CLI, the project's ops extra
+#   requirements-check.txt  the check tier: lint, types, contracts, the platform's tests
+#   requirements-dev.txt    the full tier: adds torch, Ray, DeepSpeed, transformers...
+# pip runs with --no-compile: Python compiles what it imports on first use, not all of
+# site-packages up front (a third of the check tier's install time and 400 MB).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check --no-compile
+PYTEST := $(BIN)/python -m pytest -q -n auto
 STACK ?= pretrain
 
-.PHONY: preview test lint bench clean
+.PHONY: preview check test lint bench clean
 
 $(VENV)/.runtime: requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PIP) -r requirements.txt
 	touch $@
 
 # The operator CLI (llmp): the project's ops extra, pinned.
 $(VENV)/.ops: $(VENV)/.runtime requirements-ops.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[ops]' -r requirements-ops.txt
+	$(PIP) -e '.[ops]' -r requirements-ops.txt
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.ops requirements-dev.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+$(VENV)/.check: $(VENV)/.ops requirements-check.txt
+	$(PIP) -r requirements-check.txt
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.check requirements-dev.txt
+	$(PIP) -r requirements-dev.txt
 	touch $@
 
 ## make preview STACK=pretrain: offline synthesis of a stack (tree, counts, cost, out/STACK/)
@@ -28,11 +38,18 @@ $(VENV)/.dev: $(VENV)/.ops requirements-dev.txt
 preview: $(VENV)/.ops
 	$(BIN)/llmp synth $(STACK)
 
-## make test: lint, type-check, the layer contracts and the whole test suite
-test: $(VENV)/.dev lint
-	$(BIN)/python -m pytest -q
+## make check: the loop while you work: lint, types, the layer contracts and the check
+## tier's tests (everything but the code that runs in pods), on every core
+check: $(VENV)/.check
+	$(MAKE) --no-print-directory lint
+	$(PYTEST) --tier check
 
-lint: $(VENV)/.dev
+## make test: both tiers, what CI runs (.ci/run): lint, types, contracts, every test
+test: $(VENV)/.dev
+	$(MAKE) --no-print-directory lint
+	$(PYTEST)
+
+lint: $(VENV)/.check
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
@@ -41,4 +58,4 @@ bench: $(VENV)/.ops
 	$(BIN)/python bench/synth.py
 
 clean:
-	rm -rf out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf out site .pytest_cache .mypy_cache .ruff_cache

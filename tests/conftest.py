@@ -1,5 +1,5 @@
 """Shared harness: synthesize stacks once per session, and variants of them on demand;
-a moto server on 127.0.0.1 with dummy credentials for the boto3 tooling.
+a moto server on 127.0.0.1 with dummy credentials for the boto3 tooling; the two tiers.
 
 Every test sees the platform the way `llmp synth` and `pulumi up` do: the
 real program in program/, run under Pulumi's mock runtime.
@@ -21,6 +21,57 @@ from llmp.stacks import stack_file
 from spec.stackfile import load_stack_file
 
 STACKS = ("pretrain", "finetune", "inference")
+
+# ---------------------------------------------------------------------------
+# Tiers: `pytest --tier check` (make check) runs what needs no torch, Ray, DeepSpeed,
+# transformers, lm-eval, llm-compressor, PyAV or datatrove (requirements-check.txt);
+# the full tier (the default, make test) runs everything (requirements-dev.txt).
+# ---------------------------------------------------------------------------
+
+TIERS = ("check", "full")
+FULL_TIER_ONLY = {
+    "workloads": "the code that runs in pods, on torch, Ray, DeepSpeed and transformers",
+    "llmp/test_loadtest_peer.py": "guidellm, the peer load-test client, brings torch",
+}
+"""Paths under tests/ that only the full tier collects, and why."""
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier",
+        choices=TIERS,
+        default="full",
+        help="check: the tests that need no in-pod libraries (make check); full: all",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "full_tier(why): runs only in the full tier (it imports the code that runs in pods)",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if config.getoption("--tier") != "check":
+        return None
+    try:
+        rel = collection_path.resolve().relative_to(TESTS_DIR).as_posix()
+    except ValueError:
+        return None
+    if any(rel == path or rel.startswith(path + "/") for path in FULL_TIER_ONLY):
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--tier") != "check":
+        return
+    deselected = [item for item in items if item.get_closest_marker("full_tier")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("full_tier")]
 
 
 def raw_stack(stack: str) -> dict[str, Any]:

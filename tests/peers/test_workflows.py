@@ -64,7 +64,7 @@ def _tool(name: str) -> str:
     beside = Path(sys.executable).parent / name
     found = str(beside) if beside.exists() else shutil.which(name)
     if found is None:
-        pytest.fail(f"{name} is not installed: pip install -r requirements-dev.txt")
+        pytest.fail(f"{name} is not installed: pip install -r requirements-check.txt")
     return found
 
 
