@@ -5,16 +5,24 @@ Kubernetes objects go through the provider built from the cluster's outputs.
 Every edge is a real data dependency or a named ordering constraint
 (see `Cluster.node_ready_after`): the longest chain is the time to rebuild
 the platform after a disaster.
+
+`build` reads as the steps it takes, in the order it declares them: the site (providers,
+network, cluster), the node pools, the image registry, the cluster's services, the
+buckets, the tenants, the milestone copiers, the volumes, monitoring, serving, and the
+stack's outputs with its cost last.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 from components.addons import Addons
 from components.checkpoint_milestones import CheckpointMilestones
-from components.cluster import Cluster
+from components.cluster import AdoptedCluster, Cluster
 from components.cpu_node_pool import CpuNodePool
 from components.gpu_node_pool import GpuNodePool
 from components.image_repository import ImageRepository
@@ -58,9 +66,52 @@ def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, st
     }
 
 
+
+@dataclass(frozen=True)
+class Site:
+    """What every step builds on: the config, the providers, the network and the cluster."""
+
+    cfg: PlatformConfig
+    stack: str
+    tags: dict[str, str]
+    cluster_name: str
+    aws_provider: aws.Provider
+    on_aws: pulumi.ResourceOptions
+    on_cluster: pulumi.ResourceOptions
+    shared: pulumi.StackReference | None
+    team: str
+    """A team stack's name on a shared cluster, else empty."""
+    team_prefix: str
+    network: Network | AdoptedNetwork
+    private_subnets: dict[str, pulumi.Output[str]]
+    cluster: Cluster | AdoptedCluster
+    endpoint_source: str | None
+    system_nodes: list[pulumi.Resource]
+
+
 def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     # First: every resource from here on is written down, and priced at the end.
     declared = ledger.start()
+    site = _site(cfg, project, stack)
+    pools, cpu_pools = _node_pools(site)
+    trainer_images = _trainer_images(site)
+    addons = _cluster_services(site)
+    buckets = _buckets(site)
+    tenancy = _tenancy(site, buckets, addons)
+    _milestones(site, buckets, tenancy, trainer_images)
+    fsx_metrics = _volumes(site, buckets, tenancy)
+    _monitoring(site, fsx_metrics, trainer_images)
+    _serving(site, buckets, tenancy)
+    adopted = _outputs(site, pools, cpu_pools, tenancy, trainer_images)
+    # Last: every resource is declared, and priced.
+    estimate = cost.estimate(declared.close("the cost output"), cost.usage_of(cfg))
+    if adopted is not None:
+        estimate["not_billed"] = adopted["not_billed"]
+    pulumi.export("cost", estimate)
+
+
+def _site(cfg: PlatformConfig, project: str, stack: str) -> Site:
+    """The providers, the network and the cluster: adopted, shared or this stack's own."""
     tags = standard_tags(cfg, project, stack)
     cluster_name = cfg.cluster.name or f"{project}-{stack}"
 
@@ -85,7 +136,29 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
     system_nodes: list[pulumi.Resource] = (
         [cluster.system_nodes] if cluster.system_nodes is not None else []
     )
+    return Site(
+        cfg=cfg,
+        stack=stack,
+        tags=tags,
+        cluster_name=cluster_name,
+        aws_provider=aws_provider,
+        on_aws=on_aws,
+        on_cluster=pulumi.ResourceOptions(providers=[aws_provider, cluster.provider]),
+        shared=shared,
+        team=team,
+        team_prefix=team_prefix,
+        network=network,
+        private_subnets=private_subnets,
+        cluster=cluster,
+        endpoint_source=endpoint_source,
+        system_nodes=system_nodes,
+    )
 
+
+def _node_pools(site: Site) -> tuple[dict[str, GpuNodePool], dict[str, CpuNodePool]]:
+    """The GPU pools, and data work's CPU pools beside them."""
+    cfg, team, cluster, network = site.cfg, site.team, site.cluster, site.network
+    private_subnets, tags, on_aws = site.private_subnets, site.tags, site.on_aws
     pools = {}
     for pool_name, pool in cfg.node_pools.items():
         if team:
@@ -126,18 +199,26 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         )
         for pool_name, pool in cfg.cpu_pools.items()
     }
+    return pools, cpu_pools
 
+
+def _trainer_images(site: Site) -> ImageRepository | None:
     # The trainer image's registry needs nothing of the cluster, and the nodes pull from it
     # through the node role's AmazonEC2ContainerRegistryReadOnly (components/cluster.py).
-    trainer_images = None
-    if cfg.images.enabled:
-        trainer_images = ImageRepository(
-            "images", args.image_repository_args(cfg.images, cluster_name), on_aws
-        )
+    if not site.cfg.images.enabled:
+        return None
+    return ImageRepository(
+        "images", args.image_repository_args(site.cfg.images, site.cluster_name), site.on_aws
+    )
 
+
+def _cluster_services(site: Site) -> Addons:
+    """The priority classes, the node autoscaler and the add-ons (Kueue among them)."""
+    cfg, team, cluster, network = site.cfg, site.team, site.cluster, site.network
+    shared = site.shared
+    system_nodes, on_cluster = site.system_nodes, site.on_cluster
     if not team:
         PriorityClasses("priorities", pulumi.ResourceOptions(providers=[cluster.provider]))
-    on_cluster = pulumi.ResourceOptions(providers=[aws_provider, cluster.provider])
 
     # Only where some pool is elastic. It reads the pools' tags when it runs, so it waits for
     # none of them; Kueue waits for the ProvisioningRequest API it brings.
@@ -162,7 +243,12 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         ),
         on_cluster,
     )
+    return addons
 
+
+def _buckets(site: Site) -> Storage | None:
+    """The S3 buckets (and their replicas in the DR region), beside the cluster."""
+    cfg, tags, on_aws = site.cfg, site.tags, site.on_aws
     storage = cfg.storage
     buckets = None
     if storage is not None:
@@ -181,8 +267,14 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             args.storage_args(storage, cfg.region, dr_provider, args.request_logs(cfg)),
             on_aws,
         )
+    return buckets
 
-    tenancy = Tenancy(
+
+def _tenancy(site: Site, buckets: Storage | None, addons: Addons) -> Tenancy:
+    """Each tenant's namespace, quotas, queues, roles and bucket grants."""
+    cfg, cluster = site.cfg, site.cluster
+    team_prefix, on_cluster = site.team_prefix, site.on_cluster
+    return Tenancy(
         "tenancy",
         TenancyArgs(
             tenants={name: args.tenant(t) for name, t in cfg.tenants.items()},
@@ -211,8 +303,13 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         on_cluster,
     )
 
+
+def _milestones(
+    site: Site, buckets: Storage | None, tenancy: Tenancy, trainer_images: ImageRepository | None
+) -> None:
+    """Retention's copiers: milestones leave the runs prefix before it expires them."""
+    cfg, cluster, on_cluster, storage = site.cfg, site.cluster, site.on_cluster, site.cfg.storage
     if storage is not None and buckets is not None:
-        # Retention's copier: milestones leave the runs prefix before it expires them.
         for key, spec in storage.buckets.items():
             if spec.retention is None:
                 continue
@@ -232,6 +329,16 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
                 on_cluster,
             )
 
+
+def _volumes(
+    site: Site, buckets: Storage | None, tenancy: Tenancy
+) -> FileSystemMetrics | None:
+    """FSx for Lustre, the model-weights bucket mount and their CSI volumes; the buckets'
+    outputs. Returns the file system's metrics for monitoring, where there is one."""
+    cfg, cluster, network, storage = site.cfg, site.cluster, site.network, site.cfg.storage
+    private_subnets, system_nodes = site.private_subnets, site.system_nodes
+    cluster_name, team_prefix = site.cluster_name, site.team_prefix
+    on_aws, on_cluster = site.on_aws, site.on_cluster
     fsx_metrics = None
     if storage is not None and buckets is not None:
         lustre_volume = None
@@ -317,7 +424,15 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             ),
             on_cluster,
         )
+    return fsx_metrics
 
+
+def _monitoring(
+    site: Site, fsx_metrics: FileSystemMetrics | None, trainer_images: ImageRepository | None
+) -> None:
+    """Prometheus, Grafana, the alert rules and receivers, logs, and the straggler watch."""
+    cfg, team, cluster, stack = site.cfg, site.team, site.cluster, site.stack
+    system_nodes, on_cluster, storage = site.system_nodes, site.on_cluster, site.cfg.storage
     if cfg.monitoring.enabled and not team:
         mon = cfg.monitoring
         lustre_cfg = storage.lustre if storage is not None else None
@@ -374,8 +489,11 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             },
         )
 
+
+def _serving(site: Site, buckets: Storage | None, tenancy: Tenancy) -> None:
+    """The model servers, their gateway and router: only where the config asks for them."""
+    cfg, system_nodes, on_cluster = site.cfg, site.system_nodes, site.on_cluster
     if cfg.serving is not None:
-        # Only where the config asks for model servers (the inference stack).
         serve = cfg.serving
         serving = Serving(
             "serving",
@@ -417,6 +535,18 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
             )
         pulumi.export("serving", {"models": serving.models, "hostname": cfg.serving.hostname})
 
+
+def _outputs(
+    site: Site,
+    pools: dict[str, GpuNodePool],
+    cpu_pools: dict[str, CpuNodePool],
+    tenancy: Tenancy,
+    trainer_images: ImageRepository | None,
+) -> dict[str, Any] | None:
+    """The stack's outputs: what operators, the CLI and team stacks read. Returns the
+    adopted infrastructure's summary, where the stack adopts some."""
+    cfg, cluster, network = site.cfg, site.cluster, site.network
+    private_subnets = site.private_subnets
     pulumi.export("region", cfg.region)
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("cluster_endpoint", cluster.endpoint)
@@ -434,15 +564,12 @@ def build(cfg: PlatformConfig, project: str, stack: str) -> None:
         # Where .github/workflows/trainer-image.yml pushes, and what job files name:
         # <this>:<git tag>.
         pulumi.export("trainer_image_repository", trainer_images.repository_url)
-    adopted = adoption.summary(cfg, network, cluster, endpoint_source)
+    adopted = adoption.summary(cfg, network, cluster, site.endpoint_source)
     if adopted is not None:
         pulumi.export("adopted", adopted)
     if cfg.share_outputs and isinstance(cluster, Cluster):
         _share(network, cluster)
-    estimate = cost.estimate(declared.close("the cost output"), cost.usage_of(cfg))
-    if adopted is not None:
-        estimate["not_billed"] = adopted["not_billed"]
-    pulumi.export("cost", estimate)
+    return adopted
 
 
 def _share(network: Network | AdoptedNetwork, cluster: Cluster) -> None:
