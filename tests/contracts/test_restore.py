@@ -113,10 +113,11 @@ def test_the_newest_complete_checkpoint_wins(s3) -> None:
     assert result.latest == "step-500"  # reported, not trusted
 
 
+@pytest.mark.full_tier("the trainer's checkpoint selection (torch)")
 def test_the_rule_is_the_trainers(s3, tmp_path: Path) -> None:
     """The same directories on a file system: train.py's resume picks the same checkpoint
     and gives the same reason for every one it skips."""
-    checkpointing = pytest.importorskip("workloads.training.checkpointing")
+    from workloads.training import checkpointing
     root = tmp_path / "ckpt"
     for rel, data in layout().items():
         path = root / rel

@@ -84,6 +84,7 @@ def test_every_example_renders_valid_objects_that_the_stacks_queues_admit(path: 
     assert template["metadata"]["labels"][JOB_LABEL] == prepared.job.name
 
 
+@pytest.mark.full_tier("the trainer's DeepSpeed config (deepspeed)")
 def test_the_trainer_parses_the_rendered_config(tmp_path: Path) -> None:
     from contracts.training import load_job_config
     from workloads.training.ds_config import build_ds_config, validate_ds_config

@@ -138,6 +138,7 @@ def test_a_step_takes_one_gpu_and_its_share_of_the_node(path: Path) -> None:
     assert big["spec"]["nprocPerNode"] == "1"  # still one process
 
 
+@pytest.mark.full_tier("the promotion job's parser (torch)")
 def test_the_promote_command_is_what_promotion_parses() -> None:
     from workloads.jobs import promotion
 
@@ -163,6 +164,7 @@ def test_the_promote_command_is_what_promotion_parses() -> None:
     assert revisions.key_prefix(args.prefix, f"{args.name}/r") == block.key_prefix() + "r/"
 
 
+@pytest.mark.full_tier("the promotion job's parser (torch)")
 def test_every_promote_flag_reaches_promotion(tmp_path: Path) -> None:
     from workloads.jobs import promotion
 
@@ -192,6 +194,7 @@ def test_every_promote_flag_reaches_promotion(tmp_path: Path) -> None:
     assert revisions.key_prefix("", "llama-8b/r") == "llama-8b/r/"
 
 
+@pytest.mark.full_tier("promotion and quantize (torch)")
 def test_the_job_files_rules_are_promotions_and_quantizes() -> None:
     from workloads.jobs import promotion, quantize
 

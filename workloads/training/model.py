@@ -87,7 +87,7 @@ def build(cfg: ModelConfig, *, lora: bool = True) -> Any:
     if lora and cfg.lora is not None:
         import peft
 
-        model = peft.get_peft_model(  # type: ignore[assignment]
+        model = peft.get_peft_model(  # type: ignore[assignment, unused-ignore]
             model,
             peft.LoraConfig(
                 r=cfg.lora.r,
