@@ -51,6 +51,8 @@ class SystemPool:
 
     instance_type: str = "m7i.4xlarge"
     disk_size_gib: int = 100
+    release_version: str | None = None
+    """The EKS AMI release the nodes run (None: the latest at creation)."""
     size: PoolSize = field(default_factory=lambda: PoolSize(min_size=2, desired_size=2, max_size=4))
 
 
@@ -251,6 +253,7 @@ class Cluster(pulumi.ComponentResource):
             ami_type=catalog().ami_type(system.instance_type),
             capacity_type="ON_DEMAND",
             size=system.size,
+            release_version=system.release_version,
             labels={POOL_LABEL: "system"},
             wait_for=self.node_ready_after,
         )

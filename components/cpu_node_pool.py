@@ -47,6 +47,8 @@ class CpuNodePoolArgs:
     size: PoolSize = field(default_factory=lambda: PoolSize(min_size=0, max_size=2))
     """min_size below max_size: the autoscaler has room to move."""
     disk_size_gib: int = 200
+    release_version: str | None = None
+    """The EKS AMI release the nodes run (None: the latest at creation)."""
     """The root volume, where Ray spills objects that do not fit in memory."""
     capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
     checkpointing: bool = False
@@ -124,6 +126,8 @@ class CpuNodePool(pulumi.ComponentResource):
             ami_type=catalog().ami_type(args.instance_type),
             capacity_type=args.capacity_type,
             size=args.size,
+            release_version=args.release_version,
+            autoscaled=True,
             labels=labels,
             taints=[aws.eks.NodeGroupTaintArgs(key=key, value=value, effect="NO_SCHEDULE")],
             wait_for=args.wait_for,

@@ -87,6 +87,8 @@ class GpuNodePoolArgs:
     """An accelerated type of the catalog."""
     size: PoolSize = field(default_factory=PoolSize)
     disk_size_gib: int = 200
+    release_version: str | None = None
+    """The EKS AMI release the nodes run (None: the latest at creation)."""
     capacity_type: Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"] = "ON_DEMAND"
     capacity_reservation_id: str | None = None
     """The Capacity Block (required with CAPACITY_BLOCK) or On-Demand reservation."""
@@ -224,6 +226,8 @@ class GpuNodePool(pulumi.ComponentResource):
             ami_type=kind.ami_type,
             capacity_type=args.capacity_type,
             size=args.size,
+            release_version=args.release_version,
+            autoscaled=args.elastic,
             labels=labels,
             taints=[
                 aws.eks.NodeGroupTaintArgs(key=kind.taint_key, value="true", effect="NO_SCHEDULE")

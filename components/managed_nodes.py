@@ -3,7 +3,8 @@
 Every kind of pool gets the same floor: an encrypted gp3 root volume, IMDSv2
 only (hop limit 1, so pods cannot borrow the node role), tags that reach the
 instances and volumes the Auto Scaling group launches (provider default tags
-do not), and a node group that leaves `desiredSize` to autoscalers after
+do not), and a node group whose `desiredSize` the program owns, except where the
+Cluster Autoscaler does (`autoscaled`): there `pulumi up` leaves it alone after
 creation. Elastic pools (GPU pools with `elastic`, every CPU pool) also tag
 their Auto Scaling group for the Cluster Autoscaler (`NodeTemplate`,
 `autoscaling_group_tags`).
@@ -26,7 +27,8 @@ class PoolSize:
 
     min_size: int = 0
     desired_size: int = 0
-    """Nodes at creation; autoscalers own it afterwards (the group ignores later changes)."""
+    """Nodes at creation; on an autoscaled group the autoscaler owns it afterwards (the
+    group ignores later changes), elsewhere the config does."""
     max_size: int = 1
     max_unavailable: int = 1
 
@@ -192,6 +194,8 @@ def managed_node_group(
     auto_repair: bool = True,
     wait_for: Sequence[pulumi.Resource] = (),
     node_group_name: str | None = None,
+    autoscaled: bool = False,
+    release_version: str | None = None,
 ) -> aws.eks.NodeGroup:
     """An EKS managed node group on `template`, named `node_group_name` in EKS (default
     `name`).
@@ -200,12 +204,22 @@ def managed_node_group(
     capacity-block group with `instanceTypes`). `wait_for` holds ordering edges that
     carry no data, such as the vpc-cni add-on: nodes that join before it is ready stay
     NotReady.
+
+    `release_version`: the EKS-optimized AMI release (None: the latest at creation);
+    changing it rolls every node (UpdateNodegroupVersion).
+
+    `autoscaled`: the Cluster Autoscaler owns the desired size once the group exists, so
+    `pulumi up` ignores later changes of it. A group nothing scales keeps it in the
+    config: EKS's UpdateNodegroupConfig requires min <= desired <= max in the group's
+    new state, so raising a fixed pool's min and max without its desired size would be
+    refused.
     """
     return aws.eks.NodeGroup(
         name,
         node_group_name=node_group_name or name,
         cluster_name=cluster_name,
         version=cluster_version,
+        release_version=release_version,
         node_role_arn=node_role_arn,
         subnet_ids=list(subnet_ids),
         ami_type=ami_type,
@@ -225,8 +239,8 @@ def managed_node_group(
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=list(wait_for),
-            # Autoscalers own the desired size once the group exists.
-            ignore_changes=["scalingConfig.desiredSize"],
+            # The autoscaler owns the desired size of an autoscaled group once it exists.
+            ignore_changes=["scalingConfig.desiredSize"] if autoscaled else None,
         ),
     )
 

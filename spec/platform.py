@@ -19,7 +19,7 @@ from spec.images import ImagesConfig
 from spec.keys import REGION_KEY
 from spec.monitoring import MonitoringConfig
 from spec.network import NetworkConfig, TagsConfig
-from spec.pools import CpuPoolConfig, NodePoolConfig, SystemPoolConfig
+from spec.pools import CpuPoolConfig, NodePoolConfig, PoolSizes, SystemPoolConfig
 from spec.serving import ServingConfig, ServingModelConfig, engine_plan
 from spec.sharing import TEAM_NAME, SharedStackConfig
 from spec.storage import AdoptionConfig, StorageConfig
@@ -155,6 +155,7 @@ class PlatformConfig(Section):
                         zone,
                         f"not one of network.availability_zones ({', '.join(zones)})",
                     )
+        self._release_versions()
         if self.storage is not None:
             self._storage_refs(self.storage)
         self._adoption()
@@ -162,6 +163,26 @@ class PlatformConfig(Section):
         if self.serving is not None:
             self._serving_refs(self.serving)
         return self
+
+    def _release_versions(self) -> None:
+        """An AMI release is built for one Kubernetes minor: the cluster's."""
+        pools: list[tuple[tuple[str | int, ...], PoolSizes]] = [
+            (("system_pool",), self.system_pool)
+        ]
+        pools += [(("node_pools", n), p) for n, p in self.node_pools.items()]
+        pools += [(("cpu_pools", n), p) for n, p in self.cpu_pools.items()]
+        for where, pool in pools:
+            release = pool.release_version
+            if release is None:
+                continue
+            minor = ".".join(release.split(".")[:2])
+            if minor != self.cluster.version:
+                raise FieldError(
+                    (*where, "release_version"),
+                    release,
+                    f"is an AMI release for Kubernetes {minor}, not the cluster's "
+                    f"{self.cluster.version}: use a {self.cluster.version}.x release",
+                )
 
     @property
     def adopts_network(self) -> bool:

@@ -20,6 +20,12 @@ class PoolSizes(Section):
     max_size: int = Field(1, ge=1, description="Most nodes (budget and quota cap).")
     disk_size_gib: int = Field(200, ge=50, le=16384, description="Encrypted gp3 root volume size.")
     max_unavailable: int = Field(1, ge=1, description="Nodes replaced at once during updates.")
+    release_version: str | None = Field(
+        None,
+        pattern=r"^\d+\.\d+\.\d+-\d{8}$",
+        description="EKS-optimized AMI release the nodes run (`1.35.0-20261120`), on the "
+        "cluster's Kubernetes minor; unset: the latest at creation. A change rolls every node.",
+    )
 
     @model_validator(mode="after")
     def _sizes(self) -> PoolSizes:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from llmp import console
+from llmp.commands import options
 from llmp.errors import NO_CREDENTIALS, BadInput
 
 
@@ -45,6 +46,7 @@ def cost_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the estimate (with --compare: both and deltas).")
     ] = False,
+    config: options.ConfigFile = None,
 ) -> None:
     """What a stack costs: per component with priced lines, GPU pools against platform
     overhead, hourly at min/desired/max size, each GPU pool on-demand, spot and capacity
@@ -64,6 +66,8 @@ def cost_command(
     given = [s for s in (stack, plan_file, outputs_file) if s is not None]
     if len(given) != 1:
         raise BadInput("give one of STACK, --plan FILE or --outputs FILE (e.g. llmp cost pretrain)")
+    if config is not None and (stack is None or _fixed_prices(stack)):
+        raise BadInput("--config FILE: the stack file of STACK; give a stack name with it")
     # Files and revisions keep the prices they were estimated with; stack names re-price.
     fixed = [s for s in (stack, compare) if s is not None and _fixed_prices(s)]
     stack_specs = [s for s in (stack, compare) if s is not None and not _fixed_prices(s)]
@@ -86,7 +90,7 @@ def cost_command(
         first = costs.load_cost_file(outputs_file, expect="outputs")
     else:
         assert stack is not None
-        first = costs.load_cost_source(stack, pricer)
+        first = costs.load_cost_source(stack, pricer, config)
     sources = [first]
     if compare is not None:
         sources.append(costs.load_cost_source(compare, pricer))

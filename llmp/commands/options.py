@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,4 +21,12 @@ Context = Annotated[str | None, typer.Option("--context", help="The kubeconfig c
 EndpointUrl = Annotated[
     str | None,
     typer.Option("--endpoint-url", help="Another endpoint (moto, LocalStack) than AWS's."),
+]
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        metavar="FILE",
+        help="Read this stack file instead of stacks/Pulumi.STACK.yaml (as `llmp synth`).",
+    ),
 ]

@@ -81,12 +81,13 @@ def synth(
     cost = plan.outputs.get("cost", {})
     if cost:
         hourly = cost["usd_per_hour"]
+        itemize = f"llmp cost {plan.stack}" + (f" --config {config}" if config else "")
         console.out.print(
             f"cost: ${hourly['min']:,.2f}/h at min, ${hourly['desired']:,.2f}/h at desired, "
             f"${hourly['max']:,.2f}/h at max size; "
             f"${cost['usd_per_month_with_storage']:,.0f}/month at desired, storage included "
             f"(prices of {cost['prices_as_of']}, "
-            f"{cost['price_region']}; `llmp cost {plan.stack}` itemizes it)",
+            f"{cost['price_region']}; `{itemize}` itemizes it)",
             highlight=False,
         )
     console.out.print(

@@ -75,14 +75,19 @@ class CostSynthError(Failed):
 # ---------------------------------------------------------------------------
 
 
-def load_cost_source(spec: str, pricer: Pricer | None = None) -> tuple[str, dict[str, Any]]:
+def load_cost_source(
+    spec: str, pricer: Pricer | None = None, config_file: Path | None = None
+) -> tuple[str, dict[str, Any]]:
     """(label, cost) of a stack name, `STACK@REF` (the stack at a git revision), a
     plan.json or a `pulumi stack output --json` file.
 
     A file or a revision keeps the prices it was estimated with (a revision's own
     catalog); `pricer` re-prices only a stack name, whose config is at hand. Raises
-    CostSourceError (bad input) or CostSynthError (the program failed).
+    CostSourceError (bad input) or CostSynthError (the program failed). `config_file`:
+    the stack file of a stack name, instead of stacks/Pulumi.STACK.yaml.
     """
+    if config_file is not None:
+        return load_stack_cost(spec, pricer, config_file)
     if is_file_spec(spec):
         return load_cost_file(Path(spec))
     if is_revision_spec(spec):
@@ -171,16 +176,20 @@ def load_cost_file(path: Path, expect: str | None = None) -> tuple[str, dict[str
     )
 
 
-def load_stack_cost(stack: str, pricer: Pricer | None = None) -> tuple[str, dict[str, Any]]:
-    """(stack, cost) of a stack synthesized offline, re-priced by `pricer` when given."""
+def load_stack_cost(
+    stack: str, pricer: Pricer | None = None, config_file: Path | None = None
+) -> tuple[str, dict[str, Any]]:
+    """(stack, cost) of a stack synthesized offline (from `config_file` when given),
+    re-priced by `pricer` when given."""
     from llmp.plan import synth
     from program.cost import estimate, usage_of
     from spec.stackfile import load_config, load_stack_file
 
-    plan = synth.synthesize_stack(stack, quiet=True)
+    plan = synth.synthesize_stack(stack, config_file, hint=config_file is None, quiet=True)
     if pricer is None:
         return stack, checked_cost(plan.outputs.get("cost"), f"the plan of {stack}")
-    usage = usage_of(load_config(load_stack_file(str(synth.stack_file(stack)))))
+    path = config_file or synth.stack_file(stack)
+    usage = usage_of(load_config(load_stack_file(str(path))))
     return stack, as_exported(estimate(declared(plan), usage, pricer(plan)))
 
 

@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmp.diff.compare import PlanDiff, compare_plans
+from llmp.diff.compare import PlanDiff, as_applied, compare_plans
+from llmp.diff.rolls import Roll, rolls
+from llmp.diff.workloads import PoolWork, effect, pool_work
 from llmp.plan import Plan
 from llmp.plan.leaves import at_path
 
@@ -143,6 +145,8 @@ class Transition:
     usd_per_hour: float
     minutes: float
     """How long the overlap or the gap lasts: the catalog's node-group creation time."""
+    work: PoolWork | None = None
+    """What runs on the pool (None: not read)."""
 
     @property
     def usd(self) -> float:
@@ -159,9 +163,13 @@ class Transition:
             )
         return (
             f"pool {self.pool}: its {self.nodes} nodes stop before the new group exists "
-            f"(its name is fixed): no capacity for ~{self.minutes:g} min; a running job "
-            "restarts from its last checkpoint"
+            f"(its name is fixed): no capacity for ~{self.minutes:g} min"
         )
+
+    def effects(self) -> list[str]:
+        """What the work on the pool lives through (serving, training, data, system)."""
+        work = self.work if self.work is not None else PoolWork(self.pool)
+        return effect(work, self.order, minutes=self.minutes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +181,8 @@ class Transition:
             "minutes": self.minutes,
             "usd": self.usd,
             "text": self.describe(),
+            "workloads": (self.work or PoolWork(self.pool)).kinds(),
+            "effects": self.effects(),
         }
 
 
@@ -195,6 +205,7 @@ def transition_costs(diff: PlanDiff, base: Plan | None, head: Plan | None) -> li
     recovery = catalog().recovery
     minutes = recovery.creation_minutes[NODE_GROUP].minutes if recovery else 0.0
     cost_of_base = _cost_of(base)
+    work = pool_work(base)
     # GPU and CPU pools (cpu_pools) by pool label: their names never collide.
     pools = {**(cost_of_base.get("node_pools") or {}), **(cost_of_base.get("cpu_pools") or {})}
     out = []
@@ -210,7 +221,17 @@ def transition_costs(diff: PlanDiff, base: Plan | None, head: Plan | None) -> li
         per_hour = _number(at_path(cost, "usd_per_hour.desired")) or 0.0
         if nodes <= 0:
             continue
-        out.append(Transition(str(pool), r.name, r.order, int(nodes), per_hour, minutes))
+        out.append(
+            Transition(
+                str(pool),
+                r.name,
+                r.order,
+                int(nodes),
+                per_hour,
+                minutes,
+                work.get(str(pool), PoolWork(str(pool))),
+            )
+        )
     return out
 
 
@@ -257,6 +278,9 @@ class DiffReport:
     component_costs: bool = False
     """Whether either plan's cost output has the per-component breakdown."""
     transitions: list[Transition] = field(default_factory=list)
+    rolls: list[Roll] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    """What the diff cannot know offline (a provider's behaviour at apply time)."""
 
     @property
     def new_mandatory(self) -> list[Any]:
@@ -277,6 +301,12 @@ class DiffReport:
         parts.append(f"{d.untouched} unchanged")
         if d.refused:
             parts.append(f"{len(d.refused)} refused by the API")
+        if self.rolls:
+            parts.append(f"{len(self.rolls)} node pools roll (every node replaced)")
+        if d.ignored:
+            parts.append(f"{len(d.ignored)} changes `pulumi up` does not make")
+        if self.unknown:
+            parts.append(f"{len(self.unknown)} not known offline")
         desired = next((c for c in self.cost["totals"] if "desired" in c.measure), None)
         if desired is not None and desired.delta is not None:
             parts.append(f"cost {money_delta(desired.delta)}/h at desired size")
@@ -308,6 +338,8 @@ def report_to_json(report: DiffReport) -> dict[str, Any]:
         "new_violations": [v.to_dict() for v in report.new_violations],
         "fixed_violations": [v.to_dict() for v in report.fixed_violations],
         "transitions": [t.to_dict() for t in report.transitions],
+        "rolls": [r.to_dict() for r in report.rolls],
+        "not_known_offline": report.unknown,
         "notes": report.notes,
     }
 
@@ -405,6 +437,35 @@ def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = N
     else:
         head_plan = rev.plan_of_worktree(stack, repo)
 
+    base_violations, note = _violations(base_plan, stack, base_text, head_text)
+    if note:
+        notes.append(note)
+    head_violations, _ = _violations(head_plan, stack, head_text, None)
+    new, fixed = violation_delta(base_violations, head_violations)
+    return report_of_plans(
+        stack,
+        base_plan,
+        head_plan,
+        base_label=base_revision.label,
+        head_label=head_label,
+        notes=notes,
+        violations=(new, fixed),
+    )
+
+
+def report_of_plans(
+    stack: str,
+    base_plan: Plan | None,
+    head_plan: Plan | None,
+    *,
+    base_label: str = "base",
+    head_label: str = "head",
+    notes: Sequence[str] = (),
+    violations: tuple[list[Any], list[Any]] = ([], []),
+) -> DiffReport:
+    """The report of two plans: the comparison, what `pulumi up` would change of the
+    cost, the rolls and replacements with what runs on each pool, what is unknown."""
+    notes = list(notes)
     plan_diff = compare_plans(base_plan, head_plan)
     if plan_diff.unclassified:
         shown = ", ".join(f"{t} {p}" for t, p in plan_diff.unclassified[:5])
@@ -414,20 +475,111 @@ def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = N
             f"spec/replacement.yaml ({shown}{f', and {more} more' if more > 0 else ''}): "
             "changes are read as in place, values from replaced resources as replacements"
         )
-    base_violations, note = _violations(base_plan, stack, base_text, head_text)
-    if note:
-        notes.append(note)
-    head_violations, _ = _violations(head_plan, stack, head_text, None)
-    new, fixed = violation_delta(base_violations, head_violations)
+    applied = applied_head(base_plan, head_plan, plan_diff)
+    if applied is not head_plan:
+        paths = sorted({f"{c.name} {c.path}" for c in plan_diff.ignored})
+        notes.append(
+            "the cost below is what `pulumi up` would change: it leaves "
+            f"{', '.join(paths)} alone (ignore_changes), so the file's new value costs nothing "
+            "until it applies"
+        )
+    new, fixed = violations
     return DiffReport(
         stack=stack,
-        base=base_revision.label,
+        base=base_label,
         head=head_label,
         diff=plan_diff,
-        cost=cost_delta(base_plan, head_plan),
+        cost=cost_delta(base_plan, applied),
         new_violations=new,
         fixed_violations=fixed,
         notes=notes,
         component_costs=has_component_costs(base_plan) or has_component_costs(head_plan),
         transitions=transition_costs(plan_diff, base_plan, head_plan),
+        rolls=rolls(plan_diff, base_plan, head_plan),
+        unknown=not_known_offline(plan_diff, base_plan, head_plan),
     )
+
+
+def applied_head(base: Plan | None, head: Plan | None, diff: PlanDiff) -> Plan | None:
+    """`head` with the cost `pulumi up` would leave: where ignore_changes keeps inputs at
+    their deployed values, the program's own pricing of both versions gives the
+    difference, taken off head's cost output. `head` itself where nothing is ignored."""
+    if base is None or head is None or not diff.ignored:
+        return head
+    from llmp.cost import as_exported, declared
+    from program.cost import estimate
+
+    applied = as_applied(base, head, diff)
+    as_file = as_exported(estimate(declared(head)))
+    as_up = as_exported(estimate(declared(applied)))
+    cost = _shifted(_cost_of(head), as_file, as_up)
+    return applied.model_copy(update={"outputs": {**head.outputs, "cost": cost}})
+
+
+def _shifted(value: Any, as_file: Any, as_up: Any) -> Any:
+    """`value` with each number moved by (as_up - as_file) at the same place."""
+    if isinstance(value, Mapping):
+        return {
+            k: _shifted(
+                v,
+                as_file.get(k) if isinstance(as_file, Mapping) else None,
+                as_up.get(k) if isinstance(as_up, Mapping) else None,
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            _shifted(
+                v,
+                as_file[i] if isinstance(as_file, list) and i < len(as_file) else None,
+                as_up[i] if isinstance(as_up, list) and i < len(as_up) else None,
+            )
+            for i, v in enumerate(value)
+        ]
+    a, b, x = _number(as_file), _number(as_up), _number(value)
+    if x is None or a is None or b is None or isinstance(value, bool):
+        return value
+    return round(x + (b - a), 6)
+
+
+def _shown(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def not_known_offline(diff: PlanDiff, base: Plan | None, head: Plan | None) -> list[str]:
+    """What `pulumi up` does that depends on the deployed state, which a plan cannot hold.
+
+    An autoscaled node group keeps the desired size its autoscaler set; UpdateNodegroupConfig
+    requires min <= desired <= max in the group's new state (EKS API reference,
+    NodegroupScalingConfig, read 2026-12-02), so a new min above, or a new max below, the
+    desired size at creation may be refused, or not, by the count it runs now.
+    """
+    if base is None or head is None:
+        return []
+    replaced = {r.urn for r in diff.recreated}
+    out = []
+    for r in head.resources:
+        if r.type != NODE_GROUP or r.urn not in base.by_urn or r.urn in replaced:
+            continue
+        if not r.ignores("scalingConfig.desiredSize"):
+            continue
+        before = base.by_urn[r.urn].inputs.get("scalingConfig") or {}
+        after = r.inputs.get("scalingConfig") or {}
+        desired = _number(before.get("desiredSize"))
+        low, high = _number(after.get("minSize")), _number(after.get("maxSize"))
+        old_low, old_high = _number(before.get("minSize")), _number(before.get("maxSize"))
+        if desired is None:
+            continue
+        if low is not None and low != old_low and low > desired:
+            out.append(
+                f"{r.name}: min_size {_shown(old_low)} → {low:g} is above the desired size at "
+                f"creation ({desired:g}); EKS refuses it unless the autoscaler already runs "
+                f"at least {low:g} nodes: not known offline"
+            )
+        if high is not None and high != old_high and high < desired:
+            out.append(
+                f"{r.name}: max_size {_shown(old_high)} → {high:g} is below the desired size at "
+                f"creation ({desired:g}); EKS refuses it unless the autoscaler runs at most "
+                f"{high:g} nodes now: not known offline"
+            )
+    return out

@@ -53,6 +53,55 @@ class ResourceChange:
 
 
 @dataclass(frozen=True)
+class IgnoredChange:
+    """An input the file changes that `pulumi up` leaves alone: `ignore_changes` covers it."""
+
+    urn: str
+    type: str
+    name: str
+    path: str
+    old: str
+    new: str
+    ignored: str
+    """The `ignore_changes` entry that covers it."""
+    reason: str
+    """Who owns the value instead, and what applies a change of it."""
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "urn": self.urn,
+            "type": self.type,
+            "name": self.name,
+            "path": self.path,
+            "old": self.old,
+            "new": self.new,
+            "ignore_changes": self.ignored,
+            "reason": self.reason,
+        }
+
+
+IGNORE_REASONS: dict[tuple[str, str], str] = {
+    (
+        "aws:eks/nodeGroup:NodeGroup",
+        "scalingConfig.desiredSize",
+    ): (
+        "the Cluster Autoscaler owns an elastic pool's desired size once the group exists; "
+        "min_size and max_size apply, or `aws eks update-nodegroup-config --scaling-config "
+        "desiredSize=N` once"
+    ),
+}
+"""Why an input the program ignores is someone else's, by (type, ignore_changes entry)."""
+
+
+def ignore_reason(type_: str, entry: str) -> str:
+    return IGNORE_REASONS.get(
+        (type_, entry),
+        f"ignore_changes covers {entry}: `pulumi up` keeps the deployed value; the new one "
+        "applies only when the resource is created or replaced",
+    )
+
+
+@dataclass(frozen=True)
 class ResourceRef:
     urn: str
     type: str
@@ -139,6 +188,8 @@ class PlanDiff:
     resource in an input updated in place: a real preview updates them too."""
     unclassified: list[tuple[str, str]] = field(default_factory=list)
     """(type, input path) changed here that the replacement table does not classify."""
+    ignored: list[IgnoredChange] = field(default_factory=list)
+    """Changes the file makes that `pulumi up` does not: `ignore_changes` covers them."""
 
     @property
     def precious_replacements(self) -> list[Replacement]:
@@ -177,6 +228,7 @@ class PlanDiff:
             "refused": [r.to_dict() for r in self.refused],
             "updated_by_cascade": [r.to_dict() for r in self.updated_by_cascade],
             "unclassified": [{"type": t, "input": p} for t, p in self.unclassified],
+            "ignored": [c.to_dict() for c in self.ignored],
         }
 
 
@@ -370,6 +422,25 @@ def compare_plans(
     for urn in sorted(set(old) & set(new)):
         before, after = old[urn], new[urn]
         changes = input_changes(before.inputs, after.inputs)
+        kept_changes = []
+        for change in changes:
+            entry = after.ignores(change.path)
+            if entry is None:
+                kept_changes.append(change)
+                continue
+            diff.ignored.append(
+                IgnoredChange(
+                    urn,
+                    after.type,
+                    after.name,
+                    change.path,
+                    change.old,
+                    change.new,
+                    entry,
+                    ignore_reason(after.type, entry),
+                )
+            )
+        changes = kept_changes
         provider_moved = before.provider != after.provider
         if provider_moved:
             changes.insert(
@@ -413,4 +484,31 @@ def compare_plans(
     diff.replacements = sorted(
         replaced.values(), key=lambda r: (not r.precious, r.cause != "force-new", r.urn)
     )
+    # A replaced resource is created anew: every input applies, the ignored ones too.
+    recreated = {r.urn for r in diff.recreated}
+    diff.ignored = [c for c in diff.ignored if c.urn not in recreated]
     return diff
+
+
+def as_applied(base: Plan, head: Plan, diff: PlanDiff) -> Plan:
+    """`head` as `pulumi up` would leave the stack: every ignored input at its base value."""
+    import copy
+
+    from llmp.plan.leaves import set_path
+
+    if not diff.ignored:
+        return head
+    old = base.by_urn
+    resources = []
+    by_urn: dict[str, list[IgnoredChange]] = {}
+    for change in diff.ignored:
+        by_urn.setdefault(change.urn, []).append(change)
+    for r in head.resources:
+        if r.urn not in by_urn:
+            resources.append(r)
+            continue
+        inputs = copy.deepcopy(r.inputs)
+        for change in by_urn[r.urn]:
+            set_path(inputs, change.path, at_path(old[r.urn].inputs, change.path))
+        resources.append(r.model_copy(update={"inputs": inputs}))
+    return head.model_copy(update={"resources": resources})

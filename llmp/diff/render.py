@@ -16,6 +16,24 @@ from rich.text import Text
 
 from llmp.diff import DiffReport, money, money_delta
 
+
+def effect_lines(report: DiffReport) -> list[str]:
+    """What `pulumi up` does to running work, one line each, effects indented under their
+    cause: rolls, replacements of node pools, changes it does not make, the unknowns."""
+    lines = []
+    for roll in report.rolls:
+        lines.append(roll.describe())
+        lines += [f"  {e}" for e in roll.effects()]
+    for t in report.transitions:
+        lines.append(f"while replaced: {t.describe()}")
+        lines += [f"  {e}" for e in t.effects()]
+    for c in report.diff.ignored:
+        lines.append(
+            f"no effect at `pulumi up`: {c.name} {c.path} {c.old} → {c.new}: {c.reason}"
+        )
+    lines += [f"not known offline: {u}" for u in report.unknown]
+    return lines
+
 GITHUB_COMMENT_LIMIT = 65536
 """Characters GitHub accepts in one issue or PR comment body."""
 
@@ -124,8 +142,11 @@ def render_terminal(report: DiffReport, console: Console) -> None:
         table.add_row(line.measure, money(line.base), money(line.head), money_delta(line.delta))
     console.print(table)
     console.print(Text(_component_note(report), style="dim"))
-    for t in report.transitions:
-        console.print(Text(f"while replaced: {t.describe()}", style="yellow"))
+    effects = effect_lines(report)
+    if effects:
+        console.print(Text("what `pulumi up` does to running work", style="bold"))
+        for effect in effects:
+            console.print(Text(effect, style="yellow" if effect.startswith(" ") else ""))
 
     for title, violations in (
         ("new policy violations", report.new_violations),
@@ -218,9 +239,12 @@ def render_markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT) -> st
         )
     cost_block = ["", "#### Cost", "", *cost_rows]
     cost_block += ["", f"_{_component_note(report)}._"]
-    if report.transitions:
-        cost_block += ["", "While replaced:", ""]
-        cost_block += [f"- {_plain(t.describe())}" for t in report.transitions]
+    effects = effect_lines(report)
+    if effects:
+        cost_block += ["", "#### What `pulumi up` does to running work", ""]
+        for effect in effects:
+            bullet = "  - " if effect.startswith(" ") else "- "
+            cost_block.append(bullet + _plain(effect.strip()))
 
     policy_block = ["", "#### Policy"]
     if report.new_violations:

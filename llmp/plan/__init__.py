@@ -1,9 +1,10 @@
 """The plan of a stack, typed: what `llmp synth` records and every command reads.
 
 A plan is every resource the program declares (urn, type, name, parent,
-provider, inputs, dependencies, and where set `protect`, `retain_on_delete`,
-`import_id` and `delete_before_replace`) and the stack's outputs. `synth` builds one, `load_plan`
-reads one from `plan.json`, and policy, cost, diff, dr and verify all take
+provider, inputs, dependencies, and the resource options where set: `protect`,
+`retain_on_delete`, `import_id`, `delete_before_replace`, `ignore_changes`,
+`replace_on_changes`, `aliases` and `depends_on`) and the stack's outputs. `synth`
+builds one, `load_plan` reads one from `plan.json`, and policy, cost, diff, dr and verify all take
 this one type. The deployed stack's outputs (`pulumi stack output --json`)
 have their own small model and one reader, `load_outputs`.
 """
@@ -22,7 +23,16 @@ from llmp.errors import BadInput
 SECRET = "[secret]"
 """What a secret's value becomes in a plan (the synthesis redacts it)."""
 AWS_PROVIDER = "pulumi:providers:aws"
-_OPTIONS = ("protect", "retain_on_delete", "import_id", "delete_before_replace")
+_OPTIONS = (
+    "protect",
+    "retain_on_delete",
+    "import_id",
+    "delete_before_replace",
+    "ignore_changes",
+    "replace_on_changes",
+    "aliases",
+    "depends_on",
+)
 
 
 class PlanError(BadInput):
@@ -53,6 +63,21 @@ class Resource(BaseModel):
     retain_on_delete: bool = False
     import_id: str | None = None
     delete_before_replace: bool = False
+    ignore_changes: list[str] = Field(default_factory=list)
+    """Input paths `pulumi up` leaves alone once the resource exists (engine names)."""
+    replace_on_changes: list[str] = Field(default_factory=list)
+    """Input paths whose change replaces the resource whatever its provider says."""
+    aliases: list[str] = Field(default_factory=list)
+    """Earlier identities (URNs, or `name=…,type=…,parent=…` specs) the resource answers to."""
+    depends_on: list[str] = Field(default_factory=list)
+    """URNs the resource waits for without taking an output of (explicit `depends_on`)."""
+
+    def ignores(self, path: str) -> str | None:
+        """The `ignore_changes` entry that covers input `path`, or None."""
+        for entry in self.ignore_changes:
+            if path == entry or path.startswith((entry + ".", entry + "[")):
+                return entry
+        return None
 
     @property
     def is_kubernetes_object(self) -> bool:

@@ -76,6 +76,23 @@ def at_path(inputs: Mapping[str, Any], path: str) -> Any:
     return node
 
 
+def set_path(inputs: dict[str, Any], path: str, value: Any) -> None:
+    """Set the leaf at dotted `path` (objects only, as `at_path` reads) to `value`;
+    MISSING removes it."""
+    *parents, last = path.split(".")
+    node: Any = inputs
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            if value is MISSING:
+                return
+            node[part] = {}
+        node = node[part]
+    if value is MISSING:
+        node.pop(last, None)
+    else:
+        node[last] = value
+
+
 def empty(value: Any) -> bool:
     return value is MISSING or value is None or value == [] or value == {}
 

@@ -187,6 +187,32 @@ def _hidden(value: Any) -> Any:
     return SECRET
 
 
+def _aliases(request: Any) -> list[str]:
+    """The aliases a registration carries: URNs as they are, specs as `name=…,type=…`."""
+    out = list(request.aliasURNs)
+    for alias in request.aliases:
+        if alias.urn:
+            out.append(alias.urn)
+            continue
+        spec = alias.spec
+        parts = [f"name={spec.name}"] if spec.name else []
+        parts += [f"type={spec.type}"] if spec.type else []
+        if spec.noParent:
+            parts.append("parent=(none)")
+        elif spec.parentUrn:
+            parts.append(f"parent={spec.parentUrn}")
+        out.append(",".join(parts) or "(same)")
+    return sorted(set(out))
+
+
+def _explicit_dependencies(request: Any) -> list[str]:
+    """`depends_on`: the dependencies no input takes an output of."""
+    through_inputs: set[str] = set()
+    for deps in request.propertyDependencies.values():
+        through_inputs.update(deps.urns)
+    return sorted(set(request.dependencies) - through_inputs)
+
+
 def _is_stack(urn: str) -> bool:
     return not urn or "::pulumi:pulumi:Stack::" in urn
 
@@ -236,6 +262,10 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                 retain_on_delete=bool(request.retainOnDelete),
                 import_id=request.importId or None,
                 delete_before_replace=bool(request.deleteBeforeReplace),
+                ignore_changes=list(request.ignoreChanges),
+                replace_on_changes=list(request.replaceOnChanges),
+                aliases=_aliases(request),
+                depends_on=_explicit_dependencies(request),
             )
         )
         obj = _sync_await(rpc.serialize_properties(state, {}))

@@ -37,11 +37,14 @@ def test_plan_has_the_documented_shape(plans, stack: str) -> None:
     assert len(urns) == len(plan["resources"])
     required = {"urn", "type", "name", "parent", "custom", "provider", "inputs", "dependencies"}
     # Lifecycle options are recorded only where set (precious buckets retain on delete).
-    optional = {"protect", "retain_on_delete", "import_id"}
+    optional = {"protect", "retain_on_delete", "import_id", "delete_before_replace"}
+    optional |= {"ignore_changes", "replace_on_changes", "aliases", "depends_on"}
     for r in plan["resources"]:
         assert required <= set(r) <= required | optional
         assert r["parent"] is None or r["parent"] in urns
         assert set(r["dependencies"]) <= urns
+        # depends_on: the dependencies no input takes an output of
+        assert set(r.get("depends_on", [])) <= set(r["dependencies"])
     # Every child is parented to a component; only providers and components sit at the top.
     for r in plan["resources"]:
         if r["parent"] is None:
