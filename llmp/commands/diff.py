@@ -40,6 +40,7 @@ def diff_command(
             "--fail-on-replace", help="Exit 1 when a precious resource would be replaced."
         ),
     ] = False,
+    config: options.ConfigFile = None,
 ) -> None:
     """What a change does to a stack: resources added, changed and deleted, precious
     replacements, the cost delta and new policy violations, offline.
@@ -60,8 +61,18 @@ def diff_command(
     from spec.errors import ConfigError
 
     repo = repo_root(REPO_ROOT)
+    relpath = None
+    if config is not None:
+        # git reads the file at --base REF: it must be a path of the repository.
+        try:
+            relpath = config.resolve().relative_to(repo.resolve()).as_posix()
+        except (OSError, ValueError):
+            raise BadInput(
+                f"--config {config}: not a file of the repository at {repo}; llmp diff reads "
+                "it at --base REF too, so it must be one (examples/stacks/...)"
+            ) from None
     try:
-        report = plan_diff.build_report(stack, base, repo, head)
+        report = plan_diff.build_report(stack, base, repo, head, relpath)
     except (ConfigError, PolicyConfigError) as exc:  # a side's stack file, or the pack's config
         raise BadInput(f"diff: {exc}") from None
     if markdown is not None:

@@ -396,8 +396,15 @@ def _violations(
     return evaluate(plan, config, stack_config=False), note
 
 
-def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = None) -> DiffReport:
-    """Synthesize `stack` at `base_ref` and at `head_ref` (None: the working tree) and compare.
+def build_report(
+    stack: str,
+    base_ref: str,
+    repo: Path,
+    head_ref: str | None = None,
+    config: str | None = None,
+) -> DiffReport:
+    """Synthesize `stack` at `base_ref` and at `head_ref` (None: the working tree) and compare;
+    `config`: the stack file's path in the repository, where it is not the stack's own.
 
     Raises RevisionError (one line, with its exit code) when a side cannot be
     synthesized, or when the stack exists on neither side.
@@ -410,16 +417,16 @@ def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = N
     head_label = head_revision.label if head_revision else rev.WORKING_TREE
     notes: list[str] = []
 
-    base_text = rev.stack_file_at(base_revision, stack, repo)
+    base_text = rev.stack_file_at(base_revision, stack, repo, config)
     if head_revision is not None:
-        head_text = rev.stack_file_at(head_revision, stack, repo)
+        head_text = rev.stack_file_at(head_revision, stack, repo, config)
     else:
-        path = repo / rev.stack_relpath(stack)
+        path = repo / rev.stack_relpath(stack, config)
         head_text = path.read_text() if path.is_file() else None
     if base_text is None and head_text is None:
         raise rev.RevisionError(
             f"stack {stack} exists neither at {base_revision.label} nor at {head_label}: "
-            f"no {rev.stack_relpath(stack)}"
+            f"no {rev.stack_relpath(stack, config)}"
         )
 
     base_plan: Plan | None = None
@@ -429,13 +436,13 @@ def build_report(stack: str, base_ref: str, repo: Path, head_ref: str | None = N
             f"stack {stack} does not exist at {base_revision.label}: it is added by this change"
         )
     else:
-        base_plan = rev.plan_of_revision(base_revision, stack, repo)
+        base_plan = rev.plan_of_revision(base_revision, stack, repo, config)
     if head_text is None:
         notes.append(f"stack {stack} does not exist at {head_label}: it is removed by this change")
     elif head_revision is not None:
-        head_plan = rev.plan_of_revision(head_revision, stack, repo)
+        head_plan = rev.plan_of_revision(head_revision, stack, repo, config)
     else:
-        head_plan = rev.plan_of_worktree(stack, repo)
+        head_plan = rev.plan_of_worktree(stack, repo, config)
 
     base_violations, note = _violations(base_plan, stack, base_text, head_text)
     if note:

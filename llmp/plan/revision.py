@@ -141,10 +141,13 @@ def resolve(ref: str, repo: Path) -> Revision:
     return Revision(ref, done.stdout.strip())
 
 
-def stack_relpath(stack: str) -> str:
-    """The stack file's path inside the repository, as git names it."""
+def stack_relpath(stack: str, config: str | None = None) -> str:
+    """The stack file's path inside the repository, as git names it (`config`: another
+    stack file's, already relative to the repository: `llmp diff --config FILE`)."""
     from llmp.stacks import REPO_ROOT, stack_file
 
+    if config is not None:
+        return config
     return stack_file(stack).relative_to(REPO_ROOT).as_posix()
 
 
@@ -157,9 +160,11 @@ def check_stack_name(stack: str) -> None:
         raise RevisionError(problem)
 
 
-def stack_file_at(revision: Revision, stack: str, repo: Path) -> str | None:
+def stack_file_at(
+    revision: Revision, stack: str, repo: Path, config: str | None = None
+) -> str | None:
     """The stack file's text at `revision`, or None when the file does not exist there."""
-    done = _git(repo, "show", f"{revision.sha}:{stack_relpath(stack)}", check=False)
+    done = _git(repo, "show", f"{revision.sha}:{stack_relpath(stack, config)}", check=False)
     return done.stdout if done.returncode == 0 else None
 
 
@@ -235,7 +240,7 @@ def _tree_env() -> dict[str, str]:
     return env
 
 
-def _synth_args(tree: Path, stack: str, out: str) -> list[str]:
+def _synth_args(tree: Path, stack: str, out: str, config: str | None = None) -> list[str]:
     """`synth STACK --out DIR`, plus `--no-policy` where the tree's synth runs the policy
     pack by default: a revision's plan is wanted even when it violates a policy (`llmp
     diff` evaluates the pack itself), and an older synth would refuse the option."""
@@ -245,7 +250,8 @@ def _synth_args(tree: Path, stack: str, out: str) -> list[str]:
             knows = knows or "--no-policy" in source.read_text()
         except (OSError, UnicodeDecodeError):
             continue
-    return ["synth", stack, "--out", out, *(["--no-policy"] if knows else [])]
+    extra = ["--config", str(tree / config)] if config is not None else []
+    return ["synth", stack, "--out", out, *extra, *(["--no-policy"] if knows else [])]
 
 
 def _run_in_tree(tree: Path, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -273,11 +279,12 @@ def import_origins(tree: Path) -> dict[str, str | None]:
     return origins
 
 
-def _synth_in_tree(tree: Path, stack: str, where: str) -> Plan:
+def _synth_in_tree(tree: Path, stack: str, where: str, config: str | None = None) -> Plan:
     """`llmp synth STACK` run by the tree's own code; the plan it wrote."""
     with tempfile.TemporaryDirectory(prefix="llmp-plan-") as out:
+        args = _synth_args(tree, stack, out, config)
         try:
-            done = _run_in_tree(tree, _synth_args(tree, stack, out), timeout=_SYNTH_TIMEOUT_S)
+            done = _run_in_tree(tree, args, timeout=_SYNTH_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise RevisionError(
                 f"synth of {stack} at {where} took over {_SYNTH_TIMEOUT_S} s", EXIT_FAILED
@@ -308,17 +315,20 @@ def plan_at(ref: str, stack: str, repo: Path) -> Plan:
     return plan_of_revision(revision, stack, repo)
 
 
-def plan_of_revision(revision: Revision, stack: str, repo: Path) -> Plan:
+def plan_of_revision(
+    revision: Revision, stack: str, repo: Path, config: str | None = None
+) -> Plan:
     """`plan_at` for a revision already resolved: messages name it as the user did
-    (`origin/main (1a2b3c4)`), not by its SHA alone."""
+    (`origin/main (1a2b3c4)`), not by its SHA alone. `config`: the stack file's path
+    in the repository, where it is not stacks/Pulumi.STACK.yaml."""
     check_stack_name(stack)
-    if stack_file_at(revision, stack, repo) is None:
+    if stack_file_at(revision, stack, repo, config) is None:
         raise StackMissing(stack, revision.label)
     with checked_out(repo, revision) as tree:
-        return _synth_in_tree(tree, stack, revision.label)
+        return _synth_in_tree(tree, stack, revision.label, config)
 
 
-def plan_of_worktree(stack: str, repo: Path) -> Plan:
+def plan_of_worktree(stack: str, repo: Path, config: str | None = None) -> Plan:
     """The plan of `stack` in the working tree of `repo`, uncommitted edits included.
 
     In-process when `repo` is the tree whose code is running (the usual case:
@@ -327,16 +337,16 @@ def plan_of_worktree(stack: str, repo: Path) -> Plan:
     from llmp.stacks import REPO_ROOT
 
     check_stack_name(stack)
-    if not (repo / stack_relpath(stack)).is_file():
+    if not (repo / stack_relpath(stack, config)).is_file():
         raise StackMissing(stack, WORKING_TREE)
     if repo.resolve() != REPO_ROOT.resolve():
-        return _synth_in_tree(repo, stack, WORKING_TREE)
+        return _synth_in_tree(repo, stack, WORKING_TREE, config)
     from llmp.plan.synth import SynthError, synthesize_stack
     from llmp.stacks import StackNotFound
     from spec.errors import ConfigError
 
     try:
-        return synthesize_stack(stack)
+        return synthesize_stack(stack, repo / config if config is not None else None)
     except (ConfigError, StackNotFound) as exc:
         raise RevisionError(f"{stack} in {WORKING_TREE}: {exc}", EXIT_BAD_INPUT) from None
     except SynthError as exc:

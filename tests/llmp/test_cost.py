@@ -413,3 +413,24 @@ def test_a_stack_that_owns_everything_shows_no_not_billed_section(plan_file) -> 
     result = cli("--plan", str(plan_file("pretrain")))
     assert result.exit_code == 0, result.output
     assert "not billed" not in result.stdout
+
+
+def test_cost_reads_the_stack_file_config_names(tmp_path: Path) -> None:
+    """What `llmp synth existing-vpc --config FILE` tells the user to run works."""
+    from llmp.stacks import REPO_ROOT
+
+    config = REPO_ROOT / "examples" / "stacks" / "Pulumi.existing-vpc.yaml"
+    synth = CliRunner().invoke(
+        app,
+        ["synth", "existing-vpc", "--config", str(config), "--out", str(tmp_path), "--no-policy"],
+    )
+    assert synth.exit_code == 0, synth.output
+    hint = f"llmp cost existing-vpc --config {config}"
+    assert hint in " ".join(synth.output.split())
+    done = CliRunner().invoke(app, ["cost", "existing-vpc", "--config", str(config), "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["cost"]["usd_per_hour"]["desired"] > 0
+    missing = CliRunner().invoke(app, ["cost", "existing-vpc"])
+    assert missing.exit_code == 2 and "--config" in missing.output
+    alone = CliRunner().invoke(app, ["cost", "--plan", "x.json", "--config", str(config)])
+    assert alone.exit_code == 2 and "give a stack name" in alone.output

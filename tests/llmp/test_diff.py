@@ -830,3 +830,23 @@ def test_diff_has_help() -> None:
     assert done.returncode == 0
     for option in ("--base", "--head", "--markdown", "--json", "--fail-on-replace"):
         assert option in done.stdout
+
+
+def test_diff_takes_a_stack_file_of_the_repository_with_config(repo: Path) -> None:
+    """`llmp synth existing-vpc --config FILE` has `llmp diff ... --config FILE` beside it:
+    the same file read at the base revision and in the working tree."""
+    path = repo / "examples" / "stacks" / "Pulumi.existing-vpc.yaml"
+    original = path.read_text()
+    try:
+        edit(path, "disk_size_gib: 500", "disk_size_gib: 600")
+        args = ["diff", "--base", "HEAD", "existing-vpc", "--json"]
+        done = llmp(repo, *args, "--config", str(path))
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert [r["pool"] for r in report["rolls"]] == ["h100"]
+        outside = llmp(repo, *args, "--config", str(repo.parent / "elsewhere.yaml"))
+        assert outside.returncode == 2
+        assert "not a file of the repository" in outside.stderr
+        assert "Traceback" not in outside.stderr
+    finally:
+        path.write_text(original)
