@@ -71,9 +71,11 @@ def stack_path(stack: str, config_file: Path | None = None, *, hint: bool = Fals
     return path
 
 
-def load_stack(stack: str) -> PlatformConfig:
-    """The stack file's validated config, without running the program: StackNotFound, or
-    ConfigError for a file that cannot be read or holds bad config."""
+def load_stack(stack: str, config_file: Path | None = None) -> PlatformConfig:
+    """The stack file's validated config (`config_file`'s, when given), without running the
+    program: StackNotFound, or ConfigError for a file that cannot be read or holds bad
+    config."""
     from spec.stackfile import load_stack_file
 
-    return load_config(load_stack_file(str(stack_path(stack))))
+    path = stack_path(stack, config_file, hint=config_file is None)
+    return load_config(load_stack_file(str(path)))

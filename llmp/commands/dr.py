@@ -93,6 +93,7 @@ def dr_plan_command(
     ] = DR_OUT_DIR,
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    config: options.ConfigFile = None,
 ) -> None:
     """Write the recovery stack's config and runbook; report RTO, RPO and plan equivalence.
 
@@ -112,9 +113,11 @@ def dr_plan_command(
 
     if problem := stack_name_problem(source):
         raise StackNotFound(f"--from: {problem}")
-    if not stack_file(source).exists():
-        raise StackNotFound(f"no stack file stacks/{stack_file(source).name} for --from")
-    source_raw = load_stack_file(str(stack_file(source)))
+    path = config or stack_file(source)
+    if not path.exists():
+        where = config if config else f"stacks/{stack_file(source).name}"
+        raise StackNotFound(f"no stack file {where} for --from")
+    source_raw = load_stack_file(str(path))
     with prefixed("--outputs"):
         outputs = load_outputs(outputs_file) if outputs_file is not None else None
     options = RecoveryOptions(

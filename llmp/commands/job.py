@@ -67,6 +67,7 @@ def submit(
     ] = None,
     kubeconfig: options.Kubeconfig = None,
     context: options.Context = None,
+    config: options.ConfigFile = None,
 ) -> None:
     """Check a job file against its stack, apply it, and follow it to its end.
 
@@ -85,7 +86,7 @@ def submit(
     from llmp.jobs import api as job_api
     from llmp.jobs import manifests_yaml, prepare
 
-    prepared = prepare(file, stack)
+    prepared = prepare(file, stack, config)
     for line in prepared.summary():
         console.line(line, to=console.err)
     if dry_run:

@@ -29,6 +29,7 @@ would do. The cluster side (`submit`, `status`, `list`, `logs`, `cancel`) is `ll
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -287,15 +288,18 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
     return prepared
 
 
-def prepare(path: str, stack: str | None = None) -> Prepared | DataPrepared:
-    """Read the job file, load its stack (`stack` overrides the file's), and check it."""
+def prepare(
+    path: str, stack: str | None = None, config_file: Path | None = None
+) -> Prepared | DataPrepared:
+    """Read the job file, load its stack (`stack` overrides the file's; `config_file`: the
+    stack file to read instead of stacks/Pulumi.STACK.yaml), and check it."""
     from llmp.stacks import StackNotFound, load_stack
 
     job = load_job_file(path)
     if stack is not None and stack != job.stack:
         job = job.model_copy(update={"stack": stack})
     try:
-        cfg = load_stack(job.stack)
+        cfg = load_stack(job.stack, config_file)
     except (StackNotFound, ConfigError) as exc:
         raise bad_key(path, "stack", job.stack, str(exc)) from None
     if job.is_data:

@@ -947,3 +947,15 @@ def test_dr_plan_out_on_a_file_is_bad_input_before_anything_runs(
     result = CliRunner().invoke(app, [*args, "--force"])
     assert result.exit_code == 2, result.output
     assert result.stderr == f"--out {out}: {taken} is a file, not a directory\n"
+
+
+def test_dr_plan_reads_the_stack_file_config_names(tmp_path: Path) -> None:
+    from llmp.stacks import REPO_ROOT
+
+    config = REPO_ROOT / "examples" / "stacks" / "Pulumi.existing-vpc.yaml"
+    args = ["dr", "plan", "--from", "existing-vpc", "--region", "us-west-2"]
+    done = CliRunner().invoke(app, [*args, "--config", str(config), "--out", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "Pulumi.existing-vpc-dr.yaml").is_file()
+    missing = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x")])
+    assert missing.exit_code == 2 and "no stack file" in missing.output

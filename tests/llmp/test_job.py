@@ -461,3 +461,16 @@ def test_the_last_step_is_read_from_rank_zeros_json_events() -> None:
     log = b'{"event": "start"}\nnot json\n{"event": "step", "step": 3, "loss": 2.5}\n'
     assert job_api.last_step(log) == {"event": "step", "step": 3, "loss": 2.5}
     assert job_api.last_step(None) is None
+
+
+def test_a_job_is_checked_against_the_stack_file_config_names(tmp_path: Path) -> None:
+    """`--config FILE`: a stack file outside stacks/, as `llmp synth --config` reads one."""
+    copy = tmp_path / "Pulumi.ft-copy.yaml"
+    copy.write_text((REPO_ROOT / "stacks" / "Pulumi.finetune.yaml").read_text())
+    job = str(REPO_ROOT / "examples" / "finetune-sft.yaml")
+    args = ["job", "submit", job, "--dry-run", "--stack", "ft-copy"]
+    done = CliRunner().invoke(app, [*args, "--config", str(copy)])
+    assert done.exit_code == 0, done.output
+    assert "on stack ft-copy: checked" in done.output
+    missing = CliRunner().invoke(app, args)
+    assert missing.exit_code == 2 and "(or pass --config FILE)" in missing.output
