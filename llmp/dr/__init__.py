@@ -117,6 +117,30 @@ class DrPlan:
         }
 
 
+def _name_dropped_work(rc: RecoveryConfig, source_plan: Plan) -> None:
+    """Say, for each pool the recovery stack leaves out, what ran there in the source."""
+    from llmp.diff.workloads import pool_work
+
+    work = pool_work(source_plan)
+    for name in rc.dropped_pools:
+        pool = work.get(name)
+        if pool is None:
+            continue
+        parts = []
+        if pool.models:
+            models = ", ".join(s.name for s in pool.models)
+            parts.append(f"serving: {models} serve nothing in the recovery region")
+        if pool.training:
+            parts.append(
+                "training: the tenants' jobs on its flavor wait in their queues, with no nodes"
+            )
+        if pool.data:
+            parts.append("data: its Ray jobs wait, with no nodes")
+        if parts:
+            what = "; ".join(parts)
+            rc.note("action", f"pool {name} is not recovered until it is added back: {what}")
+
+
 def make_plan(source_raw: Mapping[str, Any], options: RecoveryOptions) -> DrPlan:
     """Build the recovery config, synthesize both stacks offline, and compute the figures.
 
@@ -129,6 +153,7 @@ def make_plan(source_raw: Mapping[str, Any], options: RecoveryOptions) -> DrPlan
     with prefixed("synth failed"):
         source_plan = synthesize(options.source_stack, source_raw)
         recovery_plan = synthesize(rc.stack, rc.synth_raw)
+    _name_dropped_work(rc, source_plan)
     quotas, unquoted = quota_needs(rc.cfg)
     return DrPlan(
         options=options,

@@ -959,3 +959,14 @@ def test_dr_plan_reads_the_stack_file_config_names(tmp_path: Path) -> None:
     assert (tmp_path / "Pulumi.existing-vpc-dr.yaml").is_file()
     missing = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x")])
     assert missing.exit_code == 2 and "no stack file" in missing.output
+
+
+def test_a_pool_left_out_of_the_recovery_names_what_ran_there(tmp_path: Path) -> None:
+    """pretrain's capacity block cannot move: the plan says whose work waits for it."""
+    args = ["dr", "plan", "--from", "pretrain", "--region", "us-west-2", "--json"]
+    done = CliRunner().invoke(app, [*args, "--out", str(tmp_path), "--replica-key-arn", KEY_ARN])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.output)
+    assert doc["dropped_pools"] == ["h100-block"]
+    (note,) = [n["text"] for n in doc["notes"] if "not recovered until" in n["text"]]
+    assert note.startswith("pool h100-block") and "training:" in note
