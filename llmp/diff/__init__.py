@@ -27,7 +27,6 @@ builds the report (`build_report`, `DiffReport`, `report_to_json`);
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +34,10 @@ from typing import Any
 
 from llmp.diff.compare import PlanDiff, as_applied, compare_plans
 from llmp.diff.rolls import Roll, rolls
-from llmp.diff.workloads import PoolWork, effect, pool_work
+from llmp.diff.workloads import NODE_GROUP, PoolWork, effect, pool_work
 from llmp.plan import Plan
-from llmp.plan.leaves import at_path
+from llmp.plan.leaves import at_path, number
+from spec.labels import POOL_LABEL
 
 # ---------------------------------------------------------------------------
 # Cost
@@ -68,10 +68,6 @@ _COST_MEASURES = (
 )
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def _cost_of(plan: Plan | None) -> Mapping[str, Any]:
@@ -86,7 +82,7 @@ def _component_costs(cost: Mapping[str, Any]) -> dict[str, float | None]:
     out = {}
     for name, value in components.items():
         monthly = value.get("usd_per_month") if isinstance(value, Mapping) else value
-        out[str(name)] = _number(monthly)
+        out[str(name)] = number(monthly)
     return out
 
 
@@ -101,7 +97,7 @@ def cost_delta(base: Plan | None, head: Plan | None) -> dict[str, list[CostLine]
     missing_a, missing_b = base is None, head is None
 
     def side(cost: Mapping[str, Any], missing: bool, path: str) -> float | None:
-        return 0.0 if missing else _number(at_path(cost, path))
+        return 0.0 if missing else number(at_path(cost, path))
 
     totals = [
         CostLine(label, side(a, missing_a, p), side(b, missing_b, p)) for p, label in _COST_MEASURES
@@ -114,8 +110,8 @@ def cost_delta(base: Plan | None, head: Plan | None) -> dict[str, list[CostLine]
                 path = f"{section}.{pool}.usd_per_hour.{size}"
                 line = CostLine(
                     f"pool {pool}, $/h at {size}",
-                    _number(at_path(a, path)),
-                    _number(at_path(b, path)),
+                    number(at_path(a, path)),
+                    number(at_path(b, path)),
                 )
                 if line.base != line.head:
                     pools.append(line)
@@ -186,8 +182,6 @@ class Transition:
         }
 
 
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-POOL_LABEL = "llm-platform/pool"
 
 
 def transition_costs(diff: PlanDiff, base: Plan | None, head: Plan | None) -> list[Transition]:
@@ -217,8 +211,8 @@ def transition_costs(diff: PlanDiff, base: Plan | None, head: Plan | None) -> li
         cost = pools.get(pool) if isinstance(pools, Mapping) else None
         if not isinstance(cost, Mapping):
             continue
-        nodes = _number(at_path(cost, "nodes.desired")) or 0.0
-        per_hour = _number(at_path(cost, "usd_per_hour.desired")) or 0.0
+        nodes = number(at_path(cost, "nodes.desired")) or 0.0
+        per_hour = number(at_path(cost, "usd_per_hour.desired")) or 0.0
         if nodes <= 0:
             continue
         out.append(
@@ -543,7 +537,7 @@ def _shifted(value: Any, as_file: Any, as_up: Any) -> Any:
             )
             for i, v in enumerate(value)
         ]
-    a, b, x = _number(as_file), _number(as_up), _number(value)
+    a, b, x = number(as_file), number(as_up), number(value)
     if x is None or a is None or b is None or isinstance(value, bool):
         return value
     return round(x + (b - a), 6)
@@ -572,9 +566,9 @@ def not_known_offline(diff: PlanDiff, base: Plan | None, head: Plan | None) -> l
             continue
         before = base.by_urn[r.urn].inputs.get("scalingConfig") or {}
         after = r.inputs.get("scalingConfig") or {}
-        desired = _number(before.get("desiredSize"))
-        low, high = _number(after.get("minSize")), _number(after.get("maxSize"))
-        old_low, old_high = _number(before.get("minSize")), _number(before.get("maxSize"))
+        desired = number(before.get("desiredSize"))
+        low, high = number(after.get("minSize")), number(after.get("maxSize"))
+        old_low, old_high = number(before.get("minSize")), number(before.get("maxSize"))
         if desired is None:
             continue
         if low is not None and low != old_low and low > desired:

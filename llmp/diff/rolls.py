@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmp.diff.compare import PlanDiff
-from llmp.diff.workloads import POOL_LABEL, PoolWork, effect, pool_work
+from llmp.diff.workloads import NODE_GROUP, POOL_LABEL, PoolWork, effect, pool_work
 from llmp.plan import Plan, Resource
+from llmp.plan.leaves import number
 
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 ROLLING_INPUTS = {
     "version": "Kubernetes version",
@@ -110,8 +110,9 @@ class Roll:
         }
 
 
-def _number(value: Any, default: int) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+def _count(value: Any, default: int) -> int:
+    found = number(value)
+    return default if found is None else int(found)
 
 
 def _template_of(group: Resource, plan: Plan) -> Resource | None:
@@ -161,7 +162,7 @@ def rolls(diff: PlanDiff, base: Plan | None, head: Plan | None) -> list[Roll]:
             continue
         scaling = before.inputs.get("scalingConfig") or {}
         update = group.inputs.get("updateConfig") or {}
-        unavailable = max(1, _number(update.get("maxUnavailable"), 1))
+        unavailable = max(1, _count(update.get("maxUnavailable"), 1))
         zones = len(group.inputs.get("subnetIds") or []) or 1
         pool = str((group.inputs.get("labels") or {}).get(POOL_LABEL) or group.name)
         out.append(
@@ -169,7 +170,7 @@ def rolls(diff: PlanDiff, base: Plan | None, head: Plan | None) -> list[Roll]:
                 pool=pool,
                 resource=group.name,
                 causes=causes,
-                nodes=_number(scaling.get("desiredSize"), 0),
+                nodes=_count(scaling.get("desiredSize"), 0),
                 autoscaled=bool(group.ignores("scalingConfig.desiredSize")),
                 max_unavailable=unavailable,
                 surge=max(2 * zones, unavailable),

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmp.plan import Plan, Resource
+from spec.labels import POOL_LABEL
 
-POOL_LABEL = "llm-platform/pool"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 FLAVOR_SUFFIX = ":ResourceFlavor"
@@ -167,7 +168,7 @@ def pool_work(plan: Plan | None) -> dict[str, PoolWork]:
             of(str(pool)).data = True
     of(SYSTEM_POOL).system = True
     for r in resources:
-        if r.type == "aws:eks/nodeGroup:NodeGroup":
+        if r.type == NODE_GROUP:
             label = (r.inputs.get("labels") or {}).get(POOL_LABEL)
             if label:
                 of(str(label))

@@ -93,6 +93,15 @@ def set_path(inputs: dict[str, Any], path: str, value: Any) -> None:
         node[last] = value
 
 
+def number(value: Any) -> float | None:
+    """A finite JSON number as a float; None for anything else (booleans included)."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def empty(value: Any) -> bool:
     return value is MISSING or value is None or value == [] or value == {}
 

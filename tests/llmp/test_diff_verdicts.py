@@ -144,10 +144,22 @@ def test_an_ami_release_for_another_minor_is_refused_with_one_line(synth) -> Non
         synth(merge(raw_stack("pretrain"), other))
 
 
-def test_a_taint_or_label_changes_in_place_without_a_roll(verdict) -> None:
+def test_a_taint_or_label_changes_in_place_without_a_roll(verdict, plans) -> None:
     report = verdict("finetune", _pool("node_pools", "h100", labels={"team": "chat"}))
     assert "labels.team" in _changed(report, "gpu-h100-nodes")
     assert not report.rolls and not report.diff.replacements
+    # Taints follow the pool's name, not a config key: changed on the plan instead.
+    base = plans("finetune")
+    extra = {"key": "llm-platform/maintenance", "value": "true", "effect": "NO_SCHEDULE"}
+    resources = [
+        r.model_copy(update={"inputs": {**r.inputs, "taints": [*r.inputs.get("taints", []), extra]}})
+        if r.name == "gpu-h100-nodes" and r.type == NODE_GROUP
+        else r
+        for r in base.resources
+    ]
+    tainted = report_of_plans("finetune", base, base.model_copy(update={"resources": resources}))
+    assert any(p.startswith("taints") for p in _changed(tainted, "gpu-h100-nodes"))
+    assert not tainted.rolls and not tainted.diff.replacements and not tainted.diff.refused
 
 
 def test_tags_reach_the_instances_through_the_launch_template_and_roll(verdict) -> None:
@@ -163,10 +175,10 @@ def test_a_serving_pools_instance_type_replaces_it_and_names_the_model(verdict) 
     replaced = {r.name for r in report.diff.replacements if r.type == NODE_GROUP}
     assert "gpu-l40s-nodes" in replaced
     (t,) = [t for t in report.transitions if t.pool == "l40s"]
+    assert t.order == "delete-first"  # the node group's name is fixed
     effects = t.effects()
     assert any("llama-8b" in e and e.startswith("serving:") for e in effects)
+    assert any("serves nothing" in e for e in effects)
     assert not any(e.startswith("training:") for e in effects)
-    if t.order == "delete-first":
-        assert any("serves nothing" in e for e in effects)
     comment = render_markdown(report)
     assert "llama-8b" in comment and "restarts from its last checkpoint" not in comment
