@@ -144,19 +144,19 @@ def test_an_ami_release_for_another_minor_is_refused_with_one_line(synth) -> Non
         synth(merge(raw_stack("pretrain"), other))
 
 
-def test_a_taint_or_label_changes_in_place_without_a_roll(verdict, plans) -> None:
+def test_a_taint_or_label_changes_in_place_without_a_roll(verdict, synth) -> None:
     report = verdict("finetune", _pool("node_pools", "h100", labels={"team": "chat"}))
     assert "labels.team" in _changed(report, "gpu-h100-nodes")
     assert not report.rolls and not report.diff.replacements
     # Taints follow the pool's name, not a config key: changed on the plan instead.
-    base = plans("finetune")
+    base = synth(raw_stack("finetune"), "finetune")  # not the session's: others edit it
     extra = {"key": "llm-platform/maintenance", "value": "true", "effect": "NO_SCHEDULE"}
-    resources = [
-        r.model_copy(update={"inputs": {**r.inputs, "taints": [*r.inputs.get("taints", []), extra]}})
-        if r.name == "gpu-h100-nodes" and r.type == NODE_GROUP
-        else r
-        for r in base.resources
-    ]
+    resources = []
+    for r in base.resources:
+        if r.name == "gpu-h100-nodes" and r.type == NODE_GROUP:
+            taints = [*r.inputs.get("taints", []), extra]
+            r = r.model_copy(update={"inputs": {**r.inputs, "taints": taints}})
+        resources.append(r)
     tainted = report_of_plans("finetune", base, base.model_copy(update={"resources": resources}))
     assert any(p.startswith("taints") for p in _changed(tainted, "gpu-h100-nodes"))
     assert not tainted.rolls and not tainted.diff.replacements and not tainted.diff.refused
