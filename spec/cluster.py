@@ -20,6 +20,79 @@ def _default_log_types() -> list[LogType]:
 
 CLUSTER_NAME = r"^[a-zA-Z][\w-]{0,99}$"
 
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+PUBLIC_IPV4_PREFIX = 16
+PUBLIC_IPV4_MAX = 2 ** (32 - PUBLIC_IPV4_PREFIX)
+"""The most IPv4 addresses a public endpoint admits, all its CIDRs together: one /16, a
+large organisation's egress, not a slice of the internet ([0.0.0.0/1, 128.0.0.0/1] is
+the internet in two entries)."""
+PUBLIC_IPV6_PREFIX = 48
+PUBLIC_IPV6_MAX = 2 ** (128 - PUBLIC_IPV6_PREFIX)
+"""The same for IPv6: one /48, a site's allocation."""
+_PUBLIC_RULE = (
+    f"a public endpoint admits at most {PUBLIC_IPV4_MAX:,} IPv4 addresses (one "
+    f"/{PUBLIC_IPV4_PREFIX}) and one /{PUBLIC_IPV6_PREFIX} of IPv6 in all: list your egress "
+    "CIDRs, or reach the API through the private endpoint"
+)
+
+
+def _public_max(version: int) -> int:
+    return PUBLIC_IPV4_MAX if version == 4 else PUBLIC_IPV6_MAX
+
+
+def _union(nets: list[IPNetwork], version: int) -> list[IPNetwork]:
+    """The networks of one IP version, overlaps and neighbours merged (each address once)."""
+    if version == 4:
+        v4 = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
+        return list(ipaddress.collapse_addresses(v4))
+    v6 = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
+    return list(ipaddress.collapse_addresses(v6))
+
+
+def _not_public(cidrs: list[str], nets: list[IPNetwork], *, inside: bool) -> None:
+    """Refuse the first network inside (`inside`), else overlapping, a special range."""
+    for i, net in enumerate(nets):
+        for special, why in _NOT_PUBLIC.items():
+            if special.version != net.version or not special.overlaps(net):
+                continue
+            if inside and not net.subnet_of(special):  # type: ignore[arg-type]
+                continue
+            raise FieldError(
+                (i,),
+                cidrs[i],
+                f"overlaps {special} ({why}), which never reaches a public endpoint (inside "
+                "the VPC, the API is reached through the private endpoint); list public "
+                "egress CIDRs only",
+            )
+
+
+_NOT_PUBLIC: dict[IPNetwork, str] = {
+    ipaddress.ip_network(cidr): why
+    for cidr, why in (
+        ("0.0.0.0/8", "this network"),
+        ("10.0.0.0/8", "private, RFC 1918"),
+        ("100.64.0.0/10", "shared address space, carrier-grade NAT"),
+        ("127.0.0.0/8", "loopback"),
+        ("169.254.0.0/16", "link-local"),
+        ("172.16.0.0/12", "private, RFC 1918"),
+        ("192.0.0.0/24", "IETF protocol assignments"),
+        ("192.168.0.0/16", "private, RFC 1918"),
+        ("198.18.0.0/15", "benchmarking"),
+        ("224.0.0.0/4", "multicast"),
+        ("240.0.0.0/4", "reserved"),
+        ("::/127", "unspecified and loopback"),
+        ("::ffff:0:0/96", "IPv4-mapped"),
+        ("100::/64", "discard-only"),
+        ("fc00::/7", "unique local"),
+        ("fe80::/10", "link-local"),
+        ("ff00::/8", "multicast"),
+    )
+}
+"""Ranges no request to a public endpoint comes from (IANA special-purpose registries).
+The documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32)
+are not here: they reach nothing either, and examples use them."""
+
 
 class ExistingClusterConfig(Section):
     """An EKS cluster someone else owns: the stack adds pools, missing add-ons and workloads."""
@@ -81,7 +154,13 @@ class ClusterConfig(Section):
         False, description="Expose the API endpoint publicly (restricted to the CIDRs below)."
     )
     public_access_cidrs: list[str] = Field(
-        default_factory=list, description="CIDRs allowed to reach a public endpoint."
+        default_factory=list,
+        description="CIDRs allowed to reach a public endpoint: public ranges only (a "
+        "private, shared, loopback, link-local, multicast or reserved range is refused: from "
+        "inside the VPC the API is reached through the private endpoint; the documentation "
+        "ranges such as 203.0.113.0/24 are accepted), and together, overlaps counted once, "
+        f"at most {PUBLIC_IPV4_MAX:,} IPv4 addresses (one /{PUBLIC_IPV4_PREFIX}) and one "
+        f"/{PUBLIC_IPV6_PREFIX} of IPv6: your egress CIDRs, not a slice of the internet.",
     )
     admin_role_arns: list[str] = Field(
         default_factory=list, description="IAM roles given cluster-admin through access entries."
@@ -115,6 +194,7 @@ class ClusterConfig(Section):
     @field_validator("public_access_cidrs")
     @classmethod
     def _public_cidrs(cls, v: list[str]) -> list[str]:
+        nets: list[IPNetwork] = []
         for i, cidr in enumerate(v):
             try:
                 net = ipaddress.ip_network(cidr)
@@ -122,6 +202,35 @@ class ClusterConfig(Section):
                 raise FieldError((i,), cidr, "not a CIDR; e.g. 203.0.113.0/24") from None
             if net.prefixlen == 0:
                 raise FieldError((i,), cidr, "opens the API to the internet; list your CIDRs")
+            nets.append(net)
+        unions = {version: _union(nets, version) for version in (4, 6)}
+        for union in unions.values():
+            if len(union) == 1 and union[0].prefixlen == 0:
+                raise FieldError(
+                    (),
+                    v,
+                    f"together open the API to the internet (they merge into {union[0]}); "
+                    f"{_PUBLIC_RULE}",
+                )
+        # A range inside a special one first (its size is not the problem), then sizes,
+        # then a range that spans into one.
+        _not_public(v, nets, inside=True)
+        for i, net in enumerate(nets):
+            if net.num_addresses > _public_max(net.version):
+                raise FieldError(
+                    (i,), v[i], f"covers {net.num_addresses:,} addresses; {_PUBLIC_RULE}"
+                )
+        for version, union in unions.items():
+            covered = sum(n.num_addresses for n in union)
+            if covered > _public_max(version):
+                shown = ", ".join(map(str, union[:4])) + (", ..." if len(union) > 4 else "")
+                raise FieldError(
+                    (),
+                    v,
+                    f"together cover {covered:,} IPv{version} addresses ({shown} once "
+                    f"overlaps are merged); {_PUBLIC_RULE}",
+                )
+        _not_public(v, nets, inside=False)
         return v
 
     @field_validator("admin_role_arns")
