@@ -24,6 +24,7 @@ from spec.serving import ServingConfig, ServingModelConfig, engine_plan
 from spec.sharing import TEAM_NAME, SharedStackConfig
 from spec.storage import AdoptionConfig, StorageConfig
 from spec.tenancy import (
+    MODELS_BUCKET,
     RESERVED_NAMESPACES,
     TENANT_BUCKETS,
     TENANT_NAME,
@@ -35,6 +36,32 @@ from spec.tenancy import (
 SYSTEM_POOL = "system"
 """The system pool's `llm-platform/pool` label value: no other pool may take it."""
 CPU_POOL_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,29}[a-z0-9])?$")
+
+
+def _prefix_clash(key: str, ours: tuple[str, int, str], theirs: tuple[str, int, str]) -> FieldError:
+    """Two tenants' overlapping prefixes (tenant, index, prefix), as the error at the
+    broader of the two (the later where they are equal)."""
+    here, there = (theirs, ours) if len(theirs[2]) < len(ours[2]) else (ours, theirs)
+    (name, i, prefix), (other, _, other_prefix) = here, there
+    buckets = " and ".join(TENANT_BUCKETS) + " buckets"
+    if key == "models_prefixes":
+        buckets = f"{MODELS_BUCKET} bucket"
+    if prefix == other_prefix:
+        what = f"is tenant {other}'s prefix too"
+        harm = f"{name} and {other} would read and write each other's"
+        parent = prefix.rstrip("/").rpartition("/")[0]
+        base = f"{parent}/" if parent else prefix
+        fix = f"give each its own, e.g. {base}{name}/ and {base}{other}/"
+    else:
+        what = f"contains tenant {other}'s prefix {other_prefix}"
+        harm = f"{name} would read and write {other}'s"
+        fix = f"narrow it to one of {name}'s own, e.g. {prefix}{name}/"
+    return FieldError(
+        ("tenants", name, key, i),
+        prefix,
+        f"{what} (tenants.{other}.{key}): {harm} keys in the {buckets}; {fix} (no "
+        "tenant's prefix may start with another tenant's)",
+    )
 
 
 class PlatformConfig(Section):
@@ -59,7 +86,13 @@ class PlatformConfig(Section):
     addons: AddonsConfig = Field(default_factory=AddonsConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     tenants: dict[str, TenantConfig] = Field(
-        default_factory=dict, description="Teams by name; each name is also its namespace."
+        default_factory=dict,
+        description="Teams by name; each name is also its namespace. No tenant's "
+        "`s3_prefixes` may be, contain or lie under another tenant's, nor its "
+        "`models_prefixes` another's `models_prefixes` (grants are by prefix: `teams/` "
+        "reaches `teams/chat/`; `teams/chat/` and `teams/chatbot/` are apart). A team "
+        "stack's tenants are granted only in its own buckets, so its prefixes are checked "
+        "among its own tenants.",
     )
     serving: ServingConfig | None = Field(
         None, description="Model serving (inference stack); none: no model servers."
@@ -160,6 +193,7 @@ class PlatformConfig(Section):
             self._storage_refs(self.storage)
         self._adoption()
         self._tenant_refs()
+        self._tenant_prefixes()
         if self.serving is not None:
             self._serving_refs(self.serving)
         return self
@@ -425,6 +459,24 @@ class PlatformConfig(Section):
                     f"{have or 0} of {pool_name} and would refuse the pods beyond; set it to "
                     f"{need} or lower max_replicas",
                 )
+
+    def _tenant_prefixes(self) -> None:
+        """No tenant's key prefix is, or lies under or above, another tenant's: a grant on
+        `teams/` is a grant on every key under `teams/chat/` too. Checked per set of buckets
+        (`s3_prefixes` in datasets and checkpoints, `models_prefixes` in models), between
+        the stack's own tenants, the only ones granted anything in its buckets. Prefixes end
+        in `/`, so `teams/chat/` and `teams/chatbot/` are apart."""
+        for key in ("s3_prefixes", "models_prefixes"):
+            seen: list[tuple[str, int, str]] = []
+            for name, tenant in self.tenants.items():
+                for i, prefix in enumerate(getattr(tenant, key)):
+                    for other in seen:
+                        theirs = other[2]
+                        if other[0] != name and (
+                            prefix.startswith(theirs) or theirs.startswith(prefix)
+                        ):
+                            raise _prefix_clash(key, (name, i, prefix), other)
+                    seen.append((name, i, prefix))
 
     def _tenant_refs(self) -> None:
         pools = self.node_pools
