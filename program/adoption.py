@@ -8,6 +8,7 @@ what the stack adopted and what it created beside it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pulumi
@@ -16,6 +17,7 @@ import pulumi_aws as aws
 from components.cluster import AdoptedCluster, AdoptedClusterArgs, Cluster
 from components.network import AdoptedNetwork, AdoptedNetworkArgs, Network
 from program import args
+from spec import sharing
 from spec.catalog import catalog
 from spec.platform import PlatformConfig
 from spec.pools import CpuPoolConfig, NodePoolConfig
@@ -26,17 +28,75 @@ ENDPOINT_FROM_STACK = "the shared stack's outputs"
 OWNER = "not billed to this stack: its owner pays"
 
 
-def reference(cfg: PlatformConfig) -> pulumi.StackReference | None:
+class SharedStack:
+    """A team stack's shared stack: its outputs through a StackReference, each released
+    only once the shared network's facts (`spec.sharing.SHARED_NETWORK_FACTS`: region, VPC
+    CIDR, subnets by AZ) are the ones this stack's config states. Where they are not, the
+    deployment fails with the config error's one line before any resource takes a value
+    of it: the cluster's provider and every subnet and VPC id wait on the check, so no
+    network policy is made with a VPC range that is not the VPC's."""
+
+    def __init__(self, cfg: PlatformConfig):
+        assert cfg.shared_stack is not None
+        self.name = cfg.shared_stack.name
+        self.ref = pulumi.StackReference("shared", stack_name=self.name)
+        reads = ("region", "vpc_cidr", "private_subnet_ids", "private_subnet_cidrs")
+        values = pulumi.Output.all(*(self.ref.get_output(name) for name in reads))
+        self.facts: pulumi.Output[dict[str, Any]] = values.apply(
+            lambda v: checked_facts(cfg, dict(zip(reads, v, strict=True)))
+        )
+        """The shared stack's network facts, once checked against this stack's config."""
+
+    def require_output(self, name: str) -> pulumi.Output[Any]:
+        return self._after_check(self.ref.require_output(name))
+
+    def get_output(self, name: str) -> pulumi.Output[Any]:
+        return self._after_check(self.ref.get_output(name))
+
+    def fact(self, name: str) -> pulumi.Output[Any]:
+        return self.facts.apply(lambda f: f[name])
+
+    def _after_check(self, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
+        return pulumi.Output.all(value, self.facts).apply(lambda v: v[0])
+
+
+def checked_facts(cfg: PlatformConfig, outputs: dict[str, Any]) -> dict[str, Any]:
+    """`outputs` (the shared stack's network facts) where this stack's config agrees with
+    them; else the deployment stops on the one line that says which key and what value."""
+    assert cfg.shared_stack is not None
+    lacking = sharing.missing_facts(outputs)
+    if lacking:
+        raise pulumi.RunError(sharing.lacking_facts_line(cfg.shared_stack.name, lacking))
+    network = cfg.network
+    wrong = sharing.network_mismatch(
+        cfg.shared_stack.name, cfg.region, network.vpc_cidr, network.availability_zones, outputs
+    )
+    if wrong is not None:
+        # RunError: Pulumi prints the one line, without a Python traceback.
+        raise pulumi.RunError(wrong.line())
+    return outputs
+
+
+def shared_network(cfg: PlatformConfig) -> dict[str, Any]:
+    """What a shared stack exports of its network for team stacks to check theirs against,
+    beside the ids (`spec.sharing.SHARED_NETWORK_FACTS`, the region being every stack's)."""
+    return {
+        "vpc_cidr": cfg.network.vpc_cidr,
+        "private_subnet_cidrs": {z: _subnet_cidr(cfg, z) for z in cfg.network.availability_zones},
+    }
+
+
+def reference(cfg: PlatformConfig) -> SharedStack | None:
     """The shared stack's outputs, where this is a team stack."""
     if cfg.shared_stack is None:
         return None
-    return pulumi.StackReference("shared", stack_name=cfg.shared_stack.name)
+    return SharedStack(cfg)
 
 
 def network(
     cfg: PlatformConfig,
     cluster_name: str,
-    ref: pulumi.StackReference | None,
+    ref: SharedStack | None,
     opts: pulumi.ResourceOptions,
 ) -> Network | AdoptedNetwork:
     existing = cfg.network.existing
@@ -83,7 +143,7 @@ def cluster(
     cluster_name: str,
     private_subnet_ids: list[pulumi.Input[str]],
     tags: dict[str, str],
-    ref: pulumi.StackReference | None,
+    ref: SharedStack | None,
     aws_provider: aws.Provider,
 ) -> tuple[Cluster | AdoptedCluster, str | None]:
     """The cluster component, and where an adopted cluster's endpoint comes from."""
@@ -189,20 +249,31 @@ def summary(
     net: Network | AdoptedNetwork,
     clu: Cluster | AdoptedCluster,
     endpoint_source: str | None,
+    shared: SharedStack | None = None,
 ) -> dict[str, Any] | None:
-    """The `adopted` output: None where the stack creates its network and cluster."""
+    """The `adopted` output: None where the stack creates its network and cluster. A team
+    stack reports its shared stack's VPC and subnet CIDRs (its outputs), not its own
+    config's: the check makes them one, and what is reported is what is there."""
     if not isinstance(net, AdoptedNetwork) and not isinstance(clu, AdoptedCluster):
         return None
     out: dict[str, Any] = {}
     if isinstance(net, AdoptedNetwork):
         existing = cfg.network.existing
         source = cfg.shared_stack.name if cfg.shared_stack is not None else "config"
+        vpc_cidr: pulumi.Input[str] = cfg.network.vpc_cidr
+        cidrs: dict[str, pulumi.Input[str]] = {
+            z: _subnet_cidr(cfg, z) for z in cfg.network.availability_zones
+        }
+        if shared is not None:
+            vpc_cidr = shared.fact("vpc_cidr")
+            subnets = shared.fact("private_subnet_cidrs")
+            cidrs = {z: subnets.apply(functools.partial(_cidr_in, z)) for z in cidrs}
         out["network"] = {
             "source": source,
             "vpc_id": net.vpc_id,
-            "vpc_cidr": cfg.network.vpc_cidr,
+            "vpc_cidr": vpc_cidr,
             "private_subnets": {
-                z: {"id": net.private_subnet_ids[z], "cidr": _subnet_cidr(cfg, z)}
+                z: {"id": net.private_subnet_ids[z], "cidr": cidrs[z]}
                 for z in cfg.network.availability_zones
             },
             "public_subnets": {
@@ -230,6 +301,10 @@ def summary(
         }
     out["not_billed"] = _not_billed(out)
     return out
+
+
+def _cidr_in(zone: str, cidrs: dict[str, Any]) -> str:
+    return str(cidrs[zone])
 
 
 def _subnet_cidr(cfg: PlatformConfig, zone: str) -> str:

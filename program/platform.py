@@ -78,7 +78,7 @@ class Site:
     aws_provider: aws.Provider
     on_aws: pulumi.ResourceOptions
     on_cluster: pulumi.ResourceOptions
-    shared: pulumi.StackReference | None
+    shared: adoption.SharedStack | None
     team: str
     """A team stack's name on a shared cluster, else empty."""
     team_prefix: str
@@ -564,16 +564,19 @@ def _outputs(
         # Where .github/workflows/trainer-image.yml pushes, and what job files name:
         # <this>:<git tag>.
         pulumi.export("trainer_image_repository", trainer_images.repository_url)
-    adopted = adoption.summary(cfg, network, cluster, site.endpoint_source)
+    adopted = adoption.summary(cfg, network, cluster, site.endpoint_source, site.shared)
     if adopted is not None:
         pulumi.export("adopted", adopted)
     if cfg.share_outputs and isinstance(cluster, Cluster):
-        _share(network, cluster)
+        _share(cfg, network, cluster)
     return adopted
 
 
-def _share(network: Network | AdoptedNetwork, cluster: Cluster) -> None:
-    """What team stacks read of this one (`spec.sharing`)."""
+def _share(cfg: PlatformConfig, network: Network | AdoptedNetwork, cluster: Cluster) -> None:
+    """What team stacks read of this one (`spec.sharing`), and the network facts they check
+    their config against (the VPC's CIDR, the subnets' CIDRs)."""
+    for name, value in adoption.shared_network(cfg).items():
+        pulumi.export(name, value)
     pulumi.export("public_subnet_ids", network.public_subnet_ids)
     pulumi.export("cluster_certificate_authority", cluster.certificate_authority)
     pulumi.export("cluster_security_group_id", cluster.security_group_id)

@@ -337,27 +337,45 @@ def synthesize(
 
 
 def _check_shared_outputs(cfg: PlatformConfig, outputs: Mapping[str, Any]) -> None:
-    """The shared stack's outputs hold what this stack reads: one line naming what lacks."""
-    from spec.sharing import SHARED_CLUSTER_OUTPUTS, SHARED_NETWORK_OUTPUTS
+    """The shared stack's outputs hold what this stack reads, and its network is the one
+    this stack's config states (region, VPC CIDR, AZs): one line naming what lacks, or
+    the config error naming the key and the shared stack's value. The program checks the
+    same at deploy time (program.adoption.SharedStack)."""
+    from spec.sharing import (
+        SHARED_CLUSTER_OUTPUTS,
+        SHARED_NETWORK_OUTPUTS,
+        bucket_clash,
+        lacking_facts_line,
+        missing_facts,
+        network_mismatch,
+    )
 
-    assert cfg.shared_stack is not None
+    shared = cfg.shared_stack
+    assert shared is not None
     wanted = list(SHARED_NETWORK_OUTPUTS[:2])
-    if cfg.shared_stack.cluster:
+    if shared.cluster:
         wanted += [o for o in SHARED_CLUSTER_OUTPUTS if o != "cluster_addons"]
     missing = [o for o in wanted if o not in outputs]
     if missing:
         raise BadInput(
-            f"the outputs of shared_stack {cfg.shared_stack.name} lack {', '.join(missing)}: "
+            f"the outputs of shared_stack {shared.name} lack {', '.join(missing)}: "
             "set share_outputs: true in that stack and deploy it"
         )
-    subnets = outputs.get("private_subnet_ids")
-    zones = cfg.network.availability_zones
-    lacking = [z for z in zones if not isinstance(subnets, dict) or z not in subnets]
+    lacking = missing_facts(outputs)
     if lacking:
-        raise BadInput(
-            f"shared_stack {cfg.shared_stack.name} has no private subnet in "
-            f"{', '.join(lacking)} (network.availability_zones)"
-        )
+        raise BadInput(lacking_facts_line(shared.name, lacking))
+    wrong = network_mismatch(
+        shared.name, cfg.region, cfg.network.vpc_cidr, cfg.network.availability_zones, outputs
+    )
+    if wrong is not None:
+        raise wrong
+    storage = cfg.storage
+    if storage is not None:
+        names = {key: storage.bucket_name(key) for key in storage.buckets}
+        adopted = [key for key in storage.buckets if storage.adopted(key)]
+        clash = bucket_clash(shared.name, names, adopted, outputs)
+        if clash is not None:
+            raise clash
 
 
 def run_program(
