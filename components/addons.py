@@ -287,6 +287,10 @@ def kueue_manager_config() -> dict[str, Any]:
             "recoveryTimeout": "10m",
             "blockAdmission": False,
         },
+        # Every Job, PyTorchJob, RayJob and bare pod in a tenant namespace is Kueue's, queue
+        # name or not: none starts before its quota admits it (the namespaces' LocalQueue is
+        # `default`, which Kueue gives any workload that names none).
+        "manageJobsWithoutQueueName": True,
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
         # The LeaderWorkerSet integration turns on Kueue's pod webhook (v0.19.2's
         # ImplicitlyEnabledFrameworkNames: pod): it acts in tenant namespaces only, so no

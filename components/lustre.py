@@ -21,6 +21,26 @@ managed policy allows logs:PutLogEvents on `log-group:/aws/fsx/*`): hence the pr
 log-group resource policy. Fullness and the auto-export backlog are alerted on from CloudWatch
 metrics (components/monitoring.py).
 
+Tenants sharing the file system (`tenant_directories`): each gets its own directory
+`/tenants/<name>/` with `datasets/` <- and `checkpoints/` -> its own prefix of the buckets
+(its first `s3_prefixes` entry) instead of the two shared associations above, so an export
+can only write where that tenant's IAM role may. Its pods mount only that directory (a
+Lustre subdirectory mount, "Mounting specific filesets", FSx for Lustre User Guide,
+mounting-from-fileset.html; the FSx CSI driver mounts `dnsname@tcp:/mountname`, so the PV's
+`mountname` names the subdirectory) and run as the tenant's uid (admission enforces it). The
+two linked directories belong to that uid, mode 0770: FSx carries POSIX ownership and
+permissions between S3 and the file system ("POSIX metadata support for data repositories",
+posix-metadata-support.html): a directory is the S3 object whose key ends in `/`, with
+`x-amz-meta-file-owner`, `-file-group` and `-file-permissions`, so the component writes
+those two directory objects before the associations import them. Root squash is on
+(`65534:65534`, "Lustre root squash", root-squash.html): a container that runs as root on
+a client is `nobody` to the file system and reads none of the 0770 directories. No client
+is exempt (no NoSquashNids): pods share the nodes' subnets, so no NID range would single
+out a platform node. Check ownership after the first deploy (`stat -c '%u %a'` on the two
+directories of a tenant's mount): that FSx applies the prefix object's metadata to the
+association's root is what the User Guide's mapping implies, not something that can be
+tested offline.
+
 FSx and its associations take 10-30 minutes or more to create; the custom
 timeouts leave room for that.
 
@@ -34,13 +54,42 @@ replicated). Before deleting it, wait for the export backlog to drain
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
+TENANTS_ROOT = "/tenants"
+"""Where each tenant's directory is on a shared file system: `/tenants/<name>/`."""
+ROOT_SQUASH = "65534:65534"
+"""Root on a client becomes nobody:nogroup (root-squash.html)."""
+DIRECTORY_MODE = "040770"
+"""`x-amz-meta-file-permissions` of a tenant's linked directories: st_mode of a directory
+(040000) with rwx for the owner and its group, nothing for others."""
+
+
+def tenant_path(tenant: str) -> str:
+    """The tenant's directory on a shared file system (what its volume mounts)."""
+    return f"{TENANTS_ROOT}/{tenant}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantDirectory:
+    """One tenant's share of the file system: `/tenants/<name>/{datasets,checkpoints}`."""
+
+    name: str
+    uid: int
+    """Owner (uid and gid) of its two linked directories."""
+    prefix: str
+    """Its prefix of the datasets and checkpoints buckets (ends in /)."""
+
+
+def directory_metadata(uid: int) -> dict[str, str]:
+    """The S3 user metadata FSx reads as a directory's owner, group and mode (the provider
+    adds `x-amz-meta-`)."""
+    return {"file-owner": str(uid), "file-group": str(uid), "file-permissions": DIRECTORY_MODE}
 LOG_GROUP_PREFIX = "/aws/fsx/"
 """FSx writes only to log groups whose name begins with this (its service-linked role's policy)."""
 LOG_LEVEL = "WARN_ERROR"
@@ -127,6 +176,9 @@ class LustreFileSystemArgs:
     checkpoints_bucket: pulumi.Input[str]
     log_group_name: str
     """CloudWatch log group of the data repository events (`log_group_name(cluster)`)."""
+    tenants: list[TenantDirectory] = field(default_factory=list)
+    """Tenants sharing the file system, each in its own directory (empty: one team, the
+    shared `/datasets` and `/checkpoints`)."""
 
 
 class LustreFileSystem(pulumi.ComponentResource):
@@ -212,6 +264,12 @@ class LustreFileSystem(pulumi.ComponentResource):
             log_configuration=aws.fsx.LustreFileSystemLogConfigurationArgs(
                 level=LOG_LEVEL, destination=log_group.arn
             ),
+            # Tenants' directories are theirs by uid: root on a client must not override that.
+            root_squash_configuration=aws.fsx.LustreFileSystemRootSquashConfigurationArgs(
+                root_squash=ROOT_SQUASH
+            )
+            if args.tenants
+            else None,
             tags={"Name": f"{name}-fs"},
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -237,6 +295,7 @@ class LustreFileSystem(pulumi.ComponentResource):
             bucket: pulumi.Input[str],
             prefix: str,
             s3: aws.fsx.DataRepositoryAssociationS3Args,
+            after: list[pulumi.Resource] | None = None,
         ) -> aws.fsx.DataRepositoryAssociation:
             return aws.fsx.DataRepositoryAssociation(
                 f"{name}-{role}",
@@ -250,34 +309,56 @@ class LustreFileSystem(pulumi.ComponentResource):
                 s3=s3,
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    # An association created before FSx may use the key fails its import.
-                    depends_on=[key_policy],
+                    # An association created before FSx may use the key fails its import;
+                    # a tenant's imports its directory's owner from the directory object.
+                    depends_on=[key_policy, *(after or [])],
                     custom_timeouts=pulumi.CustomTimeouts(create="45m", update="45m", delete="45m"),
                 ),
             )
 
-        association(
-            "datasets",
-            "/datasets",
-            args.datasets_bucket,
-            args.datasets_prefix,
-            aws.fsx.DataRepositoryAssociationS3Args(
-                auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
-                    events=["NEW", "CHANGED", "DELETED"]
-                )
-            ),
+        imports = aws.fsx.DataRepositoryAssociationS3Args(
+            auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
+                events=["NEW", "CHANGED", "DELETED"]
+            )
         )
-        association(
-            "checkpoints",
-            "/checkpoints",
-            args.checkpoints_bucket,
-            args.checkpoints_prefix,
-            aws.fsx.DataRepositoryAssociationS3Args(
-                auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
-                    events=["NEW", "CHANGED"]
-                )
-            ),
+        exports = aws.fsx.DataRepositoryAssociationS3Args(
+            auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
+                events=["NEW", "CHANGED"]
+            )
         )
+        if not args.tenants:
+            association(
+                "datasets", "/datasets", args.datasets_bucket, args.datasets_prefix, imports
+            )
+            association(
+                "checkpoints",
+                "/checkpoints",
+                args.checkpoints_bucket,
+                args.checkpoints_prefix,
+                exports,
+            )
+        for tenant in args.tenants:
+            for role, bucket, s3 in (
+                ("datasets", args.datasets_bucket, imports),
+                ("checkpoints", args.checkpoints_bucket, exports),
+            ):
+                directory = aws.s3.BucketObjectv2(
+                    f"{name}-{tenant.name}-{role}-dir",
+                    bucket=bucket,
+                    key=tenant.prefix,
+                    content="",
+                    content_type="application/x-directory",
+                    metadata=directory_metadata(tenant.uid),
+                    opts=child,
+                )
+                association(
+                    f"{tenant.name}-{role}",
+                    f"{tenant_path(tenant.name)}/{role}",
+                    bucket,
+                    tenant.prefix,
+                    s3,
+                    after=[directory],
+                )
 
         self.file_system_id = fs.id
         self.dns_name = fs.dns_name

@@ -64,6 +64,9 @@ class LustreVolume:
     capacity_gib: int
     namespaces: list[str]
     """Namespaces that get a `fsx-lustre` claim."""
+    subdirectories: dict[str, str] = field(default_factory=dict)
+    """Namespace -> the directory its volume mounts (`/tenants/<name>`: a tenant sees only its
+    own); a namespace not named mounts the whole file system."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +240,7 @@ class StorageVolumes(pulumi.ComponentResource):
                         dns_name=lustre.dns_name,
                         mount_name=lustre.mount_name,
                         capacity_gib=lustre.capacity_gib,
+                        subdirectory=lustre.subdirectories.get(ns, ""),
                     ),
                     opts=child,
                 )

@@ -42,9 +42,15 @@ from pulumi_kubernetes.core.v1 import (
     NamespaceInitArgs,
     ResourceQuotaInitArgs,
     ResourceQuotaSpecArgs,
+    ScopedResourceSelectorRequirementArgs,
+    ScopeSelectorArgs,
     ServiceAccountInitArgs,
 )
-from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
+from pulumi_kubernetes.meta.v1 import (
+    LabelSelectorArgs,
+    LabelSelectorRequirementArgs,
+    ObjectMetaArgs,
+)
 from pulumi_kubernetes.networking.v1 import (
     IPBlockArgs,
     NetworkPolicyEgressRuleArgs,
@@ -63,10 +69,13 @@ from pulumi_kubernetes.rbac.v1 import (
 )
 
 from components.iam import pod_identity_role
-from manifests import kueue, volumes
+from manifests import admission, kueue, volumes
 from manifests.jobs.pod import WORKLOAD_SERVICE_ACCOUNT
+from manifests.jobs.pytorchjob import METRICS_PORT as TRAINER_METRICS_PORT
 from manifests.jobs.rayjob import DASHBOARD_PORT
+from manifests.jobs.rayjob import METRICS_PORT as RAY_METRICS_PORT
 from spec.catalog import catalog
+from spec.tenancy import PRIORITY_CLASSES
 
 TENANT_LABEL = "llm-platform/tenant"
 MONITORING_NAMESPACE = "monitoring"
@@ -76,6 +85,9 @@ KUBERAY_NAMESPACE = "kuberay-system"
 """The KubeRay operator's namespace (components/addons.py installs it there)."""
 RAY_HEAD_SELECTOR = {"ray.io/node-type": "head"}
 """The label KubeRay puts on a RayCluster's head pod."""
+METRICS_PORTS = (TRAINER_METRICS_PORT, RAY_METRICS_PORT)
+"""What Prometheus (namespace `monitoring`) may reach in a training namespace: the
+trainers' `/metrics` and Ray's metrics export port; nothing else of a tenant's pods."""
 RAY_DASHBOARD_PORT = DASHBOARD_PORT
 """The head's dashboard (and job API), the port the RayJob builder gives it: the operator
 submits no job, but reads the job's status there and stops it on deletion (ray-operator's
@@ -110,6 +122,12 @@ class Tenant:
     """Prefixes its `training` service account reads and writes in the tenant buckets."""
     models_prefixes: Sequence[str] = ()
     """Prefixes it reads and writes in the models bucket (where promotion publishes)."""
+    uid: int = 1000
+    """The uid and gid its pods must run as (admission), owner of its Lustre directory."""
+    storage_gib: int = 2048
+    """Total storage its claims may request (`requests.storage`)."""
+    priority_classes: Sequence[str] = ()
+    """PriorityClasses its pods may use; the quota refuses the platform's others."""
 
 
 def quota_args(
@@ -121,12 +139,43 @@ def quota_args(
         "requests.cpu": str(tenant.cpu),
         "requests.memory": f"{tenant.memory_gib}Gi",
         "persistentvolumeclaims": str(tenant.pvcs),
+        "requests.storage": f"{tenant.storage_gib}Gi",
+        # Nothing a tenant makes is published past the platform's ALB and WAF.
+        "services.loadbalancers": "0",
+        "services.nodeports": "0",
     }
     return ResourceQuotaInitArgs(
         metadata=ObjectMetaArgs(
             name=volumes.NAMESPACE_QUOTA, namespace=namespace, labels=volumes.PART_OF
         ),
         spec=ResourceQuotaSpecArgs(hard=hard),
+    )
+
+
+PRIORITY_QUOTA = "llmp-priorities"
+
+
+def priority_quota_args(
+    namespace: pulumi.Input[str], tenant: Tenant
+) -> ResourceQuotaInitArgs | None:
+    """No pod of a PriorityClass the tenant may not use (a quota of 0 pods scoped to those
+    classes: Kubernetes refuses them at creation, whoever creates them); None: it may use
+    all."""
+    refused = [p for p in PRIORITY_CLASSES if p not in tenant.priority_classes]
+    if not refused:
+        return None
+    return ResourceQuotaInitArgs(
+        metadata=ObjectMetaArgs(name=PRIORITY_QUOTA, namespace=namespace, labels=volumes.PART_OF),
+        spec=ResourceQuotaSpecArgs(
+            hard={"pods": "0"},
+            scope_selector=ScopeSelectorArgs(
+                match_expressions=[
+                    ScopedResourceSelectorRequirementArgs(
+                        scope_name="PriorityClass", operator="In", values=refused
+                    )
+                ]
+            ),
+        ),
     )
 
 
@@ -138,7 +187,10 @@ def _policy(namespace: pulumi.Input[str], name: str, spec: NetworkPolicySpecArgs
 
 
 def network_policies(
-    namespace: pulumi.Input[str], tenant: str, vpc_cidr: str
+    namespace: pulumi.Input[str],
+    tenant: str,
+    vpc_cidr: str,
+    metrics_ports: Sequence[int] = METRICS_PORTS,
 ) -> dict[str, NetworkPolicyInitArgs]:
     """Default deny, then the few flows a training namespace needs."""
     every_pod = LabelSelectorArgs()
@@ -201,7 +253,11 @@ def network_policies(
                                     match_labels={METADATA: MONITORING_NAMESPACE}
                                 )
                             )
-                        ]
+                        ],
+                        ports=[
+                            NetworkPolicyPortArgs(protocol="TCP", port=p)
+                            for p in sorted(set(metrics_ports))
+                        ],
                     )
                 ],
             ),
@@ -393,6 +449,28 @@ class Tenancy(pulumi.ComponentResource):
         accelerators = sorted({k.resource for k in catalog().accelerator_kinds.values()})
         self.namespaces = {}
         self.workload_role_arns = {}
+        if args.tenants:
+            tenants = LabelSelectorArgs(
+                match_expressions=[
+                    LabelSelectorRequirementArgs(key=TENANT_LABEL, operator="Exists")
+                ]
+            )
+            for kind, rules, checks, member in (
+                ("services", admission.SERVICE_RULES, admission.SERVICE_CHECKS, None),
+                # Only people's Ingresses: the platform's own (serving) follows its config.
+                ("ingresses", admission.INGRESS_RULES, admission.INGRESS_CHECKS, "llmp:tenant:"),
+            ):
+                policy_name = f"{args.namespace_prefix}llmp-tenant-{kind}"
+                k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+                    f"{name}-{kind}-policy",
+                    admission.policy(policy_name, rules, checks, group_prefix=member),
+                    opts=child,
+                )
+                k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+                    f"{name}-{kind}-binding",
+                    admission.binding(policy_name, policy_name, tenants),
+                    opts=child,
+                )
         for tenant, cfg in args.tenants.items():
             prefix = f"{name}-{tenant}"
             # The tenant's name on the cluster: its namespace, its ClusterQueue, its group.
@@ -405,6 +483,28 @@ class Tenancy(pulumi.ComponentResource):
             for pool, n in [*cfg.gpu_quota.items(), *cfg.serving_gpus.items()]:
                 gpus[args.gpu_resources[pool]] += n
             k8s.core.v1.ResourceQuota(f"{prefix}-quota", quota_args(ns_name, cfg, gpus), opts=child)
+            priorities = priority_quota_args(ns_name, cfg)
+            if priorities is not None:
+                k8s.core.v1.ResourceQuota(f"{prefix}-priorities", priorities, opts=child)
+            workloads = f"llmp-tenant-pods-{ns_key}"
+            k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+                f"{prefix}-pods-policy",
+                admission.policy(
+                    workloads,
+                    admission.WORKLOAD_RULES,
+                    admission.workload_checks(cfg.uid),
+                    group=group(ns_key),
+                    variables={"specs": admission.POD_SPECS},
+                ),
+                opts=child,
+            )
+            k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+                f"{prefix}-pods-binding",
+                admission.binding(
+                    workloads, workloads, LabelSelectorArgs(match_labels={METADATA: ns_key})
+                ),
+                opts=child,
+            )
             k8s.core.v1.LimitRange(
                 f"{prefix}-limits",
                 volumes.limit_range(namespace=ns_name, quota=volumes.NamespaceQuota()),

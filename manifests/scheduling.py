@@ -15,6 +15,7 @@ from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 from pulumi_kubernetes.scheduling.v1 import PriorityClassInitArgs
 
 from spec.labels import PART_OF
+from spec.tenancy import PRIORITY_CLASSES
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ PRIORITIES: tuple[Priority, ...] = (
         preempts=False,
     ),
 )
+
+
+assert tuple(p.name for p in PRIORITIES) == PRIORITY_CLASSES, "spec.tenancy names them"
 
 
 def check_priority_class(name: str) -> str:

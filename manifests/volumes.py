@@ -159,8 +159,16 @@ def lustre_persistent_volume(
     dns_name: pulumi.Input[str],
     mount_name: pulumi.Input[str],
     capacity_gib: int,
+    subdirectory: str = "",
 ) -> PersistentVolumeInitArgs:
-    """The static PV of the Lustre file system reserved for `namespace`'s claim."""
+    """The static PV of the Lustre file system reserved for `namespace`'s claim: the whole
+    file system, or only `subdirectory` (e.g. /tenants/chat). The FSx CSI driver mounts
+    `<dnsname>@tcp:/<mountname>`, so a mount name followed by the directory is a Lustre
+    subdirectory mount (FSx for Lustre User Guide, "Mounting specific filesets"): the pod
+    cannot reach above it."""
+    if subdirectory and (not subdirectory.startswith("/") or ".." in subdirectory.split("/")):
+        raise ValueError(f"subdirectory {subdirectory!r}: an absolute path without '..'")
+    mount = pulumi.Output.concat(mount_name, subdirectory.rstrip("/")) if subdirectory else mount_name
     return PersistentVolumeInitArgs(
         metadata=ObjectMetaArgs(name=lustre_volume_name(namespace), labels=PART_OF),
         spec=PersistentVolumeSpecArgs(
@@ -177,7 +185,7 @@ def lustre_persistent_volume(
                 # operations on (volume handle, target path), so sharing the
                 # handle across namespaces is safe.
                 volume_handle=file_system_id,
-                volume_attributes={"dnsname": dns_name, "mountname": mount_name},
+                volume_attributes={"dnsname": dns_name, "mountname": mount},
             ),
         ),
     )

@@ -53,7 +53,7 @@ from spec.platform import PlatformConfig
 from spec.pools import CpuPoolConfig, NodePoolConfig, PoolSizes
 from spec.serving import EnginePlan, ServingConfig, engine_plan
 from spec.storage import BucketConfig, LustreConfig, StorageConfig
-from spec.tenancy import TenantConfig
+from spec.tenancy import TenantConfig, tenant_uid
 
 A = TypeVar("A")
 
@@ -313,8 +313,13 @@ def lustre_args(lustre: LustreConfig, **from_components: Any) -> LustreFileSyste
     return shared(lustre, LustreFileSystemArgs, **from_components)
 
 
-def tenant(spec: TenantConfig) -> Tenant:
-    return shared(spec, Tenant)
+def tenant(name: str, spec: TenantConfig) -> Tenant:
+    return shared(
+        spec,
+        Tenant,
+        uid=tenant_uid(name, spec),
+        priority_classes=spec.allowed_priorities(),
+    )
 
 
 def image_repository_args(images: ImagesConfig, cluster_name: str) -> ImageRepositoryArgs:

@@ -27,7 +27,7 @@ from components.cpu_node_pool import CpuNodePool
 from components.gpu_node_pool import GpuNodePool
 from components.image_repository import ImageRepository
 from components.inference_router import InferenceRouter, InferenceRouterArgs
-from components.lustre import LustreFileSystem
+from components.lustre import LustreFileSystem, TenantDirectory, tenant_path
 from components.lustre import log_group_name as lustre_log_group_name
 from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from components.monitoring import FileSystemMetrics, Monitoring, MonitoringArgs
@@ -52,7 +52,7 @@ from program import adoption, args, cost, ledger
 from spec.catalog import catalog
 from spec.labels import TEAM_LABEL
 from spec.platform import PlatformConfig
-from spec.tenancy import MODELS_BUCKET, TENANT_BUCKETS
+from spec.tenancy import MODELS_BUCKET, TENANT_BUCKETS, tenant_uid
 
 
 def standard_tags(cfg: PlatformConfig, project: str, stack: str) -> dict[str, str]:
@@ -277,7 +277,7 @@ def _tenancy(site: Site, buckets: Storage | None, addons: Addons) -> Tenancy:
     return Tenancy(
         "tenancy",
         TenancyArgs(
-            tenants={name: args.tenant(t) for name, t in cfg.tenants.items()},
+            tenants={name: args.tenant(name, t) for name, t in cfg.tenants.items()},
             gpu_resources={
                 name: kind.resource
                 for name, pool in cfg.node_pools.items()
@@ -357,6 +357,14 @@ def _volumes(
                     datasets_bucket=buckets.buckets[lustre.datasets_bucket].name,
                     checkpoints_bucket=buckets.buckets[lustre.checkpoints_bucket].name,
                     log_group_name=lustre_log_group_name(cluster_name),
+                    tenants=[
+                        TenantDirectory(
+                            name=name,
+                            uid=tenant_uid(name, cfg.tenants[name]),
+                            prefix=cfg.tenants[name].s3_prefixes[0],
+                        )
+                        for name in cfg.lustre_tenants()
+                    ],
                 ),
                 on_aws,
             )
@@ -367,6 +375,7 @@ def _volumes(
                 mount_name=file_system.mount_name,
                 capacity_gib=lustre.storage_capacity_gib,
                 namespaces=lustre.mount_namespaces,
+                subdirectories={name: tenant_path(name) for name in cfg.lustre_tenants()},
             )
         weights_volume = None
         if storage.model_weights is not None:
@@ -507,6 +516,10 @@ def _serving(site: Site, buckets: Storage | None, tenancy: Tenancy) -> None:
                 rate_limit_per_key=serve.api.rate_limit_per_key,
                 rate_limit_per_ip=serve.api.rate_limit_per_ip,
                 namespace=tenancy.namespaces["serving"],
+                cluster_name=site.cluster.name,
+                region=cfg.region,
+                # The gateway keys' secrets, under the stack's key where it has one.
+                kms_key_arn=buckets.kms_key_arn if buckets is not None else None,
                 vpc_cidr=cfg.network.vpc_cidr,
                 pools={name: pool.instance_type for name, pool in cfg.node_pools.items()},
                 system_nodes=system_nodes,

@@ -22,7 +22,7 @@ from spec.network import NetworkConfig, TagsConfig
 from spec.pools import CpuPoolConfig, NodePoolConfig, PoolSizes, SystemPoolConfig
 from spec.serving import ServingConfig, ServingModelConfig, engine_plan
 from spec.sharing import TEAM_NAME, SharedStackConfig
-from spec.storage import AdoptionConfig, StorageConfig
+from spec.storage import AdoptionConfig, LustreConfig, StorageConfig
 from spec.tenancy import (
     MODELS_BUCKET,
     RESERVED_NAMESPACES,
@@ -31,7 +31,12 @@ from spec.tenancy import (
     AddonsConfig,
     GuardrailsConfig,
     TenantConfig,
+    tenant_uid,
 )
+
+LUSTRE_TENANTS_MAX = 4
+"""Tenants that can share one file system: two data repository associations each, and FSx
+allows 8 per file system (CreateDataRepositoryAssociation, FSx API reference)."""
 
 SYSTEM_POOL = "system"
 """The system pool's `llm-platform/pool` label value: no other pool may take it."""
@@ -481,6 +486,17 @@ class PlatformConfig(Section):
     def _tenant_refs(self) -> None:
         pools = self.node_pools
         promised: dict[str, int] = {}
+        owners: dict[int, str] = {}
+        for name, tenant in self.tenants.items():
+            uid = tenant_uid(name, tenant)
+            if uid in owners:
+                raise FieldError(
+                    ("tenants", name, "uid"),
+                    uid,
+                    f"is tenant {owners[uid]}'s too: a uid owns one tenant's files; set "
+                    "`uid` on one of them",
+                )
+            owners[uid] = name
         for name, tenant in self.tenants.items():
             claims = [("gpu_quota", p, n) for p, n in tenant.gpu_quota.items()]
             claims += [("serving_gpus", p, n) for p, n in tenant.serving_gpus.items()]
@@ -509,6 +525,47 @@ class PlatformConfig(Section):
                         f"needs storage.buckets {' and '.join(missing)}; remove the prefixes "
                         "or add the buckets",
                     )
+
+    def lustre_tenants(self) -> list[str]:
+        """The tenants that mount the file system, each its own directory (`/tenants/NAME`,
+        linked to its first s3_prefix): every namespace of `storage.lustre.mount_namespaces`
+        when they are all tenants and more than one; empty otherwise (one team, the whole
+        file system). The validator refuses other namespaces beside several tenants."""
+        lustre = self.storage.lustre if self.storage is not None else None
+        if lustre is None or not all(ns in self.tenants for ns in lustre.mount_namespaces):
+            return []
+        names = list(dict.fromkeys(lustre.mount_namespaces))
+        # One tenant's file system is its own: the whole of it, as for one team.
+        return names if len(names) > 1 else []
+
+    def _lustre_tenants(self, lustre: LustreConfig) -> None:
+        here = ("storage", "lustre", "mount_namespaces")
+        tenants = [ns for ns in lustre.mount_namespaces if ns in self.tenants]
+        others = [ns for ns in lustre.mount_namespaces if ns not in self.tenants]
+        if len(set(tenants)) > 1 and others:
+            raise FieldError(
+                here,
+                lustre.mount_namespaces,
+                f"mixes tenants ({', '.join(tenants)}) with other namespaces "
+                f"({', '.join(others)}), which would mount the whole file system, tenants' "
+                "directories included; mount tenants only, or make them tenants",
+            )
+        if len(set(tenants)) > LUSTRE_TENANTS_MAX:
+            raise FieldError(
+                here,
+                lustre.mount_namespaces,
+                f"{len(set(tenants))} tenants: each takes two data repository associations "
+                f"(datasets, checkpoints) and a file system has at most 8, so at most "
+                f"{LUSTRE_TENANTS_MAX} tenants share one",
+            )
+        for name in tenants if len(set(tenants)) > 1 else []:
+            if not self.tenants[name].s3_prefixes:
+                raise FieldError(
+                    ("tenants", name, "s3_prefixes"),
+                    MISSING,
+                    "the tenant mounts the file system (storage.lustre.mount_namespaces): its "
+                    "directory imports from and exports to its first prefix; add one",
+                )
 
     def _storage_refs(self, storage: StorageConfig) -> None:
         buckets = storage.buckets
@@ -549,6 +606,7 @@ class PlatformConfig(Section):
                     "spans several AZs; the file system sits in one subnet beside one "
                     "single-AZ pool",
                 )
+            self._lustre_tenants(lustre)
         if storage.model_weights is not None:
             refs.append((("storage", "model_weights", "bucket"), storage.model_weights.bucket))
         for path, key in refs:

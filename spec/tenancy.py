@@ -4,6 +4,7 @@ the policy pack enforces."""
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Collection
 
 from pydantic import Field, field_validator
@@ -28,6 +29,21 @@ class GuardrailsConfig(Section):
             "(catalog prices); none: no cap."
         ),
     )
+
+
+UID_MIN = 200_000
+"""Tenant uids start above the ranges images and distributions hand out (0-65535) and below
+the 2^31 that some runtimes treat as signed."""
+UID_MAX = 1_999_999_999
+_UID_SPAN = 1_000_000
+"""Derived uids fall in [UID_MIN, UID_MIN + _UID_SPAN): a clash among a few dozen tenants is
+unlikely (about 1 in 2,000 for 50 tenants) and refused by the platform validator."""
+
+
+SERVING_PRIORITY = "llmp-serving"
+TRAINING_PRIORITIES = ("llmp-training-critical", "llmp-training", "llmp-preemptible")
+PRIORITY_CLASSES = (SERVING_PRIORITY, *TRAINING_PRIORITIES)
+"""The platform's PriorityClasses by name (values and meaning: manifests.scheduling)."""
 
 
 TENANT_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -85,6 +101,46 @@ class TenantConfig(Section):
             "revisions/llama-8b/."
         ),
     )
+    uid: int | None = Field(
+        None,
+        ge=UID_MIN,
+        le=UID_MAX,
+        description=(
+            "POSIX uid and gid the tenant's pods run as (admission enforces it) and that own "
+            f"its directories on the shared file system; none: {UID_MIN} plus a hash of the "
+            "name (stable, so files keep their owner). Set it only to resolve a clash."
+        ),
+    )
+    storage_gib: int = Field(
+        2048,
+        ge=0,
+        description=(
+            "Storage (GiB) the namespace's claims may request in total (`requests.storage`; "
+            "the file system's and model weights' claims count toward it)."
+        ),
+    )
+    priority_classes: list[str] | None = Field(
+        None,
+        description=(
+            "PriorityClasses the namespace's pods may use (a ResourceQuota refuses others); "
+            "none: the training classes, plus llmp-serving where the tenant has serving_gpus."
+        ),
+    )
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _priorities(cls, v: list[str] | None) -> list[str] | None:
+        for i, name in enumerate(v or []):
+            if name not in PRIORITY_CLASSES:
+                raise FieldError((i,), name, f"one of {', '.join(PRIORITY_CLASSES)}")
+        return v
+
+    def allowed_priorities(self) -> list[str]:
+        """The PriorityClasses its pods may use: `priority_classes`, else the training ones
+        and, with serving_gpus, llmp-serving."""
+        if self.priority_classes is not None:
+            return list(self.priority_classes)
+        return [*([SERVING_PRIORITY] if self.serving_gpus else []), *TRAINING_PRIORITIES]
 
     @field_validator("gpu_quota", "serving_gpus")
     @classmethod
@@ -110,6 +166,15 @@ class TenantConfig(Section):
                     (i,), prefix, "a key prefix like teams/foundation/ (no *, ending in /)"
                 )
         return v
+
+
+def tenant_uid(name: str, tenant: TenantConfig) -> int:
+    """The POSIX uid (and gid) of the tenant's pods and of its files on Lustre: its `uid`,
+    else derived from the namespace name alone, so adding or reordering tenants never
+    changes whose files are whose."""
+    if tenant.uid is not None:
+        return tenant.uid
+    return UID_MIN + zlib.crc32(name.encode()) % _UID_SPAN
 
 
 def s3_grants(tenant: TenantConfig, bucket_keys: Collection[str]) -> dict[str, list[str]]:

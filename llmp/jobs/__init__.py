@@ -40,7 +40,9 @@ from llmp.jobs.api import wrapped
 from llmp.jobs.checks import (
     bad_key,
     check_fsx_claim,
+    check_fsx_paths,
     check_gpu_quota,
+    check_priority,
     check_queue,
     load_job_file,
     s3_denied,
@@ -55,6 +57,7 @@ from manifests.jobs.pytorchjob import pytorch_job
 from spec.catalog import catalog
 from spec.errors import ConfigError
 from spec.platform import PlatformConfig
+from spec.tenancy import tenant_uid
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,8 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
             f"pool {job.pool} has at most {pool.max_size} nodes (node_pools.{job.pool}.max_size)",
         )
     check_fsx_claim(path, job, cfg)
+    check_fsx_paths(path, job, cfg)
+    check_priority(path, job, cfg)
     for key, uri in _s3_locations(job):
         why = s3_denied(cfg, job.tenant, uri)
         if why is not None:
@@ -227,7 +232,9 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
         except ValidationError as exc:
             raise validation_error(path, exc, "trainer.") from None
     try:
-        spec = job.job_spec(instance_type, pool.efa, bucket)
+        spec = job.job_spec(
+            instance_type, pool.efa, bucket, run_as_user=tenant_uid(job.tenant, tenant)
+        )
     except ValidationError as exc:
         raise validation_error(path, exc) from None
     rendered = (

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from llmp.errors import BadInput
 from manifests import kueue
 from manifests.jobs.jobfile import REQUIRED_HERE, JobFile
+from manifests.jobs.pod import FSX_MOUNT
 from manifests.volumes import LUSTRE_CLAIM
 from spec.errors import MISSING, clip, closest, one_line, show, sorted_names
 from spec.platform import PlatformConfig
@@ -143,6 +144,58 @@ def check_fsx_claim(path: str, job: JobFile, cfg: PlatformConfig) -> None:
             "tenant",
             job.tenant,
             f"namespace {job.namespace} has no {LUSTRE_CLAIM} claim for /fsx ({where})",
+        )
+
+
+TENANT_FSX_DIRS = ("datasets", "checkpoints")
+"""What a tenant's volume holds on a shared file system (`/tenants/<name>/` mounted at
+/fsx): its two linked directories, the only ones it may write."""
+
+
+def _fsx_paths(value: Any, key: str = "") -> list[tuple[str, str]]:
+    """(key, path) of every string under /fsx in a job file's values, nested ones too."""
+    if isinstance(value, str):
+        return [(key, value)] if value == FSX_MOUNT or value.startswith(FSX_MOUNT + "/") else []
+    if isinstance(value, dict):
+        return [
+            found
+            for k, v in value.items()
+            for found in _fsx_paths(v, f"{key}.{k}" if key else str(k))
+        ]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value) for found in _fsx_paths(v, f"{key}[{i}]")]
+    return []
+
+
+def check_fsx_paths(path: str, job: JobFile, cfg: PlatformConfig) -> None:
+    """Where tenants share the file system, every /fsx path of the job is in the tenant's own
+    linked directories (/fsx/datasets/..., /fsx/checkpoints/...): JobFileError if not."""
+    if job.tenant not in cfg.lustre_tenants():
+        return
+    roots = [f"{FSX_MOUNT}/{d}" for d in TENANT_FSX_DIRS]
+    for key, value in _fsx_paths(job.model_dump(mode="json", exclude_none=True)):
+        parts = value.split("/")
+        inside = any(value == r or value.startswith(r + "/") for r in roots)
+        if ".." in parts or not inside:
+            raise bad_key(
+                path,
+                key,
+                value,
+                f"tenant {job.tenant}'s volume holds only {' and '.join(roots)} (its "
+                f"directories on the shared file system); put it under one of them",
+            )
+
+
+def check_priority(path: str, job: JobFile, cfg: PlatformConfig) -> None:
+    """The job's PriorityClass is one its tenant may use: JobFileError if not."""
+    allowed = cfg.tenants[job.tenant].allowed_priorities()
+    if job.priority not in allowed:
+        raise bad_key(
+            path,
+            "priority",
+            job.priority,
+            f"tenant {job.tenant} may use {', '.join(allowed)} "
+            f"(tenants.{job.tenant}.priority_classes); its quota refuses other pods",
         )
 
 

@@ -22,6 +22,8 @@ from llmp.jobs.api import wrapped
 from llmp.jobs.checks import (
     bad_key,
     check_fsx_claim,
+    check_fsx_paths,
+    check_priority,
     check_gpu_quota,
     check_queue,
     names_or_none,
@@ -36,6 +38,7 @@ from manifests.jobs.pod import WORKLOAD_SERVICE_ACCOUNT
 from spec.catalog import catalog
 from spec.labels import CPU_POOL_TAINT
 from spec.platform import PlatformConfig
+from spec.tenancy import tenant_uid
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,8 @@ def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
             f"({section}.{job.pool}.max_size)",
         )
     check_fsx_claim(path, job, cfg)
+    check_fsx_paths(path, job, cfg)
+    check_priority(path, job, cfg)
     for key, uri, verb in (("input", job.input, "read"), ("output", job.output, "write")):
         if uri is not None and uri.startswith("s3://"):
             why = s3_denied(cfg, job.tenant, uri, verb)
@@ -189,6 +194,7 @@ def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
             gpus_per_worker=gpus,
             service_account=WORKLOAD_SERVICE_ACCOUNT,
             team=cfg.team_name(job.stack),
+            run_as_user=tenant_uid(job.tenant, cfg.tenants[job.tenant]),
         )
     except ValidationError as exc:
         raise validation_error(path, exc) from None

@@ -693,6 +693,7 @@ class JobFile(BaseModel):
         gpus_per_worker: int,
         service_account: str,
         team: str = "",
+        run_as_user: int = 1000,
     ) -> RayJobSpec:
         """The RayJob's spec on the pool (the stack decides its type and taint, and, for a
         team stack on a shared cluster, the team its pools carry)."""
@@ -715,6 +716,7 @@ class JobFile(BaseModel):
             config_map=self.config_map_name,
             priority_class=self.priority,
             labels={JOB_LABEL: self.name},
+            run_as_user=run_as_user,
         )
 
     @property
@@ -777,7 +779,13 @@ class JobFile(BaseModel):
             return ParallelJobConfig.model_validate(merged)
         return JobConfig.model_validate(merged)
 
-    def job_spec(self, instance_type: str, efa: bool = True, bucket: str | None = None) -> JobSpec:
+    def job_spec(
+        self,
+        instance_type: str,
+        efa: bool = True,
+        bucket: str | None = None,
+        run_as_user: int = 1000,
+    ) -> JobSpec:
         """The PyTorchJob's spec on a pool of `instance_type`; `efa`: whether the pool's nodes
         have their EFA interfaces (a pool without them offers no `vpc.amazonaws.com/efa`);
         `bucket`: promote's bucket, by its physical name.
@@ -799,6 +807,8 @@ class JobFile(BaseModel):
             "priority_class": self.priority,
             "config_map": self.mounted_config_map,
             "labels": {JOB_LABEL: self.name},
+            # The tenant's uid: admission refuses any other in its namespace.
+            "run_as_user": run_as_user,
         }
         if self.is_step:
             return JobSpec(

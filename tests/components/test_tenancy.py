@@ -44,7 +44,8 @@ def test_every_finetune_tenant_gets_its_objects(plans) -> None:
         assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
         assert labels["llm-platform/tenant"] == tenant
         assert ns.parent.endswith("::tenancy")
-        assert len(_in(plan, QUOTA, tenant)) == 1
+        quotas = {r.inputs["metadata"]["name"] for r in _in(plan, QUOTA, tenant)}
+        assert quotas == {"llmp-quota", "llmp-priorities"}
         assert len(_in(plan, LIMITS, tenant)) == 1
         assert len(_in(plan, ROLE, tenant)) == 1 and len(_in(plan, BINDING, tenant)) == 1
         assert len(_in(plan, LOCAL_QUEUE, tenant)) == 1
@@ -64,15 +65,28 @@ def test_every_finetune_tenant_gets_its_objects(plans) -> None:
 
 
 def test_quota_sums_the_tenant_gpus_per_accelerator_resource(plans) -> None:
-    hard = _in(plans("finetune"), QUOTA, "chat")[0].inputs["spec"]["hard"]
+    def quota(plan, ns: str, name: str = "llmp-quota") -> dict:
+        (found,) = [r for r in _in(plan, QUOTA, ns) if r.inputs["metadata"]["name"] == name]
+        return found.inputs["spec"]
+
+    hard = quota(plans("finetune"), "chat")["hard"]
     assert hard == {
         "requests.nvidia.com/gpu": "24",
         "requests.aws.amazon.com/neuron": "0",
         "requests.cpu": "768",
         "requests.memory": "8192Gi",
         "persistentvolumeclaims": "8",
+        "requests.storage": "2048Gi",
+        "services.loadbalancers": "0",
+        "services.nodeports": "0",
     }
-    serving = _in(plans("inference"), QUOTA, "serving")[0].inputs["spec"]["hard"]
+    # No pod of the serving class in a training tenant's namespace.
+    priorities = quota(plans("finetune"), "chat", "llmp-priorities")
+    assert priorities["hard"] == {"pods": "0"}
+    assert priorities["scopeSelector"]["matchExpressions"] == [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["llmp-serving"]}
+    ]
+    serving = quota(plans("inference"), "serving")["hard"]
     assert serving["requests.nvidia.com/gpu"] == "64"  # serving GPUs, outside Kueue
 
 
@@ -138,7 +152,8 @@ def test_tenant_namespaces_have_one_owner_and_hold_the_volumes(plans) -> None:
     quotas = [
         r for r in plan.by_type(QUOTA) if r.inputs["metadata"]["namespace"] == "foundation"
     ]
-    assert len(quotas) == 1  # the tenancy's, not a second one from StorageVolumes
+    # The tenancy's, not a second one from StorageVolumes.
+    assert {q.name for q in quotas} == {"tenancy-foundation-quota", "tenancy-foundation-priorities"}
 
 
 def test_a_volume_namespace_that_is_no_tenant_stays_with_storage(synth) -> None:
