@@ -90,6 +90,8 @@ def directory_metadata(uid: int) -> dict[str, str]:
     """The S3 user metadata FSx reads as a directory's owner, group and mode (the provider
     adds `x-amz-meta-`)."""
     return {"file-owner": str(uid), "file-group": str(uid), "file-permissions": DIRECTORY_MODE}
+
+
 LOG_GROUP_PREFIX = "/aws/fsx/"
 """FSx writes only to log groups whose name begins with this (its service-linked role's policy)."""
 LOG_LEVEL = "WARN_ERROR"

@@ -176,7 +176,9 @@ def policy(
             else None,
             variables=[VariableArgs(name=k, expression=v) for k, v in (variables or {}).items()]
             or None,
-            validations=[ValidationArgs(expression=c.expression, message=c.message) for c in checks],
+            validations=[
+                ValidationArgs(expression=c.expression, message=c.message) for c in checks
+            ],
         ),
     )
 
@@ -190,8 +192,6 @@ def binding(
         spec=ValidatingAdmissionPolicyBindingSpecArgs(
             policy_name=policy_name,
             validation_actions=["Deny"],
-            match_resources=MatchResourcesArgs(
-                namespace_selector=namespaces
-            ),
+            match_resources=MatchResourcesArgs(namespace_selector=namespaces),
         ),
     )

@@ -168,7 +168,9 @@ def lustre_persistent_volume(
     cannot reach above it."""
     if subdirectory and (not subdirectory.startswith("/") or ".." in subdirectory.split("/")):
         raise ValueError(f"subdirectory {subdirectory!r}: an absolute path without '..'")
-    mount = pulumi.Output.concat(mount_name, subdirectory.rstrip("/")) if subdirectory else mount_name
+    mount = (
+        pulumi.Output.concat(mount_name, subdirectory.rstrip("/")) if subdirectory else mount_name
+    )
     return PersistentVolumeInitArgs(
         metadata=ObjectMetaArgs(name=lustre_volume_name(namespace), labels=PART_OF),
         spec=PersistentVolumeSpecArgs(

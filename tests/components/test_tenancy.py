@@ -149,9 +149,7 @@ def test_tenant_namespaces_have_one_owner_and_hold_the_volumes(plans) -> None:
     ns = plan.one(NS, "tenancy-foundation-ns")
     assert claim.inputs["metadata"]["namespace"] == "foundation"
     assert ns.urn in claim.dependencies
-    quotas = [
-        r for r in plan.by_type(QUOTA) if r.inputs["metadata"]["namespace"] == "foundation"
-    ]
+    quotas = [r for r in plan.by_type(QUOTA) if r.inputs["metadata"]["namespace"] == "foundation"]
     # The tenancy's, not a second one from StorageVolumes.
     assert {q.name for q in quotas} == {"tenancy-foundation-quota", "tenancy-foundation-priorities"}
 
