@@ -74,8 +74,8 @@ from manifests.jobs.pod import WORKLOAD_SERVICE_ACCOUNT
 from manifests.jobs.pytorchjob import METRICS_PORT as TRAINER_METRICS_PORT
 from manifests.jobs.rayjob import DASHBOARD_PORT
 from manifests.jobs.rayjob import METRICS_PORT as RAY_METRICS_PORT
+from manifests.scheduling import PRIORITIES
 from spec.catalog import catalog
-from spec.tenancy import PRIORITY_CLASSES
 
 TENANT_LABEL = "llm-platform/tenant"
 MONITORING_NAMESPACE = "monitoring"
@@ -161,7 +161,7 @@ def priority_quota_args(
     """No pod of a PriorityClass the tenant may not use (a quota of 0 pods scoped to those
     classes: Kubernetes refuses them at creation, whoever creates them); None: it may use
     all."""
-    refused = [p for p in PRIORITY_CLASSES if p not in tenant.priority_classes]
+    refused = [p.name for p in PRIORITIES if p.name not in tenant.priority_classes]
     if not refused:
         return None
     return ResourceQuotaInitArgs(
