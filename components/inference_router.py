@@ -5,10 +5,12 @@ for it:
 
 - the **InferencePool CRD** (inference.networking.k8s.io/v1, gateway-api-inference-
   extension v1.6.0, pinned in the catalog), once;
-- per such model: its **InferencePool** (the model's stable pods on vLLM's port), the
+- per such model: its **InferencePool** (the model's stable pods on their gateways' `peer`
+  port: vLLM listens on loopback only), the
   picker's **ServiceAccount**, **Role** and **RoleBinding**, **Deployment**, **Service**
   and **PodDisruptionBudget**, and the **NetworkPolicy** that lets the picker reach the
-  API server.
+  API server (its flows with the model pods are the serving component's policies,
+  `manifests.serving.network`).
 
 What the picker does and why: `manifests.serving.router`; how the gateway calls it:
 `manifests.serving.gateway`. The component expects the Kubernetes provider through
@@ -77,7 +79,7 @@ class InferenceRouter(pulumi.ComponentResource):
                 opts=child,
             )
             manifest = router.inference_pool(
-                model, vllm.selector(model), gateway.VLLM_PORT
+                model, vllm.selector(model), gateway.PEER_PORT
             ).manifest()
             k8s.apiextensions.CustomResource(
                 f"{name}-{model}",

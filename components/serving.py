@@ -12,10 +12,20 @@ namespace that the tenancy component creates):
   `llmp-serving`), a **Service** (`http`, `health`, and `metrics` labelled
   for scraping), a **PodDisruptionBudget** and a KEDA **ScaledObject**
   (queue depth from Prometheus, serving hours by cron);
-- the gateway **Secret**: Envoy's configuration with the clients' API keys,
-  from secret stack config `llm-platform-serving:<client>`, secret in every
-  plan, and per model its shed point (max_num_seqs + queue, then 429), the
-  clients allowed and each one's rate limit;
+- the gateway's keys, per model in **AWS Secrets Manager** (a Secret and its
+  SecretVersion, KMS-encrypted with the stack's key where it has one): the keyed
+  Envoy listeners with the clients' API keys, from secret stack config
+  `llm-platform-serving:<client>`, secret in every plan; the rest of Envoy's
+  configuration (per model its shed point: max_num_seqs + queue, then 429, the
+  clients allowed and each one's rate limit) carries no key and rides in the pod
+  template. Why and how they reach the gateway: `manifests.serving.keys`;
+- the **Secrets Store CSI driver** (kubernetes-sigs chart) and its **AWS provider**
+  (aws chart), both pinned in the catalog, in `kube-system`: rotation on, the driver
+  writing the files, no Secret sync; this component is their one owner, since only
+  the gateways mount secrets so. Per model a **SecretProviderClass** (typed,
+  `manifests.serving.keys`), the model pods' **ServiceAccount** `model-server` and
+  its **IAM role** through EKS Pod Identity, which may read only these secrets (and
+  decrypt them only through Secrets Manager);
 - a model over several nodes (`nodes_per_replica`): a **LeaderWorkerSet**
   (`manifests.serving.multinode`) instead of the Deployment, queued to Kueue,
   its Service selecting the groups' leaders; the **LWS controller** (Helm chart
@@ -30,15 +40,19 @@ namespace that the tenancy component creates):
   `manifests.serving.canary`), and the WAF attached;
 - a **WAFv2 WebACL**: AWS's known-bad-inputs rules, a rate limit per API key
   (the `authorization` header) and one per source IP;
-- a **NetworkPolicy** that lets the ALB (from the VPC) reach the gateway's
-  ports, on top of the tenant's default deny;
+- the serving namespace's **NetworkPolicies** by port, on top of the tenant's
+  default deny (`manifests.serving.network`): the ALB (from the VPC) to the
+  gateway's `http` and `health` ports, Prometheus to the `metrics` port, a picked
+  model's gateways to each other's `peer` port and to its picker's gRPC, the picker
+  to the `metrics` port, a LeaderWorkerSet's pods to each other, and where traces
+  are on, the model pods to the collector's OTLP port;
 - where request logs are on, the WAF's **logging configuration** (into the
   `aws-waf-logs-` bucket of `components.storage`, `authorization` redacted) and the
-  Ingress's access-log attributes; where traces are on, a **NetworkPolicy** from the
-  model pods to the collector's OTLP port.
+  Ingress's access-log attributes.
 
-Why the gateway: see `manifests.serving.gateway`. The component expects the
-AWS and Kubernetes providers through `opts.providers`.
+Why the gateway, and why vLLM listens on loopback only: see
+`manifests.serving.gateway`. The component expects the AWS and Kubernetes providers
+through `opts.providers`.
 """
 
 from __future__ import annotations
@@ -52,14 +66,18 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.helm import pinned_release
+from components.iam import pod_identity_role
 from manifests.serving import (
+    NAMESPACE,
     EngineSettings,
     ServedModel,
     ServingHours,
     canary,
     gateway,
     keda,
+    keys,
     multinode,
+    network,
     vllm,
 )
 from spec.catalog import catalog
@@ -68,6 +86,9 @@ from spec.labels import PART_OF
 KEDA = "keda"
 LWS = "lws"
 LWS_NAMESPACE = "lws-system"
+CSI_DRIVER = "secrets-store-csi-driver"
+CSI_PROVIDER = "secrets-store-csi-driver-provider-aws"
+CSI_NAMESPACE = "kube-system"
 KEY_CONFIG_NAMESPACE = "llm-platform-serving"
 """Secret config namespace of the API keys: `llm-platform-serving:<client>`."""
 
@@ -85,6 +106,31 @@ def api_keys(clients: list[str]) -> dict[str, pulumi.Output[str] | None]:
             )
         keys[client] = key
     return keys
+
+
+def csi_driver_values() -> dict[str, Any]:
+    """The Secrets Store CSI driver (chart values.yaml at v1.6.0): a token of Pod Identity's
+    audience for the provider, rotation on (the keyed listeners are swapped in place), and
+    no Secret sync, so the chart grants itself no access to Secrets either."""
+    return {
+        "tokenRequests": [{"audience": keys.POD_IDENTITY_AUDIENCE}],
+        "enableSecretRotation": True,
+        "rotationPollInterval": keys.ROTATION_POLL,
+        "syncSecret": {"enabled": False},
+    }
+
+
+def csi_provider_values(region: str) -> dict[str, Any]:
+    """The AWS provider (chart values.yaml at 3.1.1): the driver is its own release, pinned
+    apart; the driver writes the files (atomically, which Envoy's directory watch needs); the
+    region set (the nodes' metadata is one hop away from pods); on every node, as the
+    driver is, GPU nodes and their taints included."""
+    return {
+        "secrets-store-csi-driver": {"install": False},
+        "driverWritesSecrets": True,
+        "awsRegion": region,
+        "tolerations": [{"operator": "Exists"}],
+    }
 
 
 def _visibility(name: str) -> dict[str, Any]:
@@ -181,17 +227,25 @@ class ServingArgs:
     rate_limit_per_ip: int = 6000
     namespace: pulumi.Input[str]
     """The `serving` tenant namespace (from tenancy: the objects wait for it)."""
+    cluster_name: pulumi.Input[str]
+    """The EKS cluster: the model server's Pod Identity association, and the prefix of the
+    gateway secrets' names (`<cluster>/serving/<model>/gateway`)."""
+    region: str
+    """Where the secrets are (the provider reads them there; the role's KMS condition)."""
+    kms_key_arn: pulumi.Input[str] | None = None
+    """The stack's KMS key for the secrets; None: Secrets Manager's own key."""
     vpc_cidr: str
     pools: Mapping[str, str]
     """Instance type per node pool."""
     system_nodes: list[pulumi.Resource] = field(default_factory=list)
+    """What KEDA's operator Deployment and the CSI driver's hook need first (the system node
+    group)."""
     traces_endpoint: str | None = None
     """The collector's OTLP gRPC endpoint: the gateways trace to it; None: no traces."""
     access_logs: gateway.AccessLogs | None = None
     """The ALB's access logs (bucket and prefix); None: off."""
     waf_log_bucket_arn: pulumi.Input[str] | None = None
     """The WAF's log bucket (`aws-waf-logs-...`); None: the WAF does not log."""
-    """What KEDA's operator Deployment needs first (the system node group)."""
 
 
 class Serving(pulumi.ComponentResource):
@@ -216,8 +270,8 @@ class Serving(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes),
         )
 
-        routes = [
-            gateway.gateway_model(
+        routes = {
+            m.name: gateway.gateway_model(
                 m,
                 args.engines[m.name],
                 args.model_clients.get(m.name, args.clients),
@@ -225,12 +279,8 @@ class Serving(pulumi.ComponentResource):
                 args.traces_endpoint,
             )
             for m in args.models
-        ]
-        k8s.core.v1.Secret(
-            f"{name}-gateway",
-            gateway.gateway_secret_args(ns, routes, api_keys(list(args.clients)), PART_OF),
-            opts=child,
-        )
+        }
+        key_ready = self._gateway_keys(name, args, routes)
 
         after_keda = pulumi.ResourceOptions(parent=self, depends_on=[keda_release])
         after_lws = child
@@ -271,6 +321,7 @@ class Serving(pulumi.ComponentResource):
                         itype,
                         kind.resource,
                         kind.taint_key,
+                        gateway_model=routes[model.name],
                         track=track,
                         revision=revision,
                         replicas=replicas,
@@ -281,7 +332,7 @@ class Serving(pulumi.ComponentResource):
                         kind=lws["kind"],
                         metadata={**lws["metadata"], "namespace": ns},
                         spec=lws["spec"],
-                        opts=after_lws,
+                        opts=pulumi.ResourceOptions.merge(after_lws, key_ready),
                     )
                     leaders = multinode.leader_selector(workload)
                 else:
@@ -294,11 +345,12 @@ class Serving(pulumi.ComponentResource):
                             itype,
                             kind.resource,
                             kind.taint_key,
+                            gateway_model=routes[model.name],
                             track=track,
                             revision=revision,
                             replicas=replicas,
                         ),
-                        opts=child,
+                        opts=key_ready,
                     )
                 k8s.core.v1.Service(
                     f"{name}-{model.name}{suffix}",
@@ -355,21 +407,24 @@ class Serving(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        k8s.networking.v1.NetworkPolicy(
-            f"{name}-allow-alb",
-            gateway.alb_network_policy_args(ns, args.vpc_cidr, {"app.kubernetes.io/name": "vllm"}),
-            opts=child,
+        policies = network.serving_network_policies(
+            ns,
+            vpc_cidr=args.vpc_cidr,
+            picked_models=[m.name for m in args.models if m.routing == "endpoint-picker"],
+            groups=[
+                vllm.workload_name(m.name, track)
+                for m in args.models
+                if m.nodes_per_replica > 1
+                for track in (
+                    [vllm.STABLE, vllm.CANARY] if m.live_canary is not None else [vllm.STABLE]
+                )
+            ],
+            traces=gateway.TraceCollector.from_endpoint(args.traces_endpoint)
+            if args.traces_endpoint is not None
+            else None,
         )
-        if args.traces_endpoint is not None:
-            k8s.networking.v1.NetworkPolicy(
-                f"{name}-allow-traces",
-                gateway.traces_network_policy_args(
-                    ns,
-                    gateway.TraceCollector.from_endpoint(args.traces_endpoint),
-                    {"app.kubernetes.io/name": "vllm"},
-                ),
-                opts=child,
-            )
+        for policy, policy_args in policies.items():
+            k8s.networking.v1.NetworkPolicy(f"{name}-{policy}", policy_args, opts=child)
         if args.waf_log_bucket_arn is not None:
             # The API keys travel in `authorization`: never into the logs.
             aws.wafv2.WebAclLoggingConfiguration(
@@ -388,3 +443,107 @@ class Serving(pulumi.ComponentResource):
         self.web_acl_arn = web_acl.arn
         self.models = [m.name for m in args.models]
         self.register_outputs({"web_acl_arn": self.web_acl_arn, "models": self.models})
+
+    def _gateway_keys(
+        self, name: str, args: ServingArgs, routes: Mapping[str, gateway.GatewayModel]
+    ) -> pulumi.ResourceOptions:
+        """The keyed listeners of each model in Secrets Manager, the CSI driver and provider
+        that mount them, the model server's account and its role; returns the options a
+        model pod's workload takes (it waits for all of them: Pod Identity serves only pods
+        created after their association, and a mount fails without its provider class)."""
+        child = pulumi.ResourceOptions(parent=self)
+        pins = catalog().serving
+        assert pins is not None
+        on_system = pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes)
+        driver = pinned_release(
+            f"{name}-{CSI_DRIVER}",
+            CSI_DRIVER,
+            pins.secrets_store_csi_driver,
+            namespace=CSI_NAMESPACE,
+            values=csi_driver_values(),
+            opts=on_system,
+        )
+        provider = pinned_release(
+            f"{name}-{CSI_PROVIDER}",
+            CSI_PROVIDER,
+            pins.secrets_store_provider_aws,
+            namespace=CSI_NAMESPACE,
+            values=csi_provider_values(args.region),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.system_nodes, driver]),
+        )
+        client_keys = api_keys(list(args.clients))
+        clients = sorted(client_keys)
+        present = [client_keys[c] for c in clients]
+        after_driver = pulumi.ResourceOptions(parent=self, depends_on=[driver])
+        secrets: list[aws.secretsmanager.Secret] = []
+        classes: list[pulumi.Resource] = []
+        for model, route in routes.items():
+
+            def named(cluster: str, model: str = model) -> str:
+                return keys.secret_name(cluster, model)
+
+            def provider_class(secret_name: str, model: str = model) -> dict[str, Any]:
+                spc = keys.secret_provider_class(model, secret_name, args.region, {})
+                return spc.manifest()["spec"]
+
+            def listeners(values: list[Any], route: gateway.GatewayModel = route) -> str:
+                return gateway.listeners_file(route, dict(zip(clients, values, strict=True)))
+
+            secret = aws.secretsmanager.Secret(
+                f"{name}-{model}-keys",
+                name=pulumi.Output.from_input(args.cluster_name).apply(named),
+                description=f"Envoy's keyed listeners of model {model} (API keys)",
+                kms_key_id=args.kms_key_arn,
+                # A copy of stack config, rebuilt by every `pulumi up`: deleted at once, so
+                # a rebuilt stack can take the name again.
+                recovery_window_in_days=0,
+                opts=child,
+            )
+
+            rendered: pulumi.Output[str] = pulumi.Output.all(*present).apply(listeners)
+            # Secret on its own: a plan shows that the version has a value, never a key.
+            value: pulumi.Output[str] = pulumi.Output.secret(rendered)
+            aws.secretsmanager.SecretVersion(
+                f"{name}-{model}-keys",
+                secret_id=secret.id,
+                secret_string=value,
+                opts=child,
+            )
+            classes.append(
+                k8s.apiextensions.CustomResource(
+                    f"{name}-{model}-keys",
+                    api_version=keys.API_VERSION,
+                    kind="SecretProviderClass",
+                    metadata={
+                        "name": keys.provider_class_name(model),
+                        "namespace": args.namespace,
+                        "labels": vllm.labels(model),
+                    },
+                    # Built by the typed model, once the secret's name is known.
+                    spec=secret.name.apply(provider_class),
+                    opts=after_driver,
+                )
+            )
+            secrets.append(secret)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-{keys.MODEL_SERVER_SA}",
+            keys.service_account_args(args.namespace),
+            opts=child,
+        )
+        kms = args.kms_key_arn
+        policy = pulumi.Output.all(kms, *[s.arn for s in secrets]).apply(
+            lambda v: keys.reader_policy(list(v[1:]), v[0], args.region)
+        )
+        _, association = pod_identity_role(
+            f"{name}-{keys.MODEL_SERVER_SA}",
+            parent=self,
+            description="Model servers: read the gateway keys in Secrets Manager",
+            policy=policy,
+            cluster_name=args.cluster_name,
+            # The plain name: an association needs neither the namespace nor the account.
+            namespace=NAMESPACE,
+            service_account=keys.MODEL_SERVER_SA,
+        )
+        return pulumi.ResourceOptions(
+            parent=self, depends_on=[driver, provider, account, association, *classes]
+        )

@@ -516,6 +516,10 @@ def _serving(site: Site, buckets: Storage | None, tenancy: Tenancy) -> None:
                 rate_limit_per_key=serve.api.rate_limit_per_key,
                 rate_limit_per_ip=serve.api.rate_limit_per_ip,
                 namespace=tenancy.namespaces["serving"],
+                cluster_name=site.cluster.name,
+                region=cfg.region,
+                # The gateway keys' secrets, under the stack's key where it has one.
+                kms_key_arn=buckets.kms_key_arn if buckets is not None else None,
                 vpc_cidr=cfg.network.vpc_cidr,
                 pools={name: pool.instance_type for name, pool in cfg.node_pools.items()},
                 system_nodes=system_nodes,

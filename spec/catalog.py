@@ -82,6 +82,8 @@ class PlatformPrices(_Data):
     waf_web_acl_usd_per_month: float
     waf_rule_usd_per_month: float
     waf_usd_per_million_requests: float
+    secrets_manager_secret_usd_per_month: float
+    secrets_manager_usd_per_10000_calls: float
 
 
 _PULL_REQUEST = re.compile(r"pull[ /-]request|/pull/|refs/pull|\bPR\b", re.IGNORECASE)
@@ -269,6 +271,10 @@ class ServingPins(_Data):
     router_verified: Verified
     inference_pool_crd: CrdManifest
     """The InferencePool CRD (inference.networking.k8s.io/v1) the picker reads its pool from."""
+    secrets_store_csi_driver: Chart
+    """The Secrets Store CSI driver: mounts the gateway's keys (manifests/serving/keys.py)."""
+    secrets_store_provider_aws: Chart
+    """Its AWS provider: reads them from Secrets Manager through EKS Pod Identity."""
 
 
 class ElbLogDelivery(_Data):

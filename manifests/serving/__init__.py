@@ -4,11 +4,19 @@ Pure functions and pydantic models: they return the `*Args` (or manifest dicts
 of custom resources) that `components.serving` hands to `pulumi_kubernetes`,
 and the tests read them without a Pulumi runtime.
 
-- `vllm`: per model a Deployment (vLLM plus the authenticating gateway
-  sidecar), a Service and a PodDisruptionBudget;
-- `gateway`: the Envoy configuration that checks API keys, the Ingress of the
-  AWS Load Balancer Controller and the NetworkPolicy that lets the ALB in;
+- `vllm`: per model a Deployment (vLLM on loopback plus the authenticating gateway
+  sidecar, its only door), a Service and a PodDisruptionBudget;
+- `gateway`: the Envoy configuration that checks API keys (a bootstrap without keys, and
+  the keyed listeners that reach the pod from Secrets Manager), the Ingress of the AWS
+  Load Balancer Controller and the NetworkPolicy that lets the ALB in;
+- `keys`: the gateway's keys as AWS Secrets Manager holds them and the SecretProviderClass
+  that mounts them into the gateway (Secrets Store CSI driver, AWS provider);
+- `network`: the serving namespace's flows by port, as NetworkPolicies;
 - `keda`: the ScaledObject of each model.
+
+The ports of a model pod are declared here, once: every one is an Envoy listener of the
+gateway sidecar, and vLLM listens only on the pod's loopback (`manifests.serving.gateway`
+says why).
 """
 
 from __future__ import annotations
@@ -18,6 +26,20 @@ from typing import Literal, Protocol
 
 NAMESPACE = "serving"
 """The tenant namespace every model server runs in (tenancy owns it)."""
+
+API_PORT = 8080
+"""The gateway's API listener (`http`): client keys, rate limits; the ALB's target."""
+HEALTH_PORT = 8081
+"""The gateway's `health` listener: `GET /health` only, the ALB's target health check."""
+PEER_PORT = 8082
+"""The gateway's `peer` listener (endpoint-picker models): the replica the picker chose,
+reached by the model's other gateways with the client's key; the InferencePool's port."""
+METRICS_PORT = 8090
+"""The gateway's `metrics` listener: `GET /metrics` only (vLLM's), for Prometheus and the
+endpoint picker; nothing else is served on it."""
+VLLM_PORT = 8000
+"""vLLM's OpenAI server, bound to 127.0.0.1: only the pod's own gateway reaches it."""
+VLLM_HOST = "127.0.0.1"
 
 
 class ServedModel(Protocol):

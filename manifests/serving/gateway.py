@@ -1,23 +1,57 @@
-"""The API's front door: ALB (HTTPS only, WAF) -> Envoy sidecar (API keys) -> vLLM.
+"""The API's front door: ALB (HTTPS only, WAF) -> Envoy sidecar (API keys) -> vLLM on loopback.
 
 Why this layer: vLLM's own `--api-key` takes one key for everyone and leaves
 `/metrics` and `/health` open, and the ALB can only authenticate browsers
 (OIDC/Cognito), not API clients. So each model pod runs a pinned Envoy as a
-sidecar in front of vLLM:
+sidecar in front of vLLM.
 
-- port 8080 (`http`, the only port the Ingress routes to) forwards
-  `/<model>/v1/...` to vLLM's `/v1/...` on localhost, and only when the
-  `authorization` header is `Bearer <key>` of a known client (Envoy's RBAC
-  filter); any other path gets 404, any other request 403. Nothing of vLLM is
-  reachable from the ALB without a key: not `/metrics`, not `/health`;
-- port 8081 (`health`) answers only `GET /health` (proxied to vLLM): the
-  ALB's target health check, never routed by the Ingress.
+**One door.** vLLM listens on 127.0.0.1:8000 of its pod (`--host 127.0.0.1`): no other
+pod, the endpoint picker and Prometheus included, reaches it. Every port the pod serves
+is a listener of this gateway, and each either checks a client's key before anything
+reaches vLLM or answers one read-only path:
 
-The keys come from secret stack config (`llm-platform-serving:<client>`),
-reach the cluster only inside a Kubernetes Secret holding the Envoy
-configuration, and stay secret in every plan (`pulumi.Output.secret`). A
-client without a key is refused (fail closed). The WAF in front of the ALB
-rate-limits per key and per source IP (`components.serving`).
+- 8080 `http` (the only port the Ingress routes to) forwards `/<model>/v1/...` to vLLM's
+  `/v1/...`, and only when the `authorization` header is `Bearer <key>` of a client of the
+  model (Envoy's RBAC filter); any other path gets 404, any other request 403;
+- 8081 `health` answers only `GET /health` (proxied to vLLM): the ALB's target health
+  check, never routed by the Ingress;
+- 8090 `metrics` answers only `GET /metrics` (vLLM's Prometheus text): what Prometheus
+  and the endpoint picker scrape; anything else gets 404;
+- 8082 `peer` (models with `routing: endpoint-picker` only) is the door of a replica the
+  picker chose for a request another gateway took in: that gateway checked the key and
+  spent the client's token, and forwards the request with the client's `authorization`
+  as it came; the peer listener checks it again against the same RBAC policies (no
+  second rate limit) and hands it to its own vLLM through the shed point.
+
+Why loopback rather than a key of vLLM's own (`--api-key`, which only the gateway would
+hold, replacing the client's header as it forwards): the pinned vLLM v0.11.0 checks that
+key only on paths under `/v1`; its server answers more outside it (tokenization, pooling
+and scoring, SageMaker's `/invocations`, which runs a completion), and whatever a later
+release adds would be open until someone noticed. On loopback nothing of vLLM's is on the
+network at all, and the gateway's routes are an allow list. What it costs: the kubelet's
+probes of vLLM run inside its container (an exec of python3 against 127.0.0.1), and the
+picker's two hops (its scrape, the picked forward) go to the `metrics` and `peer`
+listeners instead of vLLM's port. A multi-node replica's leader binds its server to
+loopback the same way; its Ray ports are fenced to the pods of its own LeaderWorkerSet
+(`manifests.serving.network`).
+
+**Keys.** The keys come from secret stack config (`llm-platform-serving:<client>`) and
+reach the cluster only inside AWS Secrets Manager (`manifests.serving.keys`). The
+gateway's configuration is in two parts:
+
+- the **bootstrap** (`bootstrap`): admin on loopback, the `health` and `metrics`
+  listeners, the clusters, and a listener source that reads the keyed listeners from a
+  file: no key in it. It is the container's `--config-yaml` argument, part of the pod
+  template: no ConfigMap a tenant could edit, and a change rolls the pods;
+- the **keyed listeners** (`listeners_file`: `api`, and `peer` where the model is
+  picked), an LDS DiscoveryResponse that is the model's secret in Secrets Manager. The
+  Secrets Store CSI driver mounts it into the gateway (`/etc/envoy/keys`, never a
+  Kubernetes Secret) and, on rotation, rewrites it atomically (a `..data` symlink swap);
+  Envoy watches the directory and swaps the listeners in place.
+
+A client without a key is refused (fail closed); a keyed listener that fails to load
+leaves the previous one serving, and a pod whose keys cannot be mounted never starts. The
+WAF in front of the ALB rate-limits per key and per source IP (`components.serving`).
 
 Protecting the latency SLO (Envoy v1.35, the catalog's pin), per replica:
 
@@ -27,29 +61,31 @@ Protecting the latency SLO (Envoy v1.35, the catalog's pin), per replica:
   client (a route `rate_limits` action matches the client's key in the header and
   names the descriptor after the client, never the key); past it 429 with
   `retry-after: 1` (the bucket refills every second);
-- **load shedding**: the vLLM cluster's circuit breaker admits `max_requests` =
+- **load shedding**: the local vLLM cluster's circuit breaker admits `max_requests` =
   max_num_seqs + max_queued_requests at once (the batch, and a queue that vLLM
   holds, where KEDA sees it as `vllm:num_requests_waiting`). HTTP/1.1 to vLLM takes
   a connection per request; connections may reach twice that, so the connection
   limit never queues: a request beyond `max_requests` fails at once with Envoy's
   overflow (503, response flag UO), which `local_reply_config` turns into 429 with
-  `retry-after` (the model's `admission.retry_after_seconds`);
+  `retry-after` (the model's `admission.retry_after_seconds`). Every request to a vLLM
+  passes its own gateway's local cluster (the `api` route, or the `peer` listener for a
+  picked one), so the breaker counts all of them, from whichever gateway;
 - **timeouts and retries**: the route timeout covers the whole response (a long
   stream), and so does each try's (Envoy disarms a try's timer only when its
   response ends), so `per_try_timeout` equals the route's; retries are only for
   failures before vLLM got the request (connect-failure, refused-stream,
   reset-before-request), at most `admission.retries`, with a small back-off. Envoy
   never retries once response headers went downstream, so a request that already
-  streamed is never sent twice.
+  streamed is never sent twice. The `peer` hop does not retry (the first gateway does).
 
 Where a model has `routing: endpoint-picker`, the API route asks the model's endpoint
 picker (`manifests.serving.router`) which replica serves the request: after RBAC and the
 rate limit, a header mutation drops any client-sent `x-gateway-destination-endpoint`,
 the external processing filter (ext_proc, the picker's gRPC service, fail closed) sets
-it to the chosen pod's `ip:port`, and the `picked` cluster (ORIGINAL_DST, the header as
-destination) forwards there; the circuit breaker, retries and timeouts stay on that
-cluster. With `round-robin` (the default) the sidecar forwards to its own vLLM and the
-ALB's round robin over the pods is the routing.
+it to the chosen pod's `ip:port` (its `peer` port, the InferencePool's), and the `picked`
+cluster (ORIGINAL_DST, the header as destination) forwards there; retries and timeouts
+stay on that route. With `round-robin` (the default) the sidecar forwards to its own vLLM
+and the ALB's round robin over the pods is the routing.
 
 Where traces are on (`monitoring.traces`), the API listener's connection manager traces
 every request with Envoy's OpenTelemetry tracer to the in-cluster collector's OTLP gRPC
@@ -65,8 +101,6 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import pulumi
-import yaml
-from pulumi_kubernetes.core.v1 import SecretInitArgs
 from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 from pulumi_kubernetes.networking.v1 import (
     HTTPIngressPathArgs,
@@ -86,14 +120,21 @@ from pulumi_kubernetes.networking.v1 import (
     ServiceBackendPortArgs,
 )
 
+from manifests.serving import API_PORT as API_PORT
+from manifests.serving import HEALTH_PORT as HEALTH_PORT
+from manifests.serving import METRICS_PORT as METRICS_PORT
+from manifests.serving import PEER_PORT as PEER_PORT
+from manifests.serving import VLLM_HOST as VLLM_HOST
+from manifests.serving import VLLM_PORT as VLLM_PORT
 from manifests.serving import EngineSettings, ServedModel, router
 from spec.labels import PART_OF
 
-API_PORT = 8080
-HEALTH_PORT = 8081
 ADMIN_PORT = 9901
-VLLM_PORT = 8000
-GATEWAY_SECRET = "serving-gateway"
+KEYS_DIR = "/etc/envoy/keys"
+"""Where the Secrets Store CSI driver mounts the model's keyed listeners (the gateway only)."""
+LISTENERS_FILE = "listeners.yaml"
+"""The keyed listeners' file in KEYS_DIR (the object's alias in the SecretProviderClass)."""
+LISTENER_TYPE = "type.googleapis.com/envoy.config.listener.v3.Listener"
 KEY_HEADER = "authorization"
 INGRESS_NAME = "serving-api"
 SSL_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
@@ -435,14 +476,14 @@ def picker_filters(model: GatewayModel) -> list[dict[str, Any]]:
     ]
 
 
-def picked_cluster(model: GatewayModel) -> dict[str, Any]:
-    """The replica the picker chose, from its header; the shed point stays here."""
+def picked_cluster() -> dict[str, Any]:
+    """The replica the picker chose, from its header: its `peer` listener, whose own local
+    cluster is that vLLM's shed point."""
     return {
         "name": PICKED_CLUSTER,
         "type": "ORIGINAL_DST",
         "lb_policy": "CLUSTER_PROVIDED",
         "connect_timeout": "2s",
-        "circuit_breakers": circuit_breakers(model),
         "original_dst_lb_config": {
             "use_http_header": True,
             "http_header_name": router.DESTINATION_HEADER,
@@ -489,10 +530,23 @@ def tracing(model: GatewayModel) -> dict[str, Any] | None:
     }
 
 
-def envoy_config(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[str, Any]:
-    """Envoy's bootstrap for one model: keys are client -> API key (None: no key, refused)."""
+def _rbac_filter(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[str, Any]:
+    return _http_filter(
+        "envoy.filters.http.rbac", {"@type": RBAC_TYPE, "rules": rbac_rules(model, keys)}
+    )
+
+
+def _get_only(path: str, timeout: str) -> list[dict[str, Any]]:
+    """One read-only path of the local vLLM, for GET only; any other method or path 404."""
+    match = {"path": path, "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]}
+    return [{"match": match, "route": {"cluster": LOCAL_CLUSTER, "timeout": timeout}}, _not_found()]
+
+
+def api_listener(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[str, Any]:
+    """The ALB's door (keyed): a client of the model, within its rate, to this pod's vLLM or
+    to the replica the picker chose."""
     picked = model.routing == "endpoint-picker"
-    api_routes = [
+    routes = [
         {
             "match": {"prefix": f"/{model.name}/v1/"},
             "route": {
@@ -506,73 +560,110 @@ def envoy_config(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[st
         },
         _not_found(),
     ]
-    health_routes = [
-        {"match": {"path": "/health"}, "route": {"cluster": LOCAL_CLUSTER, "timeout": "5s"}},
-        _not_found(),
-    ]
-    api_filters = [
-        _http_filter(
-            "envoy.filters.http.rbac", {"@type": RBAC_TYPE, "rules": rbac_rules(model, keys)}
-        ),
+    filters = [
+        _rbac_filter(model, keys),
         # Buckets live on the route; this instance only places the filter after RBAC.
         _http_filter(RATE_LIMIT_FILTER, {"@type": RATE_LIMIT_TYPE, "stat_prefix": "client_rate"}),
         # Only an authorized request within its client's rate reaches the picker.
         *(picker_filters(model) if picked else []),
     ]
-    # Round-robin: this pod's vLLM is the shed point; endpoint-picker: the picked replica
-    # is, and the local cluster only answers the ALB's health check.
-    local = _cluster(
-        LOCAL_CLUSTER,
-        "STATIC",
-        "127.0.0.1",
-        VLLM_PORT,
-        **({} if picked else {"circuit_breakers": circuit_breakers(model)}),
-    )
-    clusters = [local]
-    if picked:
+    return _listener("api", API_PORT, routes, filters, local_reply(model), tracing(model))
+
+
+def peer_listener(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[str, Any]:
+    """A picked replica's door (keyed): the request another gateway of the model took in,
+    its client's key checked again, to this pod's vLLM through its shed point. No rate limit
+    (the first gateway spent the token) and no retry (the first gateway retries)."""
+    routes = [
+        {
+            "match": {"prefix": "/v1/"},
+            "route": {"cluster": LOCAL_CLUSTER, "timeout": f"{REQUEST_TIMEOUT_S}s"},
+        },
+        _not_found(),
+    ]
+    return _listener("peer", PEER_PORT, routes, [_rbac_filter(model, keys)], local_reply(model))
+
+
+def keyed_listeners(model: GatewayModel, keys: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    """The listeners that carry keys: `api`, and `peer` where the model is picked."""
+    listeners = [api_listener(model, keys)]
+    if model.routing == "endpoint-picker":
+        listeners.append(peer_listener(model, keys))
+    return listeners
+
+
+def listeners_file(model: GatewayModel, keys: Mapping[str, str | None]) -> str:
+    """The keyed listeners as the LDS DiscoveryResponse Envoy reads from KEYS_DIR: the value
+    of the model's secret in Secrets Manager (JSON, which Envoy reads as YAML)."""
+    resources = [{"@type": LISTENER_TYPE, **lst} for lst in keyed_listeners(model, keys)]
+    return json.dumps({"resources": resources}, sort_keys=True, separators=(",", ":"))
+
+
+def _clusters(model: GatewayModel) -> list[dict[str, Any]]:
+    # Every request to this pod's vLLM passes here (the api route, the health and metrics
+    # listeners, a peer's forward): the shed point is this cluster's breaker.
+    clusters = [
+        _cluster(
+            LOCAL_CLUSTER,
+            "STATIC",
+            VLLM_HOST,
+            VLLM_PORT,
+            circuit_breakers=circuit_breakers(model),
+        )
+    ]
+    if model.routing == "endpoint-picker":
         assert model.picker_host is not None
-        clusters += [picked_cluster(model), picker_cluster(model.picker_host)]
+        clusters += [picked_cluster(), picker_cluster(model.picker_host)]
     if model.traces is not None:
         clusters.append(traces_cluster(model.traces))
+    return clusters
+
+
+def bootstrap(model: GatewayModel) -> dict[str, Any]:
+    """Envoy's bootstrap for one model, with no key in it: admin on loopback, the `health`
+    and `metrics` listeners, the clusters, and the keyed listeners read from the file the
+    Secrets Store CSI driver mounts (watched: a rotated file is swapped in, no restart)."""
+    listeners_path = f"{KEYS_DIR}/{LISTENERS_FILE}"
     return {
+        "node": {"id": f"gateway-{model.name}", "cluster": f"gateway-{model.name}"},
         "admin": {
             "address": {"socket_address": {"address": "127.0.0.1", "port_value": ADMIN_PORT}}
         },
         "static_resources": {
             "listeners": [
-                _listener(
-                    "api", API_PORT, api_routes, api_filters, local_reply(model), tracing(model)
-                ),
-                _listener("health", HEALTH_PORT, health_routes, []),
+                _listener("health", HEALTH_PORT, _get_only("/health", "5s"), []),
+                _listener("metrics", METRICS_PORT, _get_only("/metrics", "10s"), []),
             ],
-            "clusters": clusters,
+            "clusters": _clusters(model),
+        },
+        "dynamic_resources": {
+            "lds_config": {
+                "resource_api_version": "V3",
+                # The driver swaps `..data` atomically; a move in the directory reloads.
+                "path_config_source": {
+                    "path": listeners_path,
+                    "watched_directory": {"path": KEYS_DIR},
+                },
+            }
         },
     }
 
 
-def gateway_secret_args(
-    namespace: pulumi.Input[str],
-    models: Sequence[GatewayModel],
-    keys: Mapping[str, pulumi.Input[str] | None],
-    labels: Mapping[str, str],
-) -> SecretInitArgs:
-    """One Secret with `<model>.yaml` per model: the Envoy configurations, keys included."""
-    clients = sorted(keys)
-    present = [keys[c] for c in clients]
+def bootstrap_arg(model: GatewayModel) -> str:
+    """The bootstrap as Envoy's `--config-yaml` (compact JSON, which is YAML)."""
+    return json.dumps(bootstrap(model), sort_keys=True, separators=(",", ":"))
 
-    def render(model: GatewayModel) -> pulumi.Output[str]:
-        def dump(values: list[Any]) -> str:
-            resolved = dict(zip(clients, values, strict=True))
-            return yaml.safe_dump(envoy_config(model, resolved), sort_keys=False)
 
-        # Each value secret on its own: a plan shows the keys of the Secret, never a key.
-        return pulumi.Output.secret(pulumi.Output.all(*present).apply(dump))
-
-    return SecretInitArgs(
-        metadata=ObjectMetaArgs(name=GATEWAY_SECRET, namespace=namespace, labels=dict(labels)),
-        type="Opaque",
-        string_data={f"{m.name}.yaml": render(m) for m in models},
-    )
+def envoy_config(model: GatewayModel, keys: Mapping[str, str | None]) -> dict[str, Any]:
+    """What Envoy runs once the keyed listeners are loaded, as one bootstrap (the keyed
+    listeners first: `api`, then `health`, `metrics` and `peer` where picked): the unit the
+    tests and the schema check read. Deployed, it is `bootstrap` plus `listeners_file`."""
+    config = bootstrap(model)
+    del config["dynamic_resources"]
+    keyed = keyed_listeners(model, keys)
+    static = config["static_resources"]["listeners"]
+    config["static_resources"]["listeners"] = [keyed[0], *static, *keyed[1:]]
+    return config
 
 
 @dataclass(frozen=True)

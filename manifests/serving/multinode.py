@@ -21,8 +21,12 @@ from a path inside the image.
   (`best-effort-atomic-scale-up`), so a group never holds half its nodes.
 - `replicas` is left out: KEDA owns it through the LeaderWorkerSet's scale
   subresource (one group per replica), as it does a Deployment's.
-- The Service selects the groups' leaders only (they run the server and the
-  gateway sidecar); workers serve no port.
+- The Service selects the groups' leaders only (they run the server, on loopback
+  like every model server's, and the gateway sidecar); workers serve no port of the
+  API, run no gateway, mount no keys and take no service account of the model
+  server's. The Ray ports between a group's pods are fenced to the pods of the same
+  LeaderWorkerSet (`manifests.serving.network`): Ray has no authentication, and a head
+  reachable from any pod would run anyone's code.
 - EFA: every interface of the node is requested, huge pages are not (Ray and
   vLLM fork; with libfabric >= 1.18 `FI_EFA_USE_HUGE_PAGE=0` avoids the ENOMEM
   at fork).
@@ -39,7 +43,7 @@ from pulumi_kubernetes.meta.v1 import ObjectMetaArgs
 from pydantic import BaseModel, ConfigDict, Field
 
 from manifests.kueue import LOCAL_QUEUE
-from manifests.serving import NAMESPACE, EngineSettings, ServedModel, vllm
+from manifests.serving import NAMESPACE, EngineSettings, ServedModel, gateway, keys, vllm
 from spec.catalog import catalog
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -173,6 +177,7 @@ def templates(
     gpu_resource: str,
     taint_key: str,
     *,
+    gateway_model: gateway.GatewayModel,
     name: str,
     revision: str | None = None,
     labels: dict[str, str] | None = None,
@@ -206,6 +211,7 @@ def templates(
             instance_type,
             gpu_resource,
             taint_key,
+            gateway_model=gateway_model,
             spread_selector=spread,
             revision=revision,
             containers=containers,
@@ -214,12 +220,16 @@ def templates(
         return plain(PodTemplateSpecArgs(metadata=meta, spec=spec))
 
     leader = template(
-        [container(leader_script(model, engine, revision), True), vllm.gateway_container()],
+        [
+            container(leader_script(model, engine, revision), True),
+            vllm.gateway_container(gateway_model),
+        ],
         "leader",
     )
     worker = template([container(worker_script(), False)], "worker")
-    # A worker mounts no gateway configuration: it has no gateway.
-    worker["spec"]["volumes"] = [v for v in worker["spec"]["volumes"] if v["name"] != "gateway"]
+    # A worker has no gateway: it mounts no keys and takes no account that reads them.
+    worker["spec"]["volumes"] = [v for v in worker["spec"]["volumes"] if v["name"] != keys.VOLUME]
+    del worker["spec"]["serviceAccountName"]
     return leader, worker
 
 
@@ -230,11 +240,13 @@ def leader_worker_set(
     gpu_resource: str,
     taint_key: str,
     *,
+    gateway_model: gateway.GatewayModel,
     track: str = vllm.STABLE,
     revision: str | None = None,
     replicas: int | None = None,
 ) -> LeaderWorkerSet:
-    """The model's LeaderWorkerSet: `engine.pipeline_parallel_size` nodes per group."""
+    """The model's LeaderWorkerSet: `engine.pipeline_parallel_size` nodes per group, its
+    leaders' gateway `gateway_model`'s."""
     name = vllm.workload_name(model.name, track)
     obj_labels = vllm.labels(model.name, track)
     leader, worker = templates(
@@ -243,6 +255,7 @@ def leader_worker_set(
         instance_type,
         gpu_resource,
         taint_key,
+        gateway_model=gateway_model,
         name=name,
         revision=revision,
         labels=obj_labels,

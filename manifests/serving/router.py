@@ -4,18 +4,22 @@ its endpoint picker (EPP).
 The picker is llm-d-router's endpoint picker (the Gateway API Inference Extension's
 EPP, now developed in llm-d/llm-d-router; image pinned in the catalog). It watches the
 model's pods through the InferencePool, scrapes each one's vLLM `/metrics` (queue
-depth, KV-cache use) and keeps an approximate index of the prefixes it sent where; per
-request it scores the replicas (queue 2, KV cache 2, prefix cache 3: the default
-profile that `llmp.loadtest.routing` re-implements and `bench/loadtest.py` measures) and answers
-Envoy's external processing call with the chosen `ip:port` in the header
-`x-gateway-destination-endpoint`. The gateway sidecar of whichever pod the ALB picked
-(`manifests.serving.gateway`) then forwards to that pod through an ORIGINAL_DST
-cluster, as the EPP's standalone Envoy configuration does.
+depth, KV-cache use) from the gateway's `metrics` listener (the metrics data source's
+`port`: vLLM itself listens on the pod's loopback only) and keeps an approximate index
+of the prefixes it sent where; per request it scores the replicas (queue 2, KV cache 2,
+prefix cache 3: the default profile that `llmp.loadtest.routing` re-implements and
+`bench/loadtest.py` measures) and answers Envoy's external processing call with the
+chosen `ip:port` in the header `x-gateway-destination-endpoint`: the pod's `peer`
+port, the pool's target port. The gateway sidecar of whichever pod the ALB picked
+(`manifests.serving.gateway`) then forwards to that pod's gateway through an
+ORIGINAL_DST cluster, as the EPP's standalone Envoy configuration does, and that
+gateway checks the client's key again before its vLLM.
 
 Per such model, in the serving namespace:
 
 - the **InferencePool** `<model>` (inference.networking.k8s.io/v1, the CRD of
-  gateway-api-inference-extension v1.6.0): the model's pods, vLLM's port, the picker;
+  gateway-api-inference-extension v1.6.0): the model's pods, their gateways' `peer` port,
+  the picker;
 - the picker's **ServiceAccount**, a **Role** (read pods and InferencePools, the
   InferenceObjectives it looks for; leases and events for its leader election) and its
   **RoleBinding**;
@@ -23,8 +27,10 @@ Per such model, in the serving namespace:
   Service sends every call to the one that holds the prefix index) and **Service**
   (`grpc` 9002 for ext_proc, `grpc-health` 9003, `metrics` 9090);
 - a **NetworkPolicy** that lets the picker reach the API server (443 inside the VPC):
-  the tenant's default deny blocks it, while same-namespace flows (gateway -> picker,
-  gateway -> another replica's vLLM, picker -> vLLM `/metrics`) are already allowed.
+  the tenant's default deny blocks it. The flows inside the namespace (gateway -> picker
+  on gRPC, gateway -> another replica's `peer` port, picker -> the gateways' `metrics`
+  port) are allowed by port, and only those, by the serving component
+  (`manifests.serving.network`).
 
 ext_proc runs in plain gRPC (`--secure-serving=false`): it crosses the same pod
 network as the gateway's hop to vLLM, inside one namespace.
@@ -82,6 +88,7 @@ from pulumi_kubernetes.rbac.v1 import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from manifests.hardening import container_context, pod_context
+from manifests.serving import METRICS_PORT as MODEL_METRICS_PORT
 from manifests.serving import NAMESPACE
 from spec.labels import PART_OF
 
@@ -96,7 +103,7 @@ RUN_AS = 65532
 """The distroless nonroot user the picker's image runs as."""
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 """Where the picker puts the chosen `ip:port` (the EPP protocol's header)."""
-PLUGINS = """\
+PLUGINS = f"""\
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -107,6 +114,7 @@ plugins:
   parameters:
     scheme: http
     path: /metrics
+    port: {MODEL_METRICS_PORT}
 - type: core-metrics-extractor
 schedulingProfiles:
 - name: default
@@ -119,7 +127,11 @@ schedulingProfiles:
     weight: 3
 """
 """The default profile of the llm-d-router-standalone chart (routerlib `_config.yaml` at
-v0.10.0), passed as `--config-text`: the scorers and weights that `llmp.loadtest.routing` models."""
+v0.10.0), passed as `--config-text`: the scorers and weights that `llmp.loadtest.routing` models.
+One change: the metrics data source scrapes the gateway's `metrics` port (its `port`
+parameter, pkg/epp/framework/plugins/datalayer/source/metrics/datasource.go at v0.10.0:
+it overrides the pool's target port), not the pool's target port, which is the
+gateways' keyed `peer` listener."""
 
 
 def picker_name(model: str) -> str:
@@ -186,16 +198,17 @@ class InferencePool(_Obj):
 
 
 def inference_pool(
-    model: str, pod_selector: Mapping[str, str], vllm_port: int, namespace: str = NAMESPACE
+    model: str, pod_selector: Mapping[str, str], target_port: int, namespace: str = NAMESPACE
 ) -> InferencePool:
-    """The model's pods (those of its Deployment) on vLLM's port, picked by its EPP.
+    """The model's pods (those of its Deployment) on `target_port` (their gateways' `peer`
+    listener), picked by its EPP.
     FailClose: without the picker no replica is chosen, and the gateway answers 500
     rather than sending a request nowhere."""
     return InferencePool(
         metadata=Metadata(name=model, namespace=namespace, labels=picker_labels(model)),
         spec=InferencePoolSpec(
             selector=PoolSelector(match_labels=dict(pod_selector)),
-            target_ports=[PortNumber(number=vllm_port)],
+            target_ports=[PortNumber(number=target_port)],
             endpoint_picker_ref=EndpointPickerRef(
                 name=picker_name(model), port=PortNumber(number=EXT_PROC_PORT)
             ),

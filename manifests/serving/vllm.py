@@ -3,11 +3,16 @@
 Each pod runs vLLM's OpenAI server on the weights of the read-only
 `model-weights` claim (Mountpoint for S3: nothing is copied into the image),
 with as many GPUs as its tensor-parallel size, and the gateway sidecar
-(`manifests.serving.gateway`) in front of it.
+(`manifests.serving.gateway`) in front of it: vLLM listens on the pod's loopback
+only, so the gateway's listeners are the pod's only ports. The pod runs as the
+`model-server` service account (the role that reads its keys) and mounts its
+model's keys through the Secrets Store CSI driver into the gateway only
+(`manifests.serving.keys`).
 
-- Probes on vLLM's `/health`: a startup probe that allows `STARTUP_BUDGET_S`
-  for reading the weights from S3 and warming up, then readiness and
-  liveness.
+- Probes on vLLM's `/health` at 127.0.0.1, from inside its container (the
+  kubelet's own HTTP probes come from the node, and nothing listens for them):
+  a startup probe that allows `STARTUP_BUDGET_S` for reading the weights from S3
+  and warming up, then readiness and liveness.
 - Graceful drain: the pod leaves the Service endpoints at termination, a
   preStop sleep covers the ALB's deregistration, then vLLM finishes its
   in-flight requests within `terminationGracePeriodSeconds`.
@@ -44,8 +49,6 @@ from pulumi_kubernetes.core.v1 import (
     EmptyDirVolumeSourceArgs,
     EnvVarArgs,
     ExecActionArgs,
-    HTTPGetActionArgs,
-    KeyToPathArgs,
     LifecycleArgs,
     LifecycleHandlerArgs,
     NodeAffinityArgs,
@@ -57,7 +60,6 @@ from pulumi_kubernetes.core.v1 import (
     PodTemplateSpecArgs,
     ProbeArgs,
     ResourceRequirementsArgs,
-    SecretVolumeSourceArgs,
     ServiceInitArgs,
     ServicePortArgs,
     ServiceSpecArgs,
@@ -72,7 +74,7 @@ from pulumi_kubernetes.meta.v1 import LabelSelectorArgs, ObjectMetaArgs
 from pulumi_kubernetes.policy.v1 import PodDisruptionBudgetInitArgs, PodDisruptionBudgetSpecArgs
 
 from manifests.hardening import container_context, pod_context
-from manifests.serving import EngineSettings, ServedModel, gateway
+from manifests.serving import EngineSettings, ServedModel, gateway, keys
 from manifests.volumes import MODEL_WEIGHTS_CLAIM
 from spec.catalog import InstanceType, catalog
 from spec.labels import PART_OF, POOL_LABEL, SCRAPE_LABEL
@@ -130,8 +132,9 @@ def vllm_args(model: ServedModel, engine: EngineSettings, revision: str | None =
         f"{WEIGHTS_PATH}/{revision or model.revision}",
         "--served-model-name",
         model.name,
+        # Loopback: only this pod's gateway reaches vLLM (manifests.serving.gateway).
         "--host",
-        "0.0.0.0",
+        gateway.VLLM_HOST,
         "--port",
         str(gateway.VLLM_PORT),
         "--tensor-parallel-size",
@@ -181,8 +184,13 @@ def replica_resources(model: ServedModel, itype: InstanceType) -> tuple[int, int
     return cpu, memory
 
 
-def _http(path: str, port: int | str) -> HTTPGetActionArgs:
-    return HTTPGetActionArgs(path=path, port=port)
+HEALTH_CHECK = [
+    "python3",
+    "-c",
+    "import urllib.request; "
+    f"urllib.request.urlopen('http://{gateway.VLLM_HOST}:{gateway.VLLM_PORT}/health', timeout=2)",
+]
+"""vLLM's `/health` from inside its container: exits non-zero unless it answers 2xx."""
 
 
 def vllm_container(
@@ -199,13 +207,11 @@ def vllm_container(
 ) -> ContainerArgs:
     """vLLM's container (`command`: a script that starts the server itself, as a group's
     leader or worker does; `probe_command`: probes that run it instead of asking the
-    server's `/health`, for a worker, which serves no HTTP)."""
-    probes = probe_command is None
+    server's `/health`, for a worker, which serves no HTTP). It declares no port: vLLM
+    listens on loopback, for the gateway only."""
 
     def check() -> dict[str, object]:
-        if probe_command is None:
-            return {"http_get": _http("/health", gateway.VLLM_PORT)}
-        return {"exec_": ExecActionArgs(command=probe_command)}
+        return {"exec_": ExecActionArgs(command=probe_command or HEALTH_CHECK)}
 
     cpu, memory = replica_resources(model, catalog().instance(instance_type))
     gpus = str(model.gpus_per_replica)
@@ -230,9 +236,6 @@ def vllm_container(
             EnvVarArgs(name="USER", value="vllm"),  # no passwd entry for RUN_AS
             *(extra_env or []),
         ],
-        ports=[ContainerPortArgs(name="metrics", container_port=gateway.VLLM_PORT)]
-        if probes
-        else None,
         resources=ResourceRequirementsArgs(
             requests={"cpu": str(cpu), "memory": f"{memory}Gi", gpu_resource: gpus, **more},
             limits={"cpu": str(cpu), "memory": f"{memory}Gi", gpu_resource: gpus, **more},
@@ -268,35 +271,47 @@ def vllm_container(
     )
 
 
-def gateway_container() -> ContainerArgs:
-    """The Envoy sidecar, alike for every model: the per-model configuration is the key
-    `<model>.yaml` of the gateway Secret, which the pod mounts as its `envoy.yaml`."""
+def gateway_container(model: gateway.GatewayModel) -> ContainerArgs:
+    """The Envoy sidecar of `model`: its bootstrap (no key) is the `--config-yaml`
+    argument, so it is part of the pod template; its keyed listeners are the file the
+    Secrets Store CSI driver mounts at KEYS_DIR, which Envoy watches."""
     pins = catalog().serving
     assert pins is not None, "catalog.yaml has no serving section"
+    ports = [
+        ContainerPortArgs(name="http", container_port=gateway.API_PORT),
+        ContainerPortArgs(name="health", container_port=gateway.HEALTH_PORT),
+        ContainerPortArgs(name="metrics", container_port=gateway.METRICS_PORT),
+    ]
+    if model.routing == "endpoint-picker":
+        ports.append(ContainerPortArgs(name="peer", container_port=gateway.PEER_PORT))
     return ContainerArgs(
         name="gateway",
         image=pins.gateway_image,
         image_pull_policy="Always",
-        args=["-c", "/etc/envoy/envoy.yaml", "--log-level", "warn", "--disable-hot-restart"],
-        ports=[
-            ContainerPortArgs(name="http", container_port=gateway.API_PORT),
-            ContainerPortArgs(name="health", container_port=gateway.HEALTH_PORT),
+        args=[
+            "--config-yaml",
+            gateway.bootstrap_arg(model),
+            "--log-level",
+            "warn",
+            "--disable-hot-restart",
         ],
+        ports=ports,
         resources=ResourceRequirementsArgs(
             requests={"cpu": "500m", "memory": "256Mi"},
             limits={"cpu": "2", "memory": "512Mi"},
         ),
+        # The API listener is the keyed one: ready once the keys are loaded.
         readiness_probe=ProbeArgs(
             tcp_socket=TCPSocketActionArgs(port=gateway.API_PORT), period_seconds=5
         ),
         liveness_probe=ProbeArgs(
-            tcp_socket=TCPSocketActionArgs(port=gateway.API_PORT), period_seconds=15
+            tcp_socket=TCPSocketActionArgs(port=gateway.HEALTH_PORT), period_seconds=15
         ),
         lifecycle=LifecycleArgs(
             # Keep proxying while vLLM drains; Envoy stops after vLLM's preStop.
             pre_stop=LifecycleHandlerArgs(sleep=SleepActionArgs(seconds=PRE_STOP_SLEEP_S))
         ),
-        volume_mounts=[VolumeMountArgs(name="gateway", mount_path="/etc/envoy", read_only=True)],
+        volume_mounts=[keys.keys_mount()],
         security_context=container_context(RUN_AS),
     )
 
@@ -309,12 +324,13 @@ def deployment_args(
     gpu_resource: str,
     taint_key: str,
     *,
+    gateway_model: gateway.GatewayModel,
     track: str = STABLE,
     revision: str | None = None,
     replicas: int | None = None,
 ) -> DeploymentInitArgs:
-    """The model's Deployment (`track` canary: its canary's, serving `revision` with fixed
-    `replicas`; the stable leaves replicas to KEDA)."""
+    """The model's Deployment, its gateway `gateway_model`'s (`track` canary: its canary's,
+    serving `revision` with fixed `replicas`; the stable leaves replicas to KEDA)."""
     name = workload_name(model.name, track)
     pod_labels = labels(model.name, track)
     pod = pod_spec(
@@ -323,6 +339,7 @@ def deployment_args(
         instance_type,
         gpu_resource,
         taint_key,
+        gateway_model=gateway_model,
         spread_selector=selector(name),
         revision=revision,
     )
@@ -359,12 +376,13 @@ def pod_spec(
     gpu_resource: str,
     taint_key: str,
     *,
+    gateway_model: gateway.GatewayModel,
     spread_selector: dict[str, str],
     revision: str | None = None,
     containers: list[ContainerArgs] | None = None,
 ) -> PodSpecArgs:
     """A serving pod: vLLM and the gateway sidecar on the model's pool (`containers`:
-    others, a LeaderWorkerSet's)."""
+    others, a LeaderWorkerSet's), as the model server's account, with its model's keys."""
     spread = [
         TopologySpreadConstraintArgs(
             max_skew=1,
@@ -376,13 +394,16 @@ def pod_spec(
     ]
     return PodSpecArgs(
         priority_class_name=PRIORITY_CLASS,
+        # Pod Identity gives this account the role that reads the model's keys; the pod
+        # calls no Kubernetes API, so no token is mounted.
+        service_account_name=keys.MODEL_SERVER_SA,
         security_context=pod_context(RUN_AS, fs_group=RUN_AS),
         automount_service_account_token=False,
         termination_grace_period_seconds=GRACE_S,
         containers=containers
         or [
             vllm_container(model, engine, instance_type, gpu_resource, revision),
-            gateway_container(),
+            gateway_container(gateway_model),
         ],
         tolerations=[TolerationArgs(key=taint_key, operator="Exists", effect="NoSchedule")],
         affinity=AffinityArgs(
@@ -414,13 +435,7 @@ def pod_spec(
             ),
             VolumeArgs(name="cache", empty_dir=EmptyDirVolumeSourceArgs(size_limit="50Gi")),
             VolumeArgs(name="tmp", empty_dir=EmptyDirVolumeSourceArgs(size_limit="10Gi")),
-            VolumeArgs(
-                name="gateway",
-                secret=SecretVolumeSourceArgs(
-                    secret_name=gateway.GATEWAY_SECRET,
-                    items=[KeyToPathArgs(key=f"{model.name}.yaml", path="envoy.yaml")],
-                ),
-            ),
+            keys.keys_volume(model.name),
         ],
     )
 
@@ -441,7 +456,7 @@ def service_args(
             labels={**labels(model, track), SCRAPE_LABEL: "true"},
             annotations={
                 "prometheus.io/scrape": "true",
-                "prometheus.io/port": str(gateway.VLLM_PORT),
+                "prometheus.io/port": str(gateway.METRICS_PORT),
                 "prometheus.io/path": "/metrics",
             },
         ),
@@ -451,7 +466,7 @@ def service_args(
             ports=[
                 ServicePortArgs(name="http", port=gateway.API_PORT, target_port="http"),
                 ServicePortArgs(name="health", port=gateway.HEALTH_PORT, target_port="health"),
-                ServicePortArgs(name="metrics", port=gateway.VLLM_PORT, target_port="metrics"),
+                ServicePortArgs(name="metrics", port=gateway.METRICS_PORT, target_port="metrics"),
             ],
         ),
     )

@@ -434,6 +434,15 @@ def serving(f: Facts, hours: int) -> Component:
         priced("WAF web ACL", 1, "ACL-month", platform.waf_web_acl_usd_per_month),
         priced(f"WAF rules ({rules})", rules, "rule-month", platform.waf_rule_usd_per_month),
     ]
+    if f.secrets:
+        lines.append(
+            priced(
+                f"Secrets Manager: the gateways' keys ({f.secrets}, one per model)",
+                f.secrets,
+                "secret-month",
+                platform.secrets_manager_secret_usd_per_month,
+            )
+        )
     return Component(
         "serving",
         lines,
@@ -447,6 +456,12 @@ def serving(f: Facts, hours: int) -> Component:
             NotEstimated(
                 "ALB LCUs above the assumed floor, and data transfer",
                 "they follow traffic, which the config does not give",
+            ),
+            NotEstimated(
+                "Secrets Manager API calls",
+                f"{usd(platform.secrets_manager_usd_per_10000_calls)} per 10,000: each model "
+                "pod's CSI mount checks its secret every rotation poll (2 min), and the "
+                "pod count follows the load",
             ),
         ],
     )

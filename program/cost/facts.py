@@ -40,6 +40,7 @@ PRICED: Mapping[str, str] = {
     HELM: "the Prometheus volume, the FSx exporter's CloudWatch requests (monitoring)",
     INGRESS: "the Application Load Balancer it makes (serving)",
     "aws:wafv2/webAcl:WebAcl": "per ACL-month and per rule-month",
+    "aws:secretsmanager/secret:Secret": "per secret-month (serving's gateway keys)",
     "aws:sns/topic:Topic": "not estimated: billed per publish and delivery (monitoring)",
     "aws:wafv2/webAclLoggingConfiguration:WebAclLoggingConfiguration": (
         "not estimated: WAF's log delivery to S3 is billed per GB (vended logs), and the "
@@ -69,6 +70,7 @@ FREE: Mapping[str, str] = {
     "aws:iam/rolePolicy:RolePolicy": "free",
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": "free",
     "aws:kms/alias:Alias": "free",
+    "aws:secretsmanager/secretVersion:SecretVersion": "free (its secret is priced per month)",
     "aws:kms/keyPolicy:KeyPolicy": "free",
     "aws:cloudwatch/queryDefinition:QueryDefinition": (
         "free (a saved query; running it is billed per GB scanned, not estimated)"
@@ -170,6 +172,8 @@ class Facts:
     fsx_exporter: bool = False
     alb_scheme: str | None = None
     waf_rules: int | None = None
+    secrets: int = 0
+    """Secrets Manager secrets (the serving gateways' keys)."""
     not_priced: dict[str, list[str]] = field(default_factory=dict)
     """Type -> names of its resources: declared, and in no table of this module."""
 
@@ -334,6 +338,8 @@ def facts(declared: Iterable[Declared]) -> Facts:
             out.alb_scheme = _known(annotations.get(SCHEME_ANNOTATION)) or "internal"
         elif t == "aws:wafv2/webAcl:WebAcl":
             out.waf_rules = len(inputs.get("rules") or [])
+        elif t == "aws:secretsmanager/secret:Secret":
+            out.secrets += 1
     return out
 
 

@@ -15,6 +15,7 @@ PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 SCALED = "kubernetes:keda.sh/v1alpha1:ScaledObject"
 INGRESS = "kubernetes:networking.k8s.io/v1:Ingress"
 SECRET_TYPE = "kubernetes:core/v1:Secret"
+SECRET_VERSION = "aws:secretsmanager/secretVersion:SecretVersion"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 WAF = "aws:wafv2/webAcl:WebAcl"
 MODELS = ("llama-8b", "llama-70b")
@@ -64,7 +65,9 @@ def test_probes_drain_and_rollout(plans) -> None:
     for model in MODELS:
         vllm = _containers(plan, model)["vllm"]
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert vllm[probe]["httpGet"] == {"path": "/health", "port": 8000}
+            # vLLM is on loopback: its probes run inside its container.
+            command = vllm[probe]["exec"]["command"]
+            assert command[:2] == ["python3", "-c"] and "127.0.0.1:8000/health" in command[2]
         startup = vllm["startupProbe"]
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
         assert vllm["lifecycle"]["preStop"]["sleep"]["seconds"] == 30
@@ -95,9 +98,10 @@ def test_service_pdb_and_metrics_port_labelled_for_scraping(plans) -> None:
     for model in MODELS:
         svc = plan.one(SERVICE, f"serving-{model}").inputs
         assert svc["metadata"]["labels"]["llm-platform/scrape"] == "true"
-        assert svc["metadata"]["annotations"]["prometheus.io/port"] == "8000"
+        assert svc["metadata"]["annotations"]["prometheus.io/port"] == "8090"
         ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
-        assert ports == {"http": 8080, "health": 8081, "metrics": 8000}
+        # `metrics` is the gateway's GET-/metrics-only listener; vLLM's 8000 is on loopback.
+        assert ports == {"http": 8080, "health": 8081, "metrics": 8090}
         pdb = plan.one(PDB, f"serving-{model}").inputs["spec"]
         assert pdb["maxUnavailable"] == 1
         assert pdb["selector"]["matchLabels"] == svc["spec"]["selector"]
@@ -157,20 +161,22 @@ def test_scheme_comes_from_config(synth) -> None:
     assert notes["alb.ingress.kubernetes.io/scheme"] == "internet-facing"
 
 
-def test_api_keys_stay_secret_in_the_plan(synth, tmp_path) -> None:
+def test_api_keys_stay_secret_in_the_plan_and_out_of_kubernetes(synth, tmp_path) -> None:
     from llmp.plan.synth import SECRET, write_plan
 
     raw = raw_stack("inference")
     raw["llm-platform-serving:chat-app"] = {"secure": "v1:c2VydmluZy1rZXktMQ=="}
     plan = synth(raw)
-    secret = plan.one(SECRET_TYPE, "serving-gateway").inputs
-    # Shape kept, values hidden: the manifest still applies (a map, not a string).
-    assert secret["stringData"] == {f"{m}.yaml": SECRET for m in ("llama-8b", "llama-70b")}
+    # No Kubernetes Secret holds a key: each model's keyed listeners are a Secrets Manager
+    # secret, whose value stays secret in the plan.
+    assert not [r for r in plan.by_type(SECRET_TYPE) if r.name.startswith("serving")]
+    for model in MODELS:
+        version = plan.one(SECRET_VERSION, f"serving-{model}-keys").inputs
+        assert version["secretString"] == SECRET
     target = write_plan(plan, tmp_path)
     text = (target / "plan.json").read_text()
-    assert "c2VydmluZy1rZXktMQ" not in text
+    assert "c2VydmluZy1rZXktMQ" not in text and "serving-key-1" not in text
     files = list((target / "manifests").glob("*.yaml"))
-    assert any(f.name.startswith("secret-") for f in files)
     manifests = "".join(f.read_text() for f in files)
     assert "Bearer" not in manifests and "c2VydmluZy1rZXktMQ" not in manifests
 

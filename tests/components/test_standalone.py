@@ -287,6 +287,8 @@ def test_serving_alone_takes_any_object_shaped_like_a_served_model() -> None:
                 clients=["app"],
                 rate_limit_per_key=100,
                 namespace="serving",
+                cluster_name="c",
+                region=REGION,
                 vpc_cidr="10.0.0.0/16",
                 pools={"l4": "g6e.12xlarge"},
             ),

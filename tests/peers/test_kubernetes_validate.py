@@ -27,8 +27,12 @@ from tests.conftest import STACKS, raw_stack
 # plus `spare`, a LocalQueue per tenant, and where a pool is elastic (finetune, inference) the
 # provisioning AdmissionCheck and its ProvisioningRequestConfig; in inference also a KEDA
 # ScaledObject per served model.
-# Inference's serving adds the gateway Secret, a Deployment, Service and PDB per model (two),
-# the Ingress and the ALB NetworkPolicy; and the served models' latency SLO PrometheusRule
+# Inference's serving adds a Deployment, Service and PDB per model (two), the Ingress, the
+# model-server ServiceAccount and the namespace's NetworkPolicies by port
+# (manifests/serving/network.py: allow-alb, allow-prometheus, and for the picked llama-8b
+# five: peer-in, gateway-out, picker-scrape-in, picker-in, picker-scrape-out); as custom
+# resources a SecretProviderClass per model (the gateway keys); and the served models'
+# latency SLO PrometheusRule
 # (monitoring.serving_slo). Pretrain's checkpoint retention adds the milestone
 # copier's ServiceAccount and CronJob. Inference's llama-8b routes by the endpoint picker:
 # its ServiceAccount, Role, RoleBinding, Deployment, Service, PDB and API-server
@@ -36,7 +40,7 @@ from tests.conftest import STACKS, raw_stack
 EXPECTED = {
     "pretrain": {"checked": 20, "custom": 6},
     "finetune": {"checked": 46, "custom": 12},
-    "inference": {"checked": 35, "custom": 12},
+    "inference": {"checked": 41, "custom": 14},
 }
 # Each tenant's allow-kuberay NetworkPolicy (the KubeRay operator to a Ray head's dashboard)
 # is one more checked object per tenant: pretrain 1, finetune 3, inference 1.
@@ -150,16 +154,18 @@ def test_redacted_secrets_keep_their_shape_and_validate(synth, tmp_path) -> None
 
     import yaml
 
+    from components.monitoring import GRAFANA_PASSWORD_KEY, SECRET_CONFIG_NAMESPACE
     from llmp.plan.synth import SECRET, write_plan
 
     raw = raw_stack("inference")
-    raw["llm-platform-serving:chat-app"] = {"secure": "v1:c2VydmluZy1rZXktMQ=="}
+    # Grafana's admin Secret, from secret config (the gateway keys are in no Secret).
+    raw[f"{SECRET_CONFIG_NAMESPACE}:{GRAFANA_PASSWORD_KEY}"] = {"secure": "v1:Z3JhZmFuYQ=="}
     plan = synth(raw)
     target = write_plan(plan, tmp_path)
     secrets = [
         yaml.safe_load(f.read_text()) for f in sorted((target / "manifests").glob("secret-*"))
     ]
-    assert secrets, "the inference stack writes its gateway Secret"
+    assert secrets, "the stack writes Grafana's admin Secret"
     for manifest in secrets:
         assert isinstance(manifest["stringData"], dict)
         assert set(manifest["stringData"].values()) == {SECRET}

@@ -75,7 +75,14 @@ def test_the_canary_serves_its_revision_under_the_same_name_and_engine() -> None
         a for a in stable_args if "/models/" not in a
     ]
     volumes = {v["name"]: v for v in canary_["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["gateway"]["secret"]["items"] == [{"key": "llama-8b.yaml", "path": "envoy.yaml"}]
+    # The model's keys and gateway: the canary's pods mount the stable's provider class.
+    keys = volumes["gateway-keys"]["csi"]["volumeAttributes"]
+    assert keys == {"secretProviderClass": "llama-8b-gateway-keys"}
+    gateways = [
+        next(c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "gateway")
+        for d in (stable, canary_)
+    ]
+    assert gateways[0]["args"] == gateways[1]["args"]
     assert canary_["spec"]["replicas"] == 1 and "replicas" not in stable["spec"]
     assert ("ScaledObject", "llama-8b-canary") not in objects
 

@@ -88,9 +88,14 @@ def test_the_api_goes_to_the_picked_replica_and_the_health_check_stays_local() -
         "use_http_header": True,
         "http_header_name": "x-gateway-destination-endpoint",
     }
-    # The shed point follows the requests: on the picked cluster, off the local one.
-    assert picked["circuit_breakers"] == gateway.circuit_breakers(PICKED)
-    assert "circuit_breakers" not in clusters[gateway.LOCAL_CLUSTER]
+    # The shed point is at the vLLM it protects: every request to it, from whichever
+    # gateway, passes its own gateway's local cluster (through the peer listener).
+    assert clusters[gateway.LOCAL_CLUSTER]["circuit_breakers"] == gateway.circuit_breakers(PICKED)
+    assert "circuit_breakers" not in picked
+    [peer] = [lst for lst in config["static_resources"]["listeners"] if lst["name"] == "peer"]
+    hcm = peer["filter_chains"][0]["filters"][0]["typed_config"]
+    [route] = [r for r in hcm["route_config"]["virtual_hosts"][0]["routes"] if "route" in r]
+    assert route["route"]["cluster"] == gateway.LOCAL_CLUSTER
 
 
 def test_the_picker_cluster_reaches_the_pickers_service_over_http2() -> None:

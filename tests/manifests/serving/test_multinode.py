@@ -26,7 +26,7 @@ from llmp.plan import Plan
 from llmp.plan.synth import synthesize_stack
 from manifests import kueue
 from manifests.queues import pool_capacities, tenant_shares
-from manifests.serving import multinode, vllm
+from manifests.serving import keys, multinode, vllm
 from spec.errors import FieldError
 from spec.serving import ServingModelConfig, engine_plan
 from spec.serving_memory import GIB, memory_need
@@ -150,8 +150,17 @@ def test_the_lws_is_valid_for_the_pinned_crd_and_names_what_vllm_needs() -> None
     check = ["/bin/bash", "-c", 'ray health-check --address="$LWS_LEADER_ADDRESS:6379"']
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert worker[0][probe]["exec"] == {"command": check}
-        assert leader[0][probe]["httpGet"] == {"path": "/health", "port": 8000}
-    assert "ports" not in worker[0]
+        # The leader's server is on loopback: probed from inside its container.
+        assert leader[0][probe]["exec"] == {"command": vllm.HEALTH_CHECK}
+    assert "--host 127.0.0.1" in script
+    assert "ports" not in worker[0] and "ports" not in leader[0]
+    # Only the leader has a gateway, its keys and the account that reads them.
+    leader_spec = group["leaderTemplate"]["spec"]
+    worker_spec = group["workerTemplate"]["spec"]
+    assert leader_spec["serviceAccountName"] == keys.MODEL_SERVER_SA
+    assert keys.VOLUME in [v["name"] for v in leader_spec["volumes"]]
+    assert "serviceAccountName" not in worker_spec
+    assert keys.VOLUME not in [v["name"] for v in worker_spec["volumes"]]
     for pod in (leader[0], worker[0]):
         assert pod["resources"]["limits"]["vpc.amazonaws.com/efa"] == "16"
         assert pod["resources"]["limits"]["nvidia.com/gpu"] == "8"

@@ -43,7 +43,9 @@ def _unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[
 
 
 def _pool() -> dict[str, Any]:
-    return router.inference_pool("llama-8b", vllm.selector("llama-8b"), 8000).manifest()
+    return router.inference_pool(
+        "llama-8b", vllm.selector("llama-8b"), gateway.PEER_PORT
+    ).manifest()
 
 
 def test_the_pool_validates_against_the_v1_6_0_crd_and_a_broken_one_does_not() -> None:
@@ -65,8 +67,8 @@ def test_the_pool_validates_against_the_v1_6_0_crd_and_a_broken_one_does_not() -
     assert _unknown_fields(typo, _schema()["properties"]["spec"]) == [".endpointPicker"]
 
 
-def test_the_pool_finds_the_models_vllm_pods_on_the_port_vllm_listens_on() -> None:
-    from program.args import serving_engines
+def test_the_pool_finds_the_models_pods_on_their_gateways_peer_port() -> None:
+    from program.args import client_rates, serving_engines
 
     cfg = load_config(raw_stack("inference"))
     assert cfg.serving is not None
@@ -75,15 +77,30 @@ def test_the_pool_finds_the_models_vllm_pods_on_the_port_vllm_listens_on() -> No
     itype = cfg.node_pools[model.node_pool].instance_type
     kind = catalog().accelerator_kind(itype)
     assert kind is not None
+    route = gateway.gateway_model(
+        model, engine, cfg.serving.model_clients(model), client_rates(cfg.serving)
+    )
     deployment = vllm.deployment_args(
-        "serving", model, engine, itype, kind.resource, kind.taint_key
+        "serving", model, engine, itype, kind.resource, kind.taint_key, gateway_model=route
     )
     pod_labels = deployment.spec.template.metadata.labels
     pool = _pool()
     assert pool["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    [container] = [c for c in deployment.spec.template.spec.containers if c.name == "vllm"]
-    port = container.args[container.args.index("--port") + 1]
-    assert [p["number"] for p in pool["spec"]["targetPorts"]] == [int(port)]
+    containers = {c.name: c for c in deployment.spec.template.spec.containers}
+    # vLLM is on loopback: the pool's port is the gateway's keyed peer listener.
+    vllm_args = containers["vllm"].args
+    assert vllm_args[vllm_args.index("--host") + 1] == "127.0.0.1"
+    ports = {p.name: p.container_port for p in containers["gateway"].ports}
+    assert [p["number"] for p in pool["spec"]["targetPorts"]] == [ports["peer"]]
+
+
+def test_the_picker_scrapes_the_gateways_metrics_listener_not_the_pools_port() -> None:
+    import yaml
+
+    config = yaml.safe_load(router.PLUGINS)
+    [source] = [p for p in config["plugins"] if p["type"] == "metrics-data-source"]
+    assert source["parameters"] == {"scheme": "http", "path": "/metrics", "port": 8090}
+    assert source["parameters"]["port"] == gateway.METRICS_PORT != gateway.PEER_PORT
 
 
 def test_the_pool_and_the_gateway_name_the_pickers_service_and_port() -> None:
@@ -187,6 +204,6 @@ def test_routing_defaults_to_round_robin_and_is_refused_beside_a_live_canary() -
 
 
 def test_the_gateway_of_a_picked_model_forwards_to_the_pools_target_port() -> None:
-    # The picker answers with a pod's ip and a target port of the pool; the sidecar's
-    # own vLLM port is that port too, so a replica is the same wherever the ALB lands.
-    assert [p["number"] for p in _pool()["spec"]["targetPorts"]] == [gateway.VLLM_PORT]
+    # The picker answers with a pod's ip and a target port of the pool: every replica's
+    # gateway serves its peer listener there, so a replica is the same wherever the ALB lands.
+    assert [p["number"] for p in _pool()["spec"]["targetPorts"]] == [gateway.PEER_PORT]

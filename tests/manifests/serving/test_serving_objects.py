@@ -165,7 +165,8 @@ def test_envoy_routes_only_the_models_openai_api_and_health_on_its_own_port() ->
     assert routes["api"][0]["match"] == {"prefix": "/m/v1/"}
     assert routes["api"][0]["route"]["prefix_rewrite"] == "/v1/"
     assert routes["api"][-1]["direct_response"] == {"status": 404}
-    assert routes["health"][0]["match"] == {"path": "/health"}
+    get = [{"name": ":method", "string_match": {"exact": "GET"}}]
+    assert routes["health"][0]["match"] == {"path": "/health", "headers": get}
     # The health listener has no key check but answers nothing else.
     assert routes["health"][-1]["direct_response"] == {"status": 404}
     admin = gateway.envoy_config(_gateway(), {})["admin"]["address"]["socket_address"]
