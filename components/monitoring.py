@@ -22,9 +22,11 @@ Owns, for every stack whose `monitoring.enabled` is on:
   label `llm-platform/job-kind`; node-exporter with `--collector.ethtool` (ENA allowance
   counters) on every node, GPU nodes included.
 - **Monitors** (typed in monitoring/models.py): the DCGM exporter's Service in
-  `gpu-operator` (honorLabels: its metrics carry the GPU pod's namespace and pod), training
-  pods (`llm-platform/job-kind: training`, port `metrics`) and vLLM Services
-  (`llm-platform/scrape: "true"`, port `metrics`) in any namespace.
+  `gpu-operator` (honorLabels, the one monitor that has it: the exporter is platform-owned
+  and its metrics carry the GPU pod's namespace and pod), training pods
+  (`llm-platform/job-kind: training`, port `metrics`; `job` from the training operator's
+  pod label) and vLLM Services (`llm-platform/scrape: "true"`, port `metrics`) in any
+  namespace: tenants' pods, whose series keep Kubernetes' namespace.
 - **Alert and recording rules** of monitoring/rules.py with the stack's thresholds.
 - **Logs** (when `logs`): aws-for-fluent-bit to a Pulumi-made log group
   `/llm-platform/<stack>/containers` with `log_retention_days`; its Pod Identity role may only

@@ -10,8 +10,11 @@ Owns, for a stack whose `monitoring.stragglers.enabled` is on (and monitoring is
   with the code of the release that wrote them), reading the stack's Prometheus (the
   kube-prometheus-stack Service in `monitoring`) and serving `/metrics` on port `metrics`;
   on the system pool, no root, a read-only root file system, every capability dropped;
-- a **PodMonitor** scraping it with honorLabels (its series carry the training job's name as
-  `job`, as the training pods' own do), and a **NetworkPolicy** admitting only that scrape
+- a **PodMonitor** scraping it without honorLabels: its series keep the target's `namespace`
+  (`monitoring`) and `job` (`llmp-straggler-watch`, its pods' `app.kubernetes.io/name`), which
+  the straggler rules select on, so no tenant pod can publish findings or health in its name;
+  the job judged is in labels of the watcher's own (`training_namespace`, `training_job`),
+  and a **NetworkPolicy** admitting only that scrape
   (from `monitoring`, to port `metrics`); its egress (Prometheus, and with `quarantine` the
   API server) is left open, as for the rest of `monitoring`;
 - with `quarantine`: a **ClusterRole** limited to what a quarantine does (get, list and patch
@@ -60,12 +63,12 @@ from pulumi_kubernetes.rbac.v1 import (
 )
 
 from manifests.hardening import container_context, pod_context
-from monitoring.charts import KPS, NAMESPACE
+from monitoring.charts import KPS, NAMESPACE, STRAGGLER_WATCH
 from monitoring.models import Endpoint, LabelSelector, Metadata, Monitor, MonitorSpec
 from monitoring.models import NamespaceSelector as MonitorNamespaces
 from spec.labels import PART_OF, POOL_LABEL
 
-NAME = "llmp-straggler-watch"
+NAME = STRAGGLER_WATCH
 PORT = 9400
 """The watcher's /metrics port (workloads.diagnosis.watch.DEFAULT_PORT)."""
 MODULE = "workloads.diagnosis.watch"
@@ -182,9 +185,10 @@ def pod_monitor(namespace: str = NAMESPACE) -> Monitor:
         spec=MonitorSpec(
             selector=LabelSelector(match_labels=SELECTOR),
             namespace_selector=MonitorNamespaces(match_names=[namespace]),
-            # The findings carry the training job's name as `job`: keep it (as the training
-            # PodMonitor does), or Prometheus renames it `exported_job`.
-            pod_metrics_endpoints=[Endpoint(port="metrics", honor_labels=True)],
+            # No honorLabels: the findings name the job they judge in labels of their own
+            # (training_namespace, training_job), and `namespace`/`job` stay the target's.
+            job_label="app.kubernetes.io/name",
+            pod_metrics_endpoints=[Endpoint(port="metrics")],
         ),
     )
 

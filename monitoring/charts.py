@@ -18,10 +18,13 @@ from monitoring.models import (
     Relabeling,
 )
 from spec.catalog import MonitoringPins, catalog
-from spec.labels import JOB_KIND_LABEL, PART_OF, SCRAPE_LABEL
+from spec.labels import JOB_KIND_LABEL, PART_OF, SCRAPE_LABEL, TRAINING_JOB_LABEL
 
 NAMESPACE = "monitoring"
 """Where the monitoring stack runs."""
+STRAGGLER_WATCH = "llmp-straggler-watch"
+"""The straggler watcher's name (components/straggler_watch.py): its pods' `app.kubernetes.io/
+name`, which its PodMonitor makes the `job` of its series (in `monitoring`)."""
 RAY_NODE_LABEL = "ray.io/is-ray-node"
 """The label KubeRay sets (value `yes`) on every pod of a RayCluster, head and workers."""
 STORAGE_CLASS = "gp3"
@@ -287,6 +290,12 @@ def monitors(namespace: str) -> list[Monitor]:
                 endpoints=[
                     Endpoint(
                         port="gpu-metrics",
+                        # The one monitor that keeps the exposition's labels: the exporter is
+                        # the GPU operator's (namespace gpu-operator, platform-owned: no tenant
+                        # makes pods there), and its series carry the namespace and pod of the
+                        # pod *using* each GPU (kubelet's pod-resources API), which must win
+                        # over the exporter's own. Tenant-reachable monitors never set it
+                        # (policy rule `k8s-monitor-honor-labels`).
                         honor_labels=True,
                         metric_relabelings=[
                             Relabeling(
@@ -305,12 +314,25 @@ def monitors(namespace: str) -> list[Monitor]:
             kind="PodMonitor",
             metadata=Metadata(name="training", namespace=namespace, labels=labels),
             spec=MonitorSpec(
+                # Tenants make these pods: no honorLabels, so `namespace` and `pod` are
+                # Kubernetes' (service discovery) and a pod cannot publish series claiming
+                # another namespace. The job's name comes from the pod's own label, which
+                # the training operator sets (TRAINING_JOB_LABEL), not from what the
+                # process says: it can only name a job in the pod's own namespace, so
+                # everything that reads these series matches on (namespace, job).
+                job_label=TRAINING_JOB_LABEL,
                 selector=LabelSelector(match_labels={JOB_KIND_LABEL: "training"}),
                 namespace_selector=NamespaceSelector(any=True),
-                # train.py labels its series with the training job's name as `job`;
-                # without honorLabels Prometheus renames it `exported_job` and the
-                # training alerts and dashboard stop matching.
-                pod_metrics_endpoints=[Endpoint(port="metrics", honor_labels=True)],
+                pod_metrics_endpoints=[
+                    Endpoint(
+                        port="metrics",
+                        # train.py's own `job` label, renamed by Prometheus for clashing
+                        # with the target's: a claim nothing may read.
+                        metric_relabelings=[
+                            Relabeling(action="labeldrop", regex="exported_job", replacement=None)
+                        ],
+                    )
+                ],
             ),
         ),
         Monitor(

@@ -10,13 +10,14 @@ and query uses:
   and errors (node exporter `infiniband`), the ENA allowance counters (node exporter
   `ethtool`) and the node count per pool (kube-state-metrics `kube_node_labels`, with the
   `llm-platform/pool` label allow-listed).
-- **llmp-training-job**: templated on `job` (the `job` label of the `llmp_*` metrics, the
-  PyTorchJob's name): tokens/s, step time per rank with the job's median, the straggler ratio
-  (slowest rank over median), the age of the last checkpoint, where a step's time goes
-  (`llmp_train_phase_seconds`: data wait, compute, collective, optimizer, checkpoint; the
-  median rank stacked, and the slowest rank in each), the last checkpoint's stall and
-  background write seconds, and the GPU utilisation of the job's pods (the operator names
-  them `<job>-worker-<i>`).
+- **llmp-training-job**: templated on `namespace` and `job` (the labels of the `llmp_*`
+  metrics: Kubernetes' namespace of the pod, and the PyTorchJob's name from the training
+  operator's pod label; a job's name is unique in its namespace only): tokens/s, step time
+  per rank with the job's median, the straggler ratio (slowest rank over median), the age
+  of the last checkpoint, where a step's time goes (`llmp_train_phase_seconds`: data wait,
+  compute, collective, optimizer, checkpoint; the median rank stacked, and the slowest rank
+  in each), the last checkpoint's stall and background write seconds, and the GPU
+  utilisation of the job's pods (the operator names them `<job>-worker-<i>`).
 - **llmp-inference-slo**: templated on vLLM's `model_name`: request rate, p50/p99 end-to-end
   latency and time to first token, queue depth, KV cache use, and the 5xx error ratio with its
   burn rate against the availability SLO (the recording rules of `monitoring.rules`).
@@ -415,10 +416,10 @@ def cluster_gpus() -> dict[str, Any]:
 
 
 def training_job() -> dict[str, Any]:
-    job = 'job="$job"'
+    job = 'namespace="$namespace",job="$job"'
     step = f"llmp_train_step_seconds{{{job}}}"
-    median = f"quantile by (job) (0.5, {step})"
-    pods = 'pod=~"$job-worker-.*"'
+    median = f"quantile by (namespace, job) (0.5, {step})"
+    pods = 'namespace="$namespace",pod=~"$job-worker-.*"'
     checkpoint_age = f"time() - llmp_checkpoint_last_success_timestamp_seconds{{{job}}}"
     phase = f"llmp_train_phase_seconds{{{job}}}"
     throughput = [
@@ -435,7 +436,7 @@ def training_job() -> dict[str, Any]:
         ),
         stat(
             "Straggler ratio (slowest rank / median)",
-            [(f"max by (job) ({step}) / {median}", "ratio")],
+            [(f"max by (namespace, job) ({step}) / {median}", "ratio")],
             unit="none",
             thresholds=[(None, "green"), (AlertThresholds().straggler_ratio, "red")],
         ),
@@ -448,7 +449,12 @@ def training_job() -> dict[str, Any]:
         ),
         timeseries(
             "Straggler ratio per rank",
-            [(f"{step} / on (job) group_left() {median}", "rank {{rank}} ({{node}})")],
+            [
+                (
+                    f"{step} / on (namespace, job) group_left() {median}",
+                    "rank {{rank}} ({{node}})",
+                )
+            ],
             unit="none",
         ),
         timeseries(
@@ -518,7 +524,12 @@ def training_job() -> dict[str, Any]:
             ("Step phases and checkpoint stall", phases),
             ("GPUs", gpus),
         ],
-        [_query_variable("job", "Job", "llmp_train_tokens_per_second", "job")],
+        [
+            _query_variable("namespace", "Namespace", "llmp_train_tokens_per_second", "namespace"),
+            _query_variable(
+                "job", "Job", 'llmp_train_tokens_per_second{namespace="$namespace"}', "job"
+            ),
+        ],
     )
 
 

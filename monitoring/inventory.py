@@ -2,7 +2,8 @@
 
 - **dcgm**: NVIDIA DCGM exporter of the GPU operator (Service `nvidia-dcgm-exporter`, port
   `gpu-metrics`); labels `gpu`, `UUID`, `Hostname`, `modelName` and, with the Kubernetes
-  mapping the operator turns on, `namespace`, `pod`, `container` (scraped with honorLabels).
+  mapping the operator turns on, `namespace`, `pod`, `container` of the pod using the GPU
+  (scraped with honorLabels, the one monitor that is: the exporter is the platform's).
   The XID, ECC and NVLink counters must be in the exporter's metrics CSV
   (`components.addons.DCGM_METRICS`, which lists exactly these).
   `DCGM_EXP_XID_ERRORS_COUNT` (dcgm-exporter 3.3.5-3.4.0 and later, off unless listed in the
@@ -26,10 +27,15 @@
   `workloads.training.train`): per rank `llmp_train_step_seconds{job,rank,node}` and
   `llmp_train_phase_seconds{job,rank,node,phase}` (the five phases of
   `workloads.diagnosis.trace.PHASES`: 5 series a rank), per job the rest: loss, tokens/s,
-  TFLOPS per GPU, MFU (pretraining only: full windows) and the checkpoint's times.
-- **straggler-watch**: the straggler watcher (workloads/diagnosis/watch.py, port `metrics`,
-  scraped with honorLabels: `job` is the training job's), labels `job`, `node`, `kind`,
-  `action`.
+  TFLOPS per GPU, MFU (pretraining only: full windows) and the checkpoint's times. Tenants
+  run these pods, so nothing of the exposition overrides the target: `namespace` and `pod`
+  are Kubernetes', `job` is the pod's `training.kubeflow.org/job-name` label (the training
+  operator's; the PodMonitor's `jobLabel`), and the trainer's own `job` label is dropped. A
+  job is (namespace, job): match on both.
+- **straggler-watch**: the straggler watcher (workloads/diagnosis/watch.py, port `metrics`),
+  its target's `namespace="monitoring"` and `job="llmp-straggler-watch"` on every series (no
+  honorLabels: select on them, no tenant series can carry them); the job a finding judges is
+  in `training_namespace` and `training_job`, beside `node`, `kind`, `action`.
 - **recording**: series our own recording rules produce.
 """
 

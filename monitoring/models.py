@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 API_VERSION: Literal["monitoring.coreos.com/v1"] = "monitoring.coreos.com/v1"
 
@@ -32,11 +32,23 @@ class NamespaceSelector(_Model):
 
 
 class Relabeling(_Model):
-    source_labels: list[str] = Field(alias="sourceLabels")
-    target_label: str = Field(alias="targetLabel")
+    """`replace` (source labels, target label) or `labeldrop` (the labels `regex` names)."""
+
+    source_labels: list[str] | None = Field(None, alias="sourceLabels")
+    target_label: str | None = Field(None, alias="targetLabel")
     regex: str = "(.*)"
-    replacement: str = "$1"
-    action: Literal["replace"] = "replace"
+    replacement: str | None = "$1"
+    action: Literal["replace", "labeldrop"] = "replace"
+
+    @model_validator(mode="after")
+    def _complete(self) -> Relabeling:
+        if self.action == "replace" and not (self.source_labels and self.target_label):
+            raise ValueError("a replace relabeling names its source labels and target label")
+        if self.action == "labeldrop" and (
+            self.source_labels or self.target_label or self.replacement is not None
+        ):
+            raise ValueError("a labeldrop relabeling takes only a regex of label names")
+        return self
 
 
 class Endpoint(_Model):
@@ -48,6 +60,9 @@ class Endpoint(_Model):
 
 
 class MonitorSpec(_Model):
+    job_label: str | None = Field(None, alias="jobLabel")
+    """The pod's (PodMonitor) or Service's (ServiceMonitor) label whose value becomes the
+    target's `job`; without it (or where the object lacks the label) the operator's default."""
     selector: LabelSelector
     namespace_selector: NamespaceSelector = Field(alias="namespaceSelector")
     endpoints: list[Endpoint] | None = None

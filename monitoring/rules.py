@@ -29,6 +29,11 @@ Choices:
   publishes the nodes it flags. Its group is the one place annotations use templates: the
   alert is about one node of one job, and its runbook is the command to run for that job.
   The watcher's own silence alerts too (absent, or a last run older than five intervals).
+- Labels a tenant cannot forge: no monitor of tenant pods honours the exposition's labels, so
+  `namespace` is always Kubernetes'; a training job's series are matched on (namespace, job),
+  never on `job` alone (two namespaces may run jobs of one name), and the watcher's series on
+  its own target (`namespace="monitoring"`, `job="llmp-straggler-watch"`), where only the
+  watcher publishes: the job it judges is in `training_namespace` and `training_job`.
 """
 
 from __future__ import annotations
@@ -37,10 +42,13 @@ from pathlib import Path
 
 import yaml
 
+from monitoring.charts import NAMESPACE as MONITORING_NAMESPACE
+from monitoring.charts import STRAGGLER_WATCH
 from monitoring.models import Metadata, PrometheusRule, Rule, RuleGroup, RuleSpec
 from spec.catalog import GpuXids, catalog
 from spec.labels import QUARANTINE_TAINT
 from spec.monitoring import AlertThresholds, StragglerWatchConfig
+from spec.promql import matchers
 from spec.storage import LustreConfig
 
 RULES_DIR = Path(__file__).with_name("rules")
@@ -321,8 +329,9 @@ def training_rules(t: AlertThresholds) -> RuleGroup:
             ),
             _alert(
                 "TrainingStragglerRank",
-                f"{step} > on (job) group_left() "
-                f"({_num(t.straggler_ratio)} * quantile by (job) (0.5, {step}))",
+                # By (namespace, job): a job's name is unique in its namespace only.
+                f"{step} > on (namespace, job) group_left() "
+                f"({_num(t.straggler_ratio)} * quantile by (namespace, job) (0.5, {step}))",
                 "10m",
                 "warning",
                 "A rank's step time stays above its job's median (straggler).",
@@ -333,6 +342,10 @@ def training_rules(t: AlertThresholds) -> RuleGroup:
     )
 
 
+STRAGGLER_WATCH_TARGET = matchers({"namespace": MONITORING_NAMESPACE, "job": STRAGGLER_WATCH})
+"""The watcher's own series: its target's labels, which no tenant pod's series can carry."""
+STRAGGLER_JOB = ("training_namespace", "training_job")
+"""The labels of the watcher's findings naming the training job they judge."""
 STRAGGLER_LAST_RUN = "llmp_straggler_last_run_timestamp_seconds"
 STRAGGLER_STALE_RUNS = 5
 """The watcher is down once its last run is this many intervals old."""
@@ -344,25 +357,30 @@ PROMETHEUS_PORT_FORWARD = (
 def straggler_rules(w: StragglerWatchConfig) -> RuleGroup:
     """The straggler watcher's findings and its own health."""
     stale = STRAGGLER_STALE_RUNS * w.interval_seconds
+    watcher = f"{{{STRAGGLER_WATCH_TARGET}}}"
+    last_run = f"{STRAGGLER_LAST_RUN}{watcher}"
     return RuleGroup(
         name="stragglers",
         rules=[
             _alert(
                 "LlmpSlowNode",
                 # The ratio is the value: the annotation quotes it.
-                "llmp_straggler_node_ratio and on (job, node) (llmp_straggler_node_flagged == 1)",
+                f"llmp_straggler_node_ratio{watcher} and on ({', '.join(STRAGGLER_JOB)}, node) "
+                f"(llmp_straggler_node_flagged{watcher} == 1)",
                 "2m",
                 "warning",
-                "Node {{ $labels.node }} slows training job {{ $labels.job }}: "
+                "Node {{ $labels.node }} slows training job {{ $labels.training_namespace }}/"
+                "{{ $labels.training_job }}: "
                 '{{ $value | printf "%.2f" }}x the other nodes\' median step time.',
                 f"`{PROMETHEUS_PORT_FORWARD}`, then `llmp stragglers --prometheus "
-                "http://localhost:9090 --job {{ $labels.job }} --range 30m`; check the node's "
+                "http://localhost:9090 --namespace {{ $labels.training_namespace }} --job "
+                "{{ $labels.training_job }} --range 30m`; check the node's "
                 "GPU clocks, XIDs and EFA errors, and take it out with `--quarantine "
                 "--kubeconfig kubeconfig` if it stays slow.",
             ),
             _alert(
                 "LlmpStragglerWatchDown",
-                f"absent({STRAGGLER_LAST_RUN}) or time() - {STRAGGLER_LAST_RUN} > {stale}",
+                f"absent({last_run}) or time() - {last_run} > {stale}",
                 "10m",
                 "warning",
                 "The straggler watcher has not run: slow nodes go unnoticed.",
@@ -371,7 +389,8 @@ def straggler_rules(w: StragglerWatchConfig) -> RuleGroup:
             ),
             _alert(
                 "LlmpStragglerWatchFailing",
-                f"sum(rate(llmp_straggler_errors_total[15m])) * {w.interval_seconds} > 0.5",
+                f"sum(rate(llmp_straggler_errors_total{watcher}[15m])) * {w.interval_seconds} "
+                "> 0.5",
                 "5m",
                 "warning",
                 "Most runs of the straggler watcher fail (Prometheus, the step times, or the "

@@ -32,6 +32,10 @@ def stragglers(
     prometheus: Annotated[
         str | None, typer.Option("--prometheus", help="Read llmp_train_step_seconds from here.")
     ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="The job's namespace (--prometheus)."),
+    ] = None,
     job: Annotated[str | None, typer.Option("--job", help="The job label (--prometheus).")] = None,
     range_: Annotated[str, typer.Option("--range", help="How far back (--prometheus).")] = "1h",
     resolution: Annotated[
@@ -111,8 +115,9 @@ def stragglers(
     --prometheus the exporters' own are queried too.
 
     Sample: examples/stragglers/step-times.jsonl (2 nodes x 8 ranks x 20 steps, one slow
-    node). --prometheus reads the same from llmp_train_step_seconds{job,rank,node} and
-    llmp_train_phase_seconds{job,rank,node,phase}.
+    node). --prometheus reads the same from llmp_train_step_seconds{namespace,job,rank,node}
+    and llmp_train_phase_seconds{namespace,job,rank,node,phase} of the one job --namespace
+    and --job name (a job's name is unique in its namespace only).
 
     --quarantine isolates the SLOW nodes, worst first, as NVSentinel isolates a faulty GPU
     node (see llmp/diagnosis/quarantine.py): with --kubeconfig it acts (--dry-run: reads the cluster
@@ -132,7 +137,7 @@ def stragglers(
         st.check_options(threshold, persist, top)
         if quarantine:
             check_cap(max_quarantined)
-        trace = st.load(source, prometheus, job, range_, resolution)
+        trace = st.load(source, prometheus, job, range_, resolution, namespace)
         found, notes = (
             st.load_evidence(evidence, prometheus, trace, range_)
             if evidence is not None or prometheus is not None

@@ -353,9 +353,25 @@ def test_monitors_select_dcgm_training_pods_and_vllm(plans) -> None:
     training = plan.one(POD_MONITOR, "monitoring-podmonitor-training").inputs["spec"]
     assert training["selector"]["matchLabels"] == {"llm-platform/job-kind": "training"}
     assert training["podMetricsEndpoints"][0]["port"] == "metrics"
-    # train.py's own `job` label must survive the scrape.
-    assert training["podMetricsEndpoints"][0]["honorLabels"] is True
+    # Tenants make training pods: their series keep Kubernetes' namespace and pod, and `job`
+    # is the training operator's pod label, not what the process claims (dropped).
+    assert "honorLabels" not in training["podMetricsEndpoints"][0]
+    assert training["jobLabel"] == "training.kubeflow.org/job-name"
+    assert training["podMetricsEndpoints"][0]["metricRelabelings"] == [
+        {"action": "labeldrop", "regex": "exported_job"}
+    ]
     assert training["namespaceSelector"] == {"any": True}
+    # DCGM (the GPU operator's, platform-owned) is the only monitor honouring labels.
+    honouring = [
+        r.name
+        for r in [*plan.by_type(SERVICE_MONITOR), *plan.by_type(POD_MONITOR)]
+        for e in [
+            *r.inputs["spec"].get("endpoints", []),
+            *r.inputs["spec"].get("podMetricsEndpoints", []),
+        ]
+        if e.get("honorLabels")
+    ]
+    assert honouring == ["monitoring-servicemonitor-dcgm-exporter"]
     vllm = plan.one(SERVICE_MONITOR, "monitoring-servicemonitor-vllm").inputs["spec"]
     assert vllm["selector"]["matchLabels"] == {"llm-platform/scrape": "true"}
     assert vllm["endpoints"][0]["port"] == "metrics"

@@ -132,12 +132,16 @@ def test_the_command_line_is_one_the_watcher_takes(plans) -> None:
         cfg.quarantine_after_runs,
         cfg.max_quarantined,
     )
-    # The PodMonitor selects the pod's labels and scrapes its named port, keeping `job`.
+    # The PodMonitor selects the pod's labels and scrapes its named port; no honorLabels: the
+    # series keep the target's namespace and `job` (the pod's name label), what the straggler
+    # rules select on (the job judged is in training_namespace/training_job).
     monitor = plan.one(POD_MONITOR, "straggler-watch-podmonitor").inputs["spec"]
     pod_labels = _deployment(plan)["spec"]["template"]["metadata"]["labels"]
     assert monitor["selector"]["matchLabels"].items() <= pod_labels.items()
     [endpoint] = monitor["podMetricsEndpoints"]
-    assert endpoint["honorLabels"] is True
+    assert "honorLabels" not in endpoint
+    assert pod_labels[monitor["jobLabel"]] == "llmp-straggler-watch"
+    assert f'job="{pod_labels[monitor["jobLabel"]]}"' in rules.STRAGGLER_WATCH_TARGET
     assert endpoint["port"] == container["ports"][0]["name"] == "metrics"
     assert container["ports"][0]["containerPort"] == PORT
     # Only Prometheus' namespace reaches that port.

@@ -23,7 +23,7 @@ from tests.monitoring.test_rules import promtool
 
 GENERATED = dashboards.dashboards()
 # Grafana variables -> values that make plain PromQL
-SUBSTITUTIONS = {"$__rate_interval": "5m", "$job": "j", "$model": "m"}
+SUBSTITUTIONS = {"$__rate_interval": "5m", "$namespace": "ns", "$job": "j", "$model": "m"}
 
 
 def _plain(expr: str) -> str:
@@ -103,10 +103,19 @@ def test_templated_dashboards() -> None:
     def names(d: dict[str, Any]) -> set[str]:
         return {v["name"] for v in d["templating"]["list"]}
 
-    assert names(GENERATED["llmp-training-job"]) == {"datasource", "job"}
+    assert names(GENERATED["llmp-training-job"]) == {"datasource", "namespace", "job"}
     assert names(GENERATED["llmp-inference-slo"]) == {"datasource", "model"}
+    # A job's name is unique in its namespace only: every query names both, and every
+    # grouping by job groups by namespace too.
     for e in dashboards.expressions(GENERATED["llmp-training-job"]):
-        assert "$job" in e, e
+        assert "$job" in e and 'namespace="$namespace"' in e, e
+        for grouping in re.findall(r"\b(?:by|on) \(([^)]*)\)", e):
+            names_ = [n.strip() for n in grouping.split(",")]
+            assert "job" not in names_ or "namespace" in names_, e
+    jobs = next(
+        v for v in GENERATED["llmp-training-job"]["templating"]["list"] if v["name"] == "job"
+    )
+    assert 'namespace="$namespace"' in jobs["query"]["query"]
 
 
 def test_every_metric_is_in_the_inventory() -> None:
@@ -115,7 +124,9 @@ def test_every_metric_is_in_the_inventory() -> None:
     for d in GENERATED.values():
         for v in d["templating"]["list"]:
             if v["type"] == "query":
-                found = re.fullmatch(r"label_values\(([^,]+), \w+\)", v["query"]["query"])
+                found = re.fullmatch(
+                    r"label_values\(([^,{]+)(\{[^}]*\})?, \w+\)", v["query"]["query"]
+                )
                 assert found and found.group(1) in ALL_METRICS, v["query"]
 
 
@@ -205,6 +216,6 @@ def test_the_phase_panels_name_every_phase_the_trainer_publishes() -> None:
     for title in ("Step time by phase, median rank", "Slowest rank in each phase"):
         (target,) = panels[title]["targets"]
         # one series per phase, named by it: every one of PHASES shows, whatever its number
-        assert target["expr"].endswith(f'{PHASE_METRIC}{{job="$job"}})')
+        assert target["expr"].endswith(f'{PHASE_METRIC}{{namespace="$namespace",job="$job"}})')
         assert "by (phase)" in target["expr"] and target["legendFormat"] == "{{phase}}"
     assert len(PHASES) == 5

@@ -42,6 +42,15 @@ XID_GPU = {"Hostname": "node-1", "gpu": "1", "namespace": "foundation", "pod": "
 GIB = 1024**3
 FULL_AT = rules.fsx_free_bytes_threshold(T, rules.DEFAULT_FSX_CAPACITY_GIB)
 FS = 'file_system_id="fs-0123456789abcdef0"'
+TJ = 'namespace="foundation",job="j"'
+"""A training job's series: the pod's namespace and the operator's job label (no honorLabels)."""
+WATCHER = {"namespace": "monitoring", "job": "llmp-straggler-watch"}
+W = 'namespace="monitoring",job="llmp-straggler-watch"'
+"""The straggler watcher's target: only it publishes series with these labels."""
+WJ = f'{W},training_namespace="foundation",training_job="j"'
+TENANT = 'namespace="foundation",job="j"'
+"""A tenant's training pod: any series it publishes carries its own namespace and job."""
+FORGED = f'{TENANT},training_namespace="foundation",training_job="j"'
 
 
 def _series(metric: str, labels: dict[str, str]) -> str:
@@ -205,12 +214,21 @@ CASES: dict[str, dict[str, Any]] = {
         "quiet": "3m",
     },
     "TrainingStragglerRank": {
+        # A job is (namespace, job): the fast ranks of a job of the same name in another
+        # namespace do not lower this job's median (pooled with them, the median would be
+        # 0.1 s and this job's healthy ranks would fire too).
         "input": [
-            {"series": 'llmp_train_step_seconds{job="j",rank="0",node="a"}', "values": "1x40"},
-            {"series": 'llmp_train_step_seconds{job="j",rank="1",node="b"}', "values": "1x40"},
-            {"series": 'llmp_train_step_seconds{job="j",rank="2",node="c"}', "values": "1x10 2x30"},
+            {"series": f'llmp_train_step_seconds{{{TJ},rank="{r}",node="{n}"}}', "values": v}
+            for r, n, v in (("0", "a", "1x40"), ("1", "b", "1x40"), ("2", "c", "1x10 2x30"))
+        ]
+        + [
+            {
+                "series": f'llmp_train_step_seconds{{namespace="other",job="j",rank="{r}"}}',
+                "values": "0.1x40",
+            }
+            for r in range(4)
         ],
-        "fire": ("35m", {"job": "j", "rank": "2", "node": "c"}),
+        "fire": ("35m", {"namespace": "foundation", "job": "j", "rank": "2", "node": "c"}),
         "quiet": "10m",
     },
     "InferenceLatencyP99High": {
@@ -259,46 +277,64 @@ CASES: dict[str, dict[str, Any]] = {
         "quiet": "10m",
     },
     "LlmpSlowNode": {
-        # the watcher publishes node b of job j for 10 minutes, flagged from the 4th: the alert
-        # waits 2 minutes, quotes the ratio and names the job in its runbook command
+        # the watcher publishes node b of job foundation/j for 10 minutes, flagged from the
+        # 4th: the alert waits 2 minutes, quotes the ratio and names the job in its runbook
+        # command. A tenant pod publishing the same findings (its own namespace and job, as
+        # no tenant monitor honours labels) fires nothing: node c is never named.
         "input": [
             {
-                "series": 'llmp_straggler_node_ratio{job="j",node="b"}',
+                "series": f'llmp_straggler_node_ratio{{{WJ},node="b"}}',
                 "values": "1.01x3 1.3x10 stale",
             },
-            {"series": 'llmp_straggler_node_flagged{job="j",node="b"}', "values": "0x3 1x10 stale"},
-            {"series": 'llmp_straggler_node_ratio{job="j",node="a"}', "values": "1x15"},
-            {"series": 'llmp_straggler_node_flagged{job="j",node="a"}', "values": "0x15"},
+            {"series": f'llmp_straggler_node_flagged{{{WJ},node="b"}}', "values": "0x3 1x10 stale"},
+            {"series": f'llmp_straggler_node_ratio{{{WJ},node="a"}}', "values": "1x15"},
+            {"series": f'llmp_straggler_node_flagged{{{WJ},node="a"}}', "values": "0x15"},
+            {"series": f'llmp_straggler_node_ratio{{{FORGED},node="c"}}', "values": "9x15"},
+            {"series": f'llmp_straggler_node_flagged{{{FORGED},node="c"}}', "values": "1x15"},
         ],
-        "fire": ("7m", {"job": "j", "node": "b"}),
+        "fire": (
+            "7m",
+            {**WATCHER, "training_namespace": "foundation", "training_job": "j", "node": "b"},
+        ),
         "quiet": "4m",
         "annotations": {
-            "summary": "Node b slows training job j: 1.30x the other nodes' median step time.",
+            "summary": "Node b slows training job foundation/j: 1.30x the other nodes' median "
+            "step time.",
             "runbook": f"`{rules.PROMETHEUS_PORT_FORWARD}`, then `llmp stragglers --prometheus "
-            "http://localhost:9090 --job j --range 30m`; check the node's GPU clocks, XIDs and "
-            "EFA errors, and take it out with `--quarantine --kubeconfig kubeconfig` if it "
-            "stays slow.",
+            "http://localhost:9090 --namespace foundation --job j --range 30m`; check the "
+            "node's GPU clocks, XIDs and EFA errors, and take it out with `--quarantine "
+            "--kubeconfig kubeconfig` if it stays slow.",
         },
     },
     "LlmpStragglerWatchDown": {
         # runs every minute (the timestamp follows the clock) for 10 minutes, then hangs: the
         # last run grows old (5 intervals), and 10 minutes later the alert fires
+        # A tenant pod publishing a fresh timestamp of its own does not hide it.
         "input": [
             {
-                "series": "llmp_straggler_last_run_timestamp_seconds",
+                "series": f"llmp_straggler_last_run_timestamp_seconds{{{W}}}",
                 "values": "0+60x10 600x30",
-            }
+            },
+            {
+                "series": f"llmp_straggler_last_run_timestamp_seconds{{{TENANT}}}",
+                "values": "0+60x40",
+            },
         ],
-        "fire": ("28m", {}),
+        "fire": ("28m", WATCHER),
         "quiet": "12m",
     },
     "LlmpStragglerWatchFailing": {
         # one error a minute, i.e. every run, from the 20th minute
         "input": [
             {
-                "series": 'llmp_straggler_errors_total{kind="prometheus"}',
+                "series": f'llmp_straggler_errors_total{{{W},kind="prometheus"}}',
                 "values": "0x20 1+1x40",
-            }
+            },
+            # A tenant's own counter of that name is not the watcher's: it adds nothing.
+            {
+                "series": f'llmp_straggler_errors_total{{{TENANT},kind="prometheus"}}',
+                "values": "0+10x60",
+            },
         ],
         "fire": ("45m", {}),
         "quiet": "20m",
@@ -381,7 +417,25 @@ def test_straggler_rules_only_with_the_watcher_and_its_interval() -> None:
     assert slow.labels == {"severity": "warning"} and slow.for_ == "2m"
     assert slow.annotations is not None
     assert "llmp stragglers --prometheus" in slow.annotations["runbook"]
-    assert "--job {{ $labels.job }}" in slow.annotations["runbook"]
+    assert (
+        "--namespace {{ $labels.training_namespace }} --job {{ $labels.training_job }}"
+        in slow.annotations["runbook"]
+    )
+
+
+def test_rules_match_a_training_job_on_its_namespace_and_the_watcher_on_its_target() -> None:
+    # No tenant monitor honours the exposition's labels: `namespace` is Kubernetes', so a rule
+    # that groups or joins training series by job groups by (namespace, job), and one about the
+    # watcher reads only the watcher's own target.
+    alerts = rules.alerts(T)
+    for rule in alerts.values():
+        for grouping in re.findall(r"\b(?:by|on) \(([^)]*)\)", rule.expr):
+            names = [n.strip() for n in grouping.split(",")]
+            if "job" in names:
+                assert "namespace" in names, (rule.alert, rule.expr)
+        if "llmp_straggler_" in rule.expr:
+            selectors = re.findall(r"llmp_straggler_[a-z_]+(\{[^}]*\})?", rule.expr)
+            assert selectors and all(W in sel for sel in selectors), (rule.alert, rule.expr)
 
 
 def test_the_watchers_metrics_are_the_inventorys() -> None:

@@ -1,4 +1,8 @@
-"""The Prometheus HTTP API as the straggler analysis uses it: one GET, one-line errors."""
+"""The Prometheus HTTP API as the straggler analysis uses it: one GET, one-line errors.
+
+Queries are built with spec.promql (`selector`, `matchers`: label values quoted as PromQL
+string literals), and scoped to the namespace and job they judge; what comes back is checked
+by the caller (spec.promql.sample_value, checked): Prometheus' answer is input, not truth."""
 
 from __future__ import annotations
 
@@ -35,6 +39,6 @@ def query(url: str, api: str, params: dict[str, str], timeout: float = 30.0) -> 
         raise SourceUnavailable(f"Prometheus {url}: the answer is not JSON") from None
     if not isinstance(body, dict) or body.get("status") != "success":
         error = body.get("error", "query failed") if isinstance(body, dict) else "query failed"
-        raise SourceUnavailable(f"Prometheus {url}: {error}")
+        raise SourceUnavailable(f"Prometheus {url}: {' '.join(str(error).split())}")
     data = body.get("data") or {}
     return data if isinstance(data, dict) else {}

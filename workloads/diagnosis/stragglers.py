@@ -78,7 +78,11 @@ the cause, never used to compute it.
 Inputs: JSON lines `{"step", "rank", "node", "seconds"}` (what training writes
 with `--step-times`) with optional `<phase>_s`, CSV with a header naming the same
 columns, Parquet (trace.py), or Prometheus' `query_range` of
-`llmp_train_step_seconds{job=...}` and `llmp_train_phase_seconds{job=...,phase=...}`.
+`llmp_train_step_seconds{namespace=...,job=...}` and `llmp_train_phase_seconds{namespace=...,
+job=...}`: a job is its namespace and its name (the name is unique in its namespace only, and
+the namespace is Kubernetes' own label, which no tenant pod can set: monitoring/charts.py).
+Values are read as Prometheus gives them and refused (BadInput) where no step time can be:
+not a number, negative, infinite, NaN; series of another namespace or job are not counted.
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ from typing import Any
 
 import numpy as np
 
+from spec.promql import ImpossibleValue, sample_value, selector
 from workloads.diagnosis import prometheus
 from workloads.diagnosis.evidence import Evidence, describe, query_evidence, read_evidence
 from workloads.diagnosis.prometheus import SourceUnavailable
@@ -151,12 +156,22 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
+def job_labels(namespace: str, job: str) -> dict[str, str]:
+    """The labels that name one training job's series: its namespace and its name."""
+    return {"namespace": namespace, "job": job}
+
+
 def _matrix(
-    url: str, metric: str, job: str, start: float, end: float, step: float, timeout: float
+    url: str,
+    metric: str,
+    labels: dict[str, str],
+    start: float,
+    end: float,
+    step: float,
+    timeout: float,
 ) -> list[dict[str, Any]]:
-    quoted = job.replace("\\", "\\\\").replace('"', '\\"')
     params = {
-        "query": f'{metric}{{job="{quoted}"}}',
+        "query": selector(metric, labels),
         "start": f"{start:.3f}",
         "end": f"{end:.3f}",
         "step": f"{step:g}",
@@ -166,7 +181,27 @@ def _matrix(
         raise SourceUnavailable(
             f"Prometheus {url}: expected a matrix, got {data.get('resultType')}"
         )
-    return list(data.get("result") or [])
+    # What the query did not ask for is not counted, whoever answered (a proxy, a cache).
+    return [
+        s
+        for s in data.get("result") or []
+        if isinstance(s, dict)
+        and all((s.get("metric") or {}).get(k) == v for k, v in labels.items())
+    ]
+
+
+def _values(series: dict[str, Any], what: str) -> list[tuple[float, float]]:
+    """(timestamp, value) of a matrix series; BadInput for a sample that is no number."""
+    out = []
+    for sample in series.get("values") or []:
+        try:
+            ts, raw = sample
+            out.append((float(ts), sample_value(raw, what)))
+        except ImpossibleValue as exc:
+            raise BadInput(str(exc)) from None
+        except (TypeError, ValueError):
+            raise BadInput(f"{what}: a sample that is no [time, value] pair: {sample!r}") from None
+    return out
 
 
 def query_prometheus(
@@ -176,44 +211,48 @@ def query_prometheus(
     resolution: str = "15s",
     end: float | None = None,
     timeout: float = 30.0,
+    *,
+    namespace: str,
 ) -> Trace:
-    """query_range of llmp_train_step_seconds{job=...}: one sample per evaluation time,
-    and of llmp_train_phase_seconds{job=...} for the phases at the same times.
+    """query_range of llmp_train_step_seconds{namespace=...,job=...}: one sample per
+    evaluation time, and of llmp_train_phase_seconds{namespace=...,job=...} for the phases
+    at the same times.
 
     The gauge holds each rank's *last* step, so a sample is the step that was current
     when Prometheus scraped; consecutive evaluations that repeat the same vector (a
-    step longer than the resolution) are counted once.
+    step longer than the resolution) are counted once. A step time that is not a finite
+    number >= 0 is BadInput (trace.build refuses it): nothing is judged on it.
     """
+    if not namespace or not job:
+        raise BadInput("a training job is a namespace and a job name: both are needed")
+    labels = job_labels(namespace, job)
     span, step = parse_duration(range_), parse_duration(resolution)
     step = max(step, span / MAX_POINTS)
     end = time.time() if end is None else end
     by_time: dict[float, dict[int, float]] = defaultdict(dict)
     node: dict[int, str] = {}
-    for series in _matrix(url, METRIC, job, end - span, end, step, timeout):
-        labels = series.get("metric") or {}
+    for series in _matrix(url, METRIC, labels, end - span, end, step, timeout):
+        found = series.get("metric") or {}
         try:
-            rank = int(labels["rank"])
+            rank = int(found["rank"])
         except (KeyError, ValueError):
-            raise BadInput(f"{METRIC} series without an integer rank label: {labels}") from None
-        node[rank] = str(labels.get("node") or f"rank-{rank}")
-        for ts, value in series.get("values") or []:
-            by_time[float(ts)][rank] = float(value)
+            raise BadInput(f"{METRIC} series without an integer rank label: {found}") from None
+        node[rank] = str(found.get("node") or f"rank-{rank}")
+        for ts, value in _values(series, f"{METRIC} of rank {rank}"):
+            by_time[ts][rank] = value
     if not by_time:
-        raise BadInput(f'Prometheus has no {METRIC}{{job="{job}"}} in the last {range_}')
+        raise BadInput(f"Prometheus has no {selector(METRIC, labels)} in the last {range_}")
     phase_at: dict[float, dict[tuple[str, int], float]] = defaultdict(dict)
-    for series in _matrix(url, PHASE_METRIC, job, end - span, end, step, timeout):
-        labels = series.get("metric") or {}
-        if (
-            labels.get("__name__", PHASE_METRIC) != PHASE_METRIC
-            or labels.get("phase") not in PHASES
-        ):
+    for series in _matrix(url, PHASE_METRIC, labels, end - span, end, step, timeout):
+        found = series.get("metric") or {}
+        if found.get("__name__", PHASE_METRIC) != PHASE_METRIC or found.get("phase") not in PHASES:
             continue
         try:
-            rank = int(labels["rank"])
+            rank = int(found["rank"])
         except (KeyError, ValueError):
             continue
-        for ts, value in series.get("values") or []:
-            phase_at[float(ts)][(labels["phase"], rank)] = float(value)
+        for ts, value in _values(series, f"{PHASE_METRIC} of rank {rank}"):
+            phase_at[ts][(found["phase"], rank)] = value
     steps: list[int] = []
     ranks: list[int] = []
     seconds: list[float] = []
@@ -239,7 +278,7 @@ def query_prometheus(
         seconds,
         [node[r] for r in ranks],
         {p: np.array(v) for p, v in phases.items()},
-        source=f"{url} job={job} range={range_}",
+        source=f"{url} namespace={namespace} job={job} range={range_}",
     )
 
 
@@ -613,14 +652,17 @@ def load(
     job: str | None,
     range_: str,
     resolution: str,
+    namespace: str | None = None,
 ) -> Trace:
-    """Step times from a file, or from Prometheus for one job."""
+    """Step times from a file, or from Prometheus for one job (of one namespace)."""
     if (source is None) == (prometheus is None):
-        raise BadInput("give either a step-times FILE or --prometheus URL --job NAME")
+        raise BadInput(
+            "give either a step-times FILE or --prometheus URL --namespace NS --job NAME"
+        )
     if prometheus is not None:
-        if not job:
-            raise BadInput("--prometheus needs --job NAME")
-        return query_prometheus(prometheus, job, range_, resolution)
+        if not job or not namespace:
+            raise BadInput("--prometheus needs --namespace NS and --job NAME (the job's own)")
+        return query_prometheus(prometheus, job, range_, resolution, namespace=namespace)
     assert source is not None
     return read_file(source)
 

@@ -3,11 +3,18 @@
 `python -m workloads.diagnosis.watch --prometheus URL` runs in the cluster (one pod in
 `monitoring`, the trainer image; components/straggler_watch.py deploys it). Each run:
 
-1. finds the training jobs Prometheus has step times of now: `count by (job)
-   (llmp_train_step_seconds)` (read-only: an instant query);
-2. reads each job's last `--window` of step times and analyses it (workloads/diagnosis/
-   stragglers.py: `query_prometheus`, `analyse`);
-3. publishes what it found on its own `/metrics` (`--port`): per job the nodes flagged slow
+1. finds the training jobs Prometheus has step times of now: `count by (namespace, job)
+   (llmp_train_step_seconds)` (read-only: an instant query). A job is its namespace and its
+   name: `namespace` is Kubernetes' label of the pod that published the series and `job` the
+   training operator's pod label (monitoring/charts.py: no tenant monitor honours the
+   exposition's labels), so a pod can speak only for jobs of its own namespace;
+2. reads each job's last `--window` of step times, `{namespace=...,job=...}` (spec/promql.py
+   quotes them), and analyses it (workloads/diagnosis/stragglers.py: `query_prometheus`,
+   `analyse`). Step times that cannot be (not a number, negative, infinite, NaN) are one
+   `input` error: the job is skipped, nothing judged, no streak counted;
+3. publishes what it found on its own `/metrics` (`--port`): per job (labels
+   `training_namespace`, `training_job`: `namespace` and `job` are the watcher's own target's,
+   which the alerts select on) the nodes flagged slow
    and the `--top` nodes losing the most time (`llmp_straggler_node_ratio`, `_flagged`,
    `_share`, `_flagged_runs`), the job's `llmp_straggler_job_slowdown_ratio`, and the
    watcher's own health (`llmp_straggler_last_run_timestamp_seconds`,
@@ -16,7 +23,10 @@
 4. with `--quarantine`, isolates a node flagged in `--quarantine-after` runs in a row
    (workloads/diagnosis/isolation.py: cordon, taint, evict its training pods) while at most
    `--max-quarantined` nodes carry the quarantine taint; every action is logged and counted
-   (`llmp_straggler_quarantine_actions_total{action}`).
+   (`llmp_straggler_quarantine_actions_total{action}`). A node is acted on only where the job
+   that blames it runs a pod (`training.kubeflow.org/job-name` of the job, in its namespace):
+   the `node` label is rank 0's word for where each rank runs, and a job's series must not
+   take out a node it does not use (one `input` error, logged once, and left alone).
 
 Nothing that fails stops the loop: a Prometheus out of reach, a job whose series cannot be
 read, a cluster that refuses a write are each one log line and one count in
@@ -33,23 +43,21 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import logging
+import re
 import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spec.labels import JOB_KIND_LABEL, TRAINING_JOB_LABEL
 from spec.monitoring import duration_seconds
-from workloads.diagnosis import isolation
+from workloads.diagnosis import isolation, prometheus
 from workloads.diagnosis import stragglers as st
-from workloads.kube_api import KubeApis, NoCluster, in_cluster_apis
+from workloads.kube_api import REQUEST_TIMEOUT, KubeApis, NoCluster, in_cluster_apis, reason
 
 log = logging.getLogger("llmp.stragglers.watch")
 
@@ -72,6 +80,17 @@ METRICS = (
     f"{PREFIX}quarantine_actions_total",
 )
 """Every series the watcher publishes (monitoring/inventory.py lists them for the rules)."""
+JOB_LABELS = ("training_namespace", "training_job")
+"""The labels of a finding naming the job it judges (`namespace`, `job` are the target's)."""
+JobKey = tuple[str, str]
+"""A training job: (namespace, name)."""
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
+_NODE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$")
+
+
+def job_name(key: JobKey) -> str:
+    """`namespace/job`, as the log and the annotations name a job."""
+    return f"{key[0]}/{key[1]}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +165,7 @@ class NodeFinding:
 
 @dataclass(frozen=True)
 class JobFinding:
+    namespace: str
     job: str
     slowdown_ratio: float
     """The job's step time over what it would be if every rank ran at the step's median."""
@@ -159,33 +179,35 @@ class RunSummary:
     """What one run saw and did (for the log and the tests)."""
 
     jobs: list[str] = field(default_factory=list)
+    """`namespace/job` of each job watched."""
     flagged: list[tuple[str, str]] = field(default_factory=list)
+    """(`namespace/job`, node) of each node flagged."""
     errors: list[tuple[str, str]] = field(default_factory=list)
     """(kind, line) of each failure."""
     outcomes: list[isolation.NodeOutcome] = field(default_factory=list)
 
 
-def running_jobs(url: str, timeout: float) -> list[str]:
-    """The `job` labels of the training step-time series Prometheus holds now."""
-    query = f"count by (job) ({st.METRIC})"
-    full = url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
+RUNNING_JOBS = f"count by (namespace, job) ({st.METRIC})"
+"""The jobs with step times now: by namespace and name (a name is unique in its namespace)."""
+
+
+def running_jobs(url: str, timeout: float) -> list[JobKey]:
+    """(namespace, job) of the training step-time series Prometheus holds now; a series
+    without either label names no job that can be scoped, and is left out."""
     try:
-        with urllib.request.urlopen(full, timeout=timeout) as resp:
-            body = json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        raise st.SourceUnavailable(f"Prometheus {url}: HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise st.SourceUnavailable(f"Prometheus {url}: {getattr(e, 'reason', e)}") from None
-    except ValueError:
-        raise st.SourceUnavailable(f"Prometheus {url}: the answer is not JSON") from None
-    if not isinstance(body, dict) or body.get("status") != "success":
-        error = body.get("error", "query failed") if isinstance(body, dict) else "query failed"
-        raise st.SourceUnavailable(f"Prometheus {url}: {error}")
-    result = (body.get("data") or {}).get("result") or []
-    return sorted({str(s["metric"]["job"]) for s in result if (s.get("metric") or {}).get("job")})
+        data = prometheus.query(url, "query", {"query": RUNNING_JOBS}, timeout)
+    except st.BadInput as exc:  # Prometheus refused our own query: it is Prometheus' fault
+        raise st.SourceUnavailable(str(exc)) from None
+    found = set()
+    for s in data.get("result") or []:
+        labels = (s.get("metric") or {}) if isinstance(s, dict) else {}
+        namespace, job = labels.get("namespace"), labels.get("job")
+        if isinstance(namespace, str) and isinstance(job, str) and namespace and job:
+            found.add((namespace, job))
+    return sorted(found)
 
 
-def findings(job: str, report: st.Report, top: int) -> JobFinding:
+def findings(key: JobKey, report: st.Report, top: int) -> JobFinding:
     ranked = list(report.by_node)  # most time lost first
     chosen = [s for i, s in enumerate(ranked) if s.flagged or i < top]
     nodes = tuple(
@@ -201,7 +223,7 @@ def findings(job: str, report: st.Report, top: int) -> JobFinding:
         for s in chosen
     )
     ratio = report.actual_s / report.at_median_s if report.at_median_s > 0 else 1.0
-    return JobFinding(job, ratio, report.steps, nodes)
+    return JobFinding(key[0], key[1], ratio, report.steps, nodes)
 
 
 class _Findings:
@@ -224,35 +246,35 @@ class _Findings:
         ratio = GaugeMetricFamily(
             f"{PREFIX}node_ratio",
             "The node's median step time over the other nodes' median (last window).",
-            labels=["job", "node"],
+            labels=[*JOB_LABELS, "node"],
         )
         flagged = GaugeMetricFamily(
             f"{PREFIX}node_flagged",
             "1 when the node is slow in at least the persist share of the window's steps.",
-            labels=["job", "node"],
+            labels=[*JOB_LABELS, "node"],
         )
         share = GaugeMetricFamily(
             f"{PREFIX}node_share",
             "The share of the job's slowdown the node explains.",
-            labels=["job", "node"],
+            labels=[*JOB_LABELS, "node"],
         )
         runs = GaugeMetricFamily(
             f"{PREFIX}node_flagged_runs",
             "Runs in a row that flagged the node (quarantine acts at --quarantine-after).",
-            labels=["job", "node"],
+            labels=[*JOB_LABELS, "node"],
         )
         slowdown = GaugeMetricFamily(
             f"{PREFIX}job_slowdown_ratio",
             "The job's step time over its time if every rank ran at the step's median.",
-            labels=["job"],
+            labels=list(JOB_LABELS),
         )
-        for job, found in sorted(jobs.items()):
-            slowdown.add_metric([job], found.slowdown_ratio)
+        for key, found in sorted(jobs.items()):
+            slowdown.add_metric(list(key), found.slowdown_ratio)
             for n in found.nodes:
-                ratio.add_metric([job, n.node], n.ratio)
-                flagged.add_metric([job, n.node], 1.0 if n.flagged else 0.0)
-                share.add_metric([job, n.node], n.share)
-                runs.add_metric([job, n.node], float(streaks.get((job, n.node), 0)))
+                ratio.add_metric([*key, n.node], n.ratio)
+                flagged.add_metric([*key, n.node], 1.0 if n.flagged else 0.0)
+                share.add_metric([*key, n.node], n.share)
+                runs.add_metric([*key, n.node], float(streaks.get((*key, n.node), 0)))
         yield from (ratio, flagged, share, runs, slowdown)
         yield GaugeMetricFamily(f"{PREFIX}jobs", "Training jobs watched.", value=len(jobs))
         if last_run is not None:
@@ -266,6 +288,10 @@ class _Findings:
             "1 when the watcher quarantines persistently slow nodes.",
             value=1.0 if w.settings.quarantine else 0.0,
         )
+
+
+class _ClusterRefused(Exception):
+    """The cluster would not say which pods run on a node (one line)."""
 
 
 class Watcher:
@@ -288,8 +314,9 @@ class Watcher:
         self.apis = apis
         self.clock = clock
         self.lock = threading.Lock()
-        self.jobs: dict[str, JobFinding] = {}
-        self.streaks: dict[tuple[str, str], int] = {}
+        self.jobs: dict[JobKey, JobFinding] = {}
+        self.streaks: dict[tuple[str, str, str], int] = {}
+        """(namespace, job, node) -> runs in a row that flagged the node for that job."""
         self.last_run: float | None = None
         self._announced: dict[str, str] = {}
         """node -> the last quarantine outcome logged for it (an outcome is logged once)."""
@@ -325,36 +352,41 @@ class Watcher:
                 self.streaks.clear()  # an unobserved run breaks every streak
                 self.last_run = self.clock()
             return summary
-        summary.jobs = jobs
-        found: dict[str, JobFinding] = {}
-        failed: set[str] = set()
-        for job in jobs:
+        summary.jobs = [job_name(key) for key in jobs]
+        found: dict[JobKey, JobFinding] = {}
+        failed: set[JobKey] = set()
+        for key in jobs:
+            namespace, job = key
+            name = job_name(key)
             try:
-                trace = st.query_prometheus(s.prometheus, job, s.window, s.resolution)
+                trace = st.query_prometheus(
+                    s.prometheus, job, s.window, s.resolution, namespace=namespace
+                )
                 report = st.analyse(trace, s.threshold, s.persist)
-                found[job] = findings(job, report, s.top)
+                found[key] = findings(key, report, s.top)
             except st.SourceUnavailable as exc:
-                self._failed(summary, "prometheus", f"job {job}: {exc}")
-                failed.add(job)
-            except st.BadInput as exc:
-                self._failed(summary, "input", f"job {job}: {exc}")
+                self._failed(summary, "prometheus", f"job {name}: {exc}")
+                failed.add(key)
+            except st.BadInput as exc:  # impossible step times among them: skipped
+                self._failed(summary, "input", f"job {name}: {exc}; not judged")
             except Exception as exc:  # a failed analysis must not stop the others
-                self._failed(summary, "analysis", f"job {job}: {type(exc).__name__}: {exc}")
-                failed.add(job)
+                self._failed(summary, "analysis", f"job {name}: {type(exc).__name__}: {exc}")
+                failed.add(key)
         with self.lock:
             previous = self.jobs
             jobs_now = dict(found)
-            for job in failed:
-                if job in previous:
-                    jobs_now[job] = previous[job]  # unknown is not healthy: keep the last
-            streaks: dict[tuple[str, str], int] = {}
-            for job, f in found.items():
+            for key in failed:
+                if key in previous:
+                    jobs_now[key] = previous[key]  # unknown is not healthy: keep the last
+            streaks: dict[tuple[str, str, str], int] = {}
+            for key, f in found.items():
                 for n in f.nodes:
                     if n.flagged:
-                        streaks[(job, n.node)] = self.streaks.get((job, n.node), 0) + 1
+                        streak = (*key, n.node)
+                        streaks[streak] = self.streaks.get(streak, 0) + 1
             self._log_changes(previous, found)
             self.jobs, self.streaks = jobs_now, streaks
-        summary.flagged = sorted(streaks)
+        summary.flagged = sorted((f"{ns}/{job}", node) for ns, job, node in streaks)
         if s.quarantine:
             self._quarantine(summary, found, streaks)
         with self.lock:
@@ -366,48 +398,66 @@ class Watcher:
         summary.errors.append((kind, line))
         log.error("%s error: %s", kind, line)
 
-    def _log_changes(self, previous: dict[str, JobFinding], now: dict[str, JobFinding]) -> None:
-        def flagged(jobs: dict[str, JobFinding]) -> dict[tuple[str, str], NodeFinding]:
-            return {(j, n.node): n for j, f in jobs.items() for n in f.nodes if n.flagged}
+    def _log_changes(
+        self, previous: dict[JobKey, JobFinding], now: dict[JobKey, JobFinding]
+    ) -> None:
+        def flagged(jobs: dict[JobKey, JobFinding]) -> dict[tuple[JobKey, str], NodeFinding]:
+            return {(k, n.node): n for k, f in jobs.items() for n in f.nodes if n.flagged}
 
         before, after = flagged(previous), flagged(now)
-        for (job, node), n in sorted(after.items()):
-            if (job, node) not in before:
+        for (key, node), n in sorted(after.items()):
+            if (key, node) not in before:
                 log.warning(
                     "job %s: node %s is slow: %.3fx the other nodes' median step time, "
                     "%.0f%% of the job's slowdown",
-                    job,
+                    job_name(key),
                     node,
                     n.ratio,
                     100 * n.share,
                 )
-        for job, node in sorted(set(before) - set(after)):
-            if job in now:
-                log.info("job %s: node %s is no longer slow", job, node)
+        for key, node in sorted(set(before) - set(after)):
+            if key in now:
+                log.info("job %s: node %s is no longer slow", job_name(key), node)
 
     # --- quarantine ----------------------------------------------------------------------
 
     def _quarantine(
         self,
         summary: RunSummary,
-        found: dict[str, JobFinding],
-        streaks: dict[tuple[str, str], int],
+        found: dict[JobKey, JobFinding],
+        streaks: dict[tuple[str, str, str], int],
     ) -> None:
         s = self.settings
-        due: dict[str, tuple[str, NodeFinding, int]] = {}
-        for job, f in found.items():
+        due: dict[str, list[tuple[JobKey, NodeFinding, int]]] = {}
+        for key, f in found.items():
             for n in f.nodes:
-                runs = streaks.get((job, n.node), 0)
-                due_now = n.flagged and n.named and runs >= s.quarantine_after
-                if due_now and (n.node not in due or n.lost_s > due[n.node][1].lost_s):
-                    due[n.node] = (job, n, runs)
+                runs = streaks.get((*key, n.node), 0)
+                if n.flagged and n.named and runs >= s.quarantine_after:
+                    due.setdefault(n.node, []).append((key, n, runs))
         # A node no longer due starts afresh: slow again later, it is acted on again.
         self._announced = {k: v for k, v in self._announced.items() if k in due}
-        pending = [
-            (job, n, runs)
-            for job, n, runs in due.values()
-            if self._announced.get(n.node) not in ("quarantined", "already_quarantined")
-        ]
+        pending: list[tuple[JobKey, NodeFinding, int]] = []
+        for node, blamed in sorted(due.items()):
+            if self._announced.get(node) in ("quarantined", "already_quarantined"):
+                continue
+            blamed.sort(key=lambda item: -item[1].lost_s)  # the job losing most speaks first
+            try:
+                verified = [b for b in blamed if self._runs_on(node, b[0])]
+            except _ClusterRefused as exc:
+                self._failed(summary, "quarantine", str(exc))
+                return
+            if verified:
+                pending.append(verified[0])
+                continue
+            if self._announced.get(node) == "unverified":
+                continue  # said once per streak; asked again every run
+            self._announced[node] = "unverified"
+            jobs = ", ".join(job_name(key) for key, _, _ in blamed)
+            self._failed(
+                summary,
+                "input",
+                f"node {node}: flagged by job {jobs}, which runs no pod there; not quarantined",
+            )
         if not pending:
             return
         pending.sort(key=lambda item: -item[1].lost_s)  # the cap keeps the worst
@@ -415,10 +465,10 @@ class Watcher:
             isolation.Target(
                 n.node,
                 f"llmp straggler watcher: {n.ratio:.3f}x the other nodes' median step time, "
-                f"slow in {n.slow_fraction:.0%} of {found[job].steps} steps of the last "
-                f"{s.window}, flagged in {runs} runs in a row (job {job})",
+                f"slow in {n.slow_fraction:.0%} of {found[key].steps} steps of the last "
+                f"{s.window}, flagged in {runs} runs in a row (job {job_name(key)})",
             )
-            for job, n, runs in pending
+            for key, n, runs in pending
         ]
         assert self.apis is not None
         try:
@@ -447,6 +497,31 @@ class Watcher:
                 held = ", ".join(report.quarantined_before) or "none"
                 line += f" ({s.max_quarantined} may carry the taint; already: {held})"
             log.warning("quarantine: %s", line)
+
+    def _runs_on(self, node: str, key: JobKey) -> bool:
+        """Whether a training pod of job `key` (its namespace, the training operator's job-name
+        label) is on `node`: what a job's series say about a node is taken only from a job
+        that uses it. Names no pod or node can have are no."""
+        namespace, job = key
+        if not (_NODE_NAME.match(node) and job and _LABEL_VALUE.match(job)):
+            return False
+        assert self.apis is not None
+        try:
+            # The pods on the node (what the quarantine lists too: its role may list pods,
+            # cluster-wide), of the job by its labels, then of the job's namespace.
+            listed = self.apis.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}",
+                label_selector=f"{JOB_KIND_LABEL}=training,{TRAINING_JOB_LABEL}={job}",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except Exception as exc:
+            raise _ClusterRefused(f"cannot list the pods on {node}: {reason(exc)}") from None
+        return any(
+            p.metadata.namespace == namespace
+            and p.metadata.deletion_timestamp is None
+            and (p.status is None or p.status.phase not in ("Succeeded", "Failed"))
+            for p in listed.items or []
+        )
 
     # --- the loop ------------------------------------------------------------------------
 

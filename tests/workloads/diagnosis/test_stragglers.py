@@ -245,9 +245,14 @@ def test_help_names_the_columns_it_reads_and_the_sample() -> None:
 
 
 class FakePrometheus(BaseHTTPRequestHandler):
-    """query_range answering one sample per step (timestamp = step) for each rank."""
+    """query_range answering one sample per step (timestamp = step) for each rank, of job
+    team-a/train-a; `foreign` rows are another namespace's job of the same name, in every
+    answer (a Prometheus ignoring the matchers); `poison` replaces the value of every sample
+    of a rank (NaN, -3, ...)."""
 
     rows: list[dict[str, Any]] = []
+    foreign: list[dict[str, Any]] = []
+    poison: dict[int, Any] = {}
     queries: list[dict[str, list[str]]] = []
     repeat = 1  # each step appears at this many consecutive evaluation times
     evidence: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -263,8 +268,10 @@ class FakePrometheus(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         query = q["query"][0]
-        series: dict[tuple[int, str], dict[str, Any]] = {}
-        for row in self.rows:
+        series: dict[tuple[str, int, str], dict[str, Any]] = {}
+        wanted = 'namespace="team-a",job="train-a"}' in query
+        rows = [("team-a", r) for r in self.rows] if wanted else []
+        for namespace, row in [*rows, *(("team-b", r) for r in self.foreign)]:
             if query.startswith(st.PHASE_METRIC):
                 values = [(p, row.get(f"{p}_s")) for p in st.PHASES]
                 metric = st.PHASE_METRIC
@@ -273,13 +280,15 @@ class FakePrometheus(BaseHTTPRequestHandler):
             for phase, value in values:
                 if value is None:
                     continue
-                labels = {"__name__": metric, "job": "train-a", "rank": str(row["rank"])}
-                labels |= {"node": row["node"]} | ({"phase": phase} if phase else {})
-                s = series.setdefault((row["rank"], phase), {"metric": labels, "values": []})
+                labels = {"__name__": metric, "namespace": namespace, "job": "train-a"}
+                labels |= {"rank": str(row["rank"]), "node": row["node"]}
+                labels |= {"phase": phase} if phase else {}
+                key = (namespace, row["rank"], phase)
+                s = series.setdefault(key, {"metric": labels, "values": []})
+                raw = self.poison.get(row["rank"], str(value)) if not phase else str(value)
                 for k in range(self.repeat):
-                    s["values"].append([row["step"] * self.repeat + k, str(value)])
-        wanted = 'job="train-a"' in query
-        self.answer({"resultType": "matrix", "result": list(series.values()) if wanted else []})
+                    s["values"].append([row["step"] * self.repeat + k, raw])
+        self.answer({"resultType": "matrix", "result": list(series.values())})
 
     def vectors(self, query: str) -> list[dict[str, Any]]:
         """evidence: metric -> [(labels, value)]; a query answers the series of the metric
@@ -309,9 +318,13 @@ def fake_prometheus(
     repeat: int = 1,
     queries: list[dict[str, list[str]]] | None = None,
     evidence: dict[str, list[tuple[dict[str, str], float]]] | None = None,
+    foreign: list[dict[str, Any]] | None = None,
+    poison: dict[int, Any] | None = None,
 ) -> Iterator[str]:
     attrs = {
         "rows": rows,
+        "foreign": foreign or [],
+        "poison": poison or {},
         "queries": [] if queries is None else queries,
         "repeat": repeat,
         "evidence": evidence or {},
@@ -333,7 +346,9 @@ def test_prometheus_gives_the_same_answer_as_the_file(tmp_path: Path, repeat: in
     rows, _ = generate(6, {r: 1.2 for r in range(8, 16)})
     from_file = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
     with fake_prometheus(rows, repeat) as url:
-        from_prom = run_json("--prometheus", url, "--job", "train-a", "--range", "1h")
+        from_prom = run_json(
+            "--prometheus", url, "--namespace", "team-a", "--job", "train-a", "--range", "1h"
+        )
     from_file.pop("source"), from_prom.pop("source")
     assert from_prom == from_file
 
@@ -342,10 +357,10 @@ def test_prometheus_query_and_window() -> None:
     rows, _ = generate(7)
     queries: list[dict[str, list[str]]] = []
     with fake_prometheus(rows, queries=queries) as url:
-        st.query_prometheus(url, "train-a", "2h", "30s", end=10_000.0)
+        st.query_prometheus(url, "train-a", "2h", "30s", end=10_000.0, namespace="team-a")
     steps, phases = queries
-    assert steps["query"] == ['llmp_train_step_seconds{job="train-a"}']
-    assert phases["query"] == ['llmp_train_phase_seconds{job="train-a"}']
+    assert steps["query"] == ['llmp_train_step_seconds{namespace="team-a",job="train-a"}']
+    assert phases["query"] == ['llmp_train_phase_seconds{namespace="team-a",job="train-a"}']
     for q in queries:
         assert q["start"] == ["2800.000"] and q["end"] == ["10000.000"] and q["step"] == ["30"]
 
@@ -354,10 +369,51 @@ def test_prometheus_without_the_job_is_bad_input() -> None:
     rows, _ = generate(8)
     with fake_prometheus(rows) as url:
         result = CliRunner().invoke(
-            app, ["stragglers", "--prometheus", url, "--job", "nope", "--json"]
+            app,
+            ["stragglers", "--prometheus", url, "--namespace", "team-a", "--job", "nope", "--json"],
         )
     assert result.exit_code == 2
     assert result.stderr.strip().count("\n") == 0 and "no llmp_train_step_seconds" in result.stderr
+
+
+def test_a_job_of_the_same_name_in_another_namespace_is_not_counted(tmp_path: Path) -> None:
+    # team-b's train-a has a slow node; an answer carrying its series (a Prometheus ignoring
+    # the matchers) gives the same report as team-a's alone.
+    rows, _ = generate(6)
+    slow, _ = generate(7, {r: 2.0 for r in range(8)})
+    alone = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
+    with fake_prometheus(rows, foreign=slow) as url:
+        mixed = run_json("--prometheus", url, "--namespace", "team-a", "--job", "train-a")
+    alone.pop("source")
+    assert mixed.pop("source").endswith("namespace=team-a job=train-a range=1h")
+    assert mixed == alone
+
+
+@pytest.mark.parametrize(
+    ("poison", "message"),
+    [
+        ("NaN", "seconds must be a finite number >= 0: nan"),
+        ("-3", "seconds must be a finite number >= 0: -3.0"),
+        ("+Inf", "seconds must be a finite number >= 0: inf"),
+        ("quick", "the sample's value is not a number: 'quick'"),
+        (None, "the sample's value is not a number: None"),
+    ],
+)
+def test_impossible_step_times_from_prometheus_are_bad_input(poison: Any, message: str) -> None:
+    rows, _ = generate(6)
+    with fake_prometheus(rows, poison={3: poison}) as url:
+        result = CliRunner().invoke(
+            app, ["stragglers", "--prometheus", url, "--namespace", "team-a", "--job", "train-a"]
+        )
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_prometheus_needs_the_jobs_namespace() -> None:
+    result = CliRunner().invoke(app, ["stragglers", "--prometheus", "http://p", "--job", "a"])
+    assert result.exit_code == 2
+    assert "--prometheus needs --namespace NS and --job NAME" in result.stderr
 
 
 def test_prometheus_unreachable_fails() -> None:
@@ -365,7 +421,16 @@ def test_prometheus_unreachable_fails() -> None:
     port = server.server_address[1]
     server.server_close()  # nothing listens there now
     result = CliRunner().invoke(
-        app, ["stragglers", "--prometheus", f"http://127.0.0.1:{port}", "--job", "a"]
+        app,
+        [
+            "stragglers",
+            "--prometheus",
+            f"http://127.0.0.1:{port}",
+            "--namespace",
+            "n",
+            "--job",
+            "a",
+        ],
     )
     assert result.exit_code == 1 and "Prometheus" in result.stderr
 
@@ -405,7 +470,8 @@ def test_bad_input_exits_2_with_one_line(
         [],
         ["x.jsonl", "--prometheus", "http://127.0.0.1:9"],
         ["--prometheus", "http://127.0.0.1:9"],
-        ["--prometheus", "http://127.0.0.1:9", "--job", "a", "--range", "forever"],
+        ["--prometheus", "http://127.0.0.1:9", "--namespace", "n", "--job", "a", "--range", "1y"],
+        ["--prometheus", "http://127.0.0.1:9", "--job", "a"],
         ["x.jsonl", "--persist", "0"],
     ],
 )

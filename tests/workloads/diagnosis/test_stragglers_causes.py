@@ -267,7 +267,9 @@ def test_prometheus_evidence_is_joined_to_the_trace_nodes(tmp_path: Path) -> Non
     }
     queries: list[dict[str, list[str]]] = []
     with fake_prometheus(rows, queries=queries, evidence=evidence) as url:
-        report = run_json("--prometheus", url, "--job", "train-a", "--range", "2h")
+        report = run_json(
+            "--prometheus", url, "--namespace", "team-a", "--job", "train-a", "--range", "2h"
+        )
     found = {e["metric"]: e for e in by_name(report)["node-1"]["evidence"]}
     assert found["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]["meaning"] == (
         "throttle: hw_slowdown, sw_thermal_slowdown"
@@ -386,7 +388,7 @@ def test_prometheus_phases_give_the_same_causes_as_the_file(tmp_path: Path) -> N
     rows = generate(10, {1: "communication"})
     from_file = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
     with fake_prometheus(rows, repeat=2) as url:
-        from_prom = run_json("--prometheus", url, "--job", "train-a")
+        from_prom = run_json("--prometheus", url, "--namespace", "team-a", "--job", "train-a")
     from_file.pop("source"), from_prom.pop("source")
     assert from_prom == from_file
     assert by_name(from_prom)["node-1"]["cause"] == "communication"

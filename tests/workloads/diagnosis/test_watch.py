@@ -4,10 +4,14 @@ job's step times over the window) from a simulated training run, whose clock the
 minute per run. A node planted to turn slow shows in the metrics within the window; a node
 flagged in N runs in a row is quarantined on the fake Kubernetes API (tests/llmp/kube_fake.py)
 within the cap; a failing Prometheus is counted, never fatal; a node no longer slow, and a job
-that ended, leave no series behind."""
+that ended, leave no series behind. A job is its namespace and name: a job of the same name in
+another namespace, or series of another namespace in an answer, count for nothing; impossible
+step times (NaN, negative, infinite, not a number) skip the job, logged, never quarantine; a
+node the job has no pod on is never quarantined."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -23,11 +27,15 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from spec.labels import JOB_KIND_LABEL, QUARANTINE_TAINT
+from spec.labels import JOB_KIND_LABEL, QUARANTINE_TAINT, TRAINING_JOB_LABEL
+from spec.promql import selector
 from tests.llmp.kube_fake import FakeClock, FakeCluster, FakeNode, node_pod
 from workloads.diagnosis import watch
 
 JOB = "llama-70b"
+NS = "foundation"
+J = {"training_namespace": NS, "training_job": JOB}
+"""The labels of the watcher's findings about JOB (its own `namespace`/`job` are the target's)."""
 NODES = [f"ip-10-0-1-{n}.ec2.internal" for n in (11, 12, 13, 14)]
 SLOW, SLOWER = NODES[2], NODES[3]
 RANKS_PER_NODE = 2
@@ -44,6 +52,11 @@ class SimJob:
     """node -> (from, until) simulated seconds during which its ranks are SLOW_FACTOR slower."""
     start: float = 0.0
     end: float = float("inf")
+    namespace: str = NS
+    name: str | None = None
+    """The job's name (`job`); None: its key in FakePrometheus.jobs."""
+    poison: dict[int, str] = field(default_factory=dict)
+    """rank -> the value string Prometheus answers for each of its samples (NaN, -3, ...)."""
 
     def ranks(self) -> dict[int, str]:
         return {i * RANKS_PER_NODE + r: node for i, node in enumerate(self.nodes) for r in range(2)}
@@ -57,15 +70,23 @@ class SimJob:
         return STEP_S * noise * (SLOW_FACTOR if slow_from <= t < slow_until else 1.0)
 
 
+_STEP_QUERY = re.compile(
+    r'llmp_train_step_seconds\{namespace=("(?:[^"\\]|\\.)*"),job=("(?:[^"\\]|\\.)*")\}'
+)
+
+
 class FakePrometheus:
-    """Answers `count by (job) (llmp_train_step_seconds)` and `llmp_train_step_seconds{job=...}`
-    query_range from simulated jobs, `now` seconds into the simulation; `fail` makes every
-    answer that HTTP status."""
+    """Answers `count by (namespace, job) (llmp_train_step_seconds)` and
+    `llmp_train_step_seconds{namespace=...,job=...}` query_range from simulated jobs, `now`
+    seconds into the simulation (a quoted value unquoted as PromQL does); `fail` makes every
+    answer that HTTP status; `leak` adds every other job's series to an answer, as a Prometheus
+    (or a proxy) ignoring the matchers would."""
 
     def __init__(self) -> None:
         self.now = 0.0
         self.jobs: dict[str, SimJob] = {}
         self.fail: int | None = None
+        self.leak = False
         self.queries: list[str] = []
         fake = self
 
@@ -99,32 +120,38 @@ class FakePrometheus:
         if self.fail is not None:
             return self.fail, {"status": "error", "error": "the query engine is overloaded"}
         if path == "/api/v1/query":
-            assert params["query"] == "count by (job) (llmp_train_step_seconds)", params
+            assert params["query"] == "count by (namespace, job) (llmp_train_step_seconds)"
             result = [
-                {"metric": {"job": name}, "value": [self.now, str(len(j.ranks()))]}
-                for name, j in self.running(self.now).items()
+                {
+                    "metric": {"namespace": j.namespace, "job": j.name or key},
+                    "value": [self.now, str(len(j.ranks()))],
+                }
+                for key, j in self.running(self.now).items()
             ]
             return 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
         assert path == "/api/v1/query_range", path
         empty = {"status": "success", "data": {"resultType": "matrix", "result": []}}
-        job = re.fullmatch(r'llmp_train_step_seconds\{job="([^"]*)"\}', params["query"])
-        if job is None:  # another series of the job (the library may read more): none here
+        asked = _STEP_QUERY.fullmatch(params["query"])
+        if asked is None:  # another series of the job (the library may read more): none here
             return 200, empty
+        namespace, name = (ast.literal_eval(g) for g in asked.groups())
         start, end, step = (float(params[k]) for k in ("start", "end", "step"))
         # The watcher asks for [wall - window, wall]: map it onto the simulated clock.
         offset = self.now - end
-        sim = self.jobs.get(job.group(1))
         series = []
-        if sim is not None:
+        for key, sim in self.jobs.items():
+            if not self.leak and (sim.namespace, sim.name or key) != (namespace, name):
+                continue
             times = [start + i * step for i in range(int((end - start) / step) + 1)]
             for rank, node in sim.ranks().items():
                 values = [
-                    [ts, f"{sim.step_seconds(rank, node, ts + offset):.6f}"]
+                    [ts, sim.poison.get(rank, f"{sim.step_seconds(rank, node, ts + offset):.6f}")]
                     for ts in times
                     if sim.start <= ts + offset < sim.end
                 ]
                 if values:
-                    metric = {"job": job.group(1), "rank": str(rank), "node": node}
+                    metric = {"namespace": sim.namespace, "job": sim.name or key}
+                    metric |= {"rank": str(rank), "node": node}
                     series.append({"metric": metric, "values": values})
         return 200, {"status": "success", "data": {"resultType": "matrix", "result": series}}
 
@@ -151,11 +178,15 @@ def samples(watcher: watch.Watcher) -> dict[tuple[str, tuple[tuple[str, str], ..
     return out
 
 
-def node_series(watcher: watch.Watcher, metric: str) -> dict[tuple[str, str], float]:
+def node_series(
+    watcher: watch.Watcher, metric: str, namespace: str = NS
+) -> dict[tuple[str, str], float]:
+    """(training job, node) -> value of the watcher's series `metric` about jobs of
+    `namespace`."""
     return {
-        (dict(labels)["job"], dict(labels)["node"]): value
+        (dict(labels)["training_job"], dict(labels)["node"]): value
         for (name, labels), value in samples(watcher).items()
-        if name == metric
+        if name == metric and dict(labels)["training_namespace"] == namespace
     }
 
 
@@ -207,7 +238,7 @@ def test_a_node_turning_slow_shows_in_the_metrics_within_the_window(
     flagged = node_series(watcher, "llmp_straggler_node_flagged")
     assert {k for k, v in flagged.items() if v == 1} == {(JOB, SLOW)}
     assert len(flagged) == 3  # --top 3 (the slow one among them)
-    assert value(watcher, "llmp_straggler_job_slowdown_ratio", job=JOB) > 1.1  # type: ignore[operator]
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", **J) > 1.1  # type: ignore[operator]
     assert value(watcher, "llmp_straggler_jobs") == 1
     # Runs in a row that flagged it: the streak the quarantine counts.
     runs = node_series(watcher, "llmp_straggler_node_flagged_runs")
@@ -231,10 +262,9 @@ def test_the_metrics_endpoint_serves_the_findings_on_loopback(prometheus: FakePr
         thread.join()
     lines = [ln for ln in text.splitlines() if ln.startswith("llmp_straggler_node_")]
     print("\n".join(lines))
-    assert f'llmp_straggler_node_flagged{{job="{JOB}",node="{SLOW}"}} 1.0' in lines
-    assert any(
-        ln.startswith(f'llmp_straggler_node_ratio{{job="{JOB}",node="{SLOW}"}} 1.') for ln in lines
-    )
+    finding = f'node="{SLOW}",training_job="{JOB}",training_namespace="{NS}"'
+    assert f"llmp_straggler_node_flagged{{{finding}}} 1.0" in lines
+    assert any(ln.startswith(f"llmp_straggler_node_ratio{{{finding}}} 1.") for ln in lines)
     assert "llmp_straggler_last_run_timestamp_seconds" in text
     assert 'llmp_straggler_errors_total{kind="prometheus"} 0.0' in text
     assert "llmp_straggler_quarantine_enabled 0.0" in text
@@ -261,14 +291,15 @@ def test_a_node_no_longer_slow_and_a_job_that_ended_leave_no_series(
     watcher = watch.Watcher(settings(prometheus.url, top=0))  # flagged nodes only
     watcher.run_once()
     assert node_series(watcher, "llmp_straggler_node_flagged") == {(JOB, SLOW): 1}
-    assert value(watcher, "llmp_straggler_job_slowdown_ratio", job="other") is not None
+    other = {"training_namespace": NS, "training_job": "other"}
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", **other) is not None
     advance(prometheus, watcher, 10)  # healthy for 6 minutes: a whole window
     assert node_series(watcher, "llmp_straggler_node_flagged") == {}
     assert node_series(watcher, "llmp_straggler_node_ratio") == {}
     assert node_series(watcher, "llmp_straggler_node_flagged_runs") == {}
     # `other` ended at 12 minutes: its series went with it.
-    assert value(watcher, "llmp_straggler_job_slowdown_ratio", job="other") is None
-    assert value(watcher, "llmp_straggler_job_slowdown_ratio", job=JOB) is not None
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", **other) is None
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", **J) is not None
     assert value(watcher, "llmp_straggler_jobs") == 1
 
 
@@ -319,7 +350,7 @@ def test_a_job_whose_query_fails_keeps_the_others_going(prometheus: FakePromethe
     prometheus.answer = answer  # type: ignore[method-assign]
     watcher = watch.Watcher(settings(prometheus.url))
     summary = watcher.run_once()
-    assert summary.jobs == ["broken", JOB]
+    assert summary.jobs == [f"{NS}/broken", f"{NS}/{JOB}"]
     assert [(k, "broken" in line) for k, line in summary.errors] == [("prometheus", True)]
     assert node_series(watcher, "llmp_straggler_node_flagged")[(JOB, SLOW)] == 1
 
@@ -357,7 +388,8 @@ def cluster(*extra_taints: tuple[str, str, str]) -> FakeCluster:
     nodes.append(FakeNode("ip-10-0-2-99.ec2.internal", "h100", taints=[GPU_TAINT, *extra_taints]))
     fake = FakeCluster(FakeClock(), nodes)
     fake.pods = [
-        node_pod("foundation", f"{JOB}-worker-{i}", n, TRAINING) for i, n in enumerate(NODES)
+        node_pod(NS, f"{JOB}-worker-{i}", n, {**TRAINING, TRAINING_JOB_LABEL: JOB})
+        for i, n in enumerate(NODES)
     ]
     return fake
 
@@ -386,7 +418,7 @@ def test_a_node_flagged_n_runs_in_a_row_is_quarantined_within_the_cap(
     quarantined = next(n for n in fake.nodes if n.name == SLOWER)
     assert quarantined.cordoned and (QUARANTINE_TAINT, "slow", "NoSchedule") in quarantined.taints
     assert (
-        "flagged in 3 runs in a row (job llama-70b)"
+        "flagged in 3 runs in a row (job foundation/llama-70b)"
         in quarantined.annotations["llm-platform/quarantine-reason"]
     )
     assert fake.evictions == [("foundation", f"{JOB}-worker-3")]
@@ -447,6 +479,120 @@ def test_a_cluster_that_refuses_the_watcher_is_counted_not_fatal(
     assert node_series(watcher, "llmp_straggler_node_flagged")[(JOB, SLOW)] == 1
 
 
+# --- what a tenant's series cannot do ------------------------------------------------------------
+
+
+def test_a_job_of_the_same_name_in_another_namespace_is_judged_apart(
+    prometheus: FakePrometheus,
+) -> None:
+    # tenant-b runs a job of the same name, one of its nodes slow; foundation's is healthy.
+    prometheus.jobs[JOB] = SimJob(NODES)
+    other_nodes = [f"ip-10-0-9-{n}.ec2.internal" for n in (1, 2, 3)]
+    prometheus.jobs["b"] = SimJob(
+        other_nodes, namespace="tenant-b", name=JOB, slow={other_nodes[0]: (0, float("inf"))}
+    )
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(settings(prometheus.url, top=0))
+    summary = watcher.run_once()
+    assert summary.jobs == [f"{NS}/{JOB}", f"tenant-b/{JOB}"]
+    assert node_series(watcher, "llmp_straggler_node_flagged") == {}
+    assert node_series(watcher, "llmp_straggler_node_flagged", "tenant-b") == {
+        (JOB, other_nodes[0]): 1
+    }
+    # Each job's step times were asked for by namespace and name, quoted.
+    ranges = [q for q in prometheus.queries if q.startswith("llmp_train_step_seconds")]
+    assert set(ranges) == {
+        selector("llmp_train_step_seconds", {"namespace": ns, "job": JOB})
+        for ns in (NS, "tenant-b")
+    }
+
+
+def test_series_of_another_namespace_in_an_answer_are_not_counted(
+    prometheus: FakePrometheus,
+) -> None:
+    # A Prometheus (or a proxy) that ignores the matchers answers tenant-b's slow series too:
+    # the watcher counts only the series of the job it asked for.
+    prometheus.jobs[JOB] = SimJob(NODES)
+    prometheus.jobs["b"] = SimJob(
+        NODES, namespace="tenant-b", name=JOB, slow={SLOW: (0, float("inf"))}, end=0
+    )
+    prometheus.leak = True
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(settings(prometheus.url, top=0))
+    summary = watcher.run_once()
+    assert summary.jobs == [f"{NS}/{JOB}"] and not summary.errors
+    assert node_series(watcher, "llmp_straggler_node_flagged") == {}
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", **J) < 1.05  # type: ignore[operator]
+
+
+def test_a_hostile_job_name_is_one_quoted_value(prometheus: FakePrometheus) -> None:
+    name = 'x"} or vector(1) or llmp_train_step_seconds{job="y'
+    prometheus.jobs["x"] = SimJob(NODES, name=name, slow={SLOW: (0, float("inf"))})
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(settings(prometheus.url, top=0))
+    watcher.run_once()
+    assert selector("llmp_train_step_seconds", {"namespace": NS, "job": name}) in (
+        prometheus.queries
+    )
+    assert node_series(watcher, "llmp_straggler_node_flagged") == {(name, SLOW): 1}
+
+
+@pytest.mark.parametrize("poison", ["NaN", "-3", "+Inf", "fast", None])
+def test_impossible_step_times_skip_the_job_logged_never_quarantined(
+    prometheus: FakePrometheus, caplog: pytest.LogCaptureFixture, poison: str | None
+) -> None:
+    # The slow node's first rank answers an impossible value: nothing is judged on it, so
+    # nothing is flagged or quarantined, however many runs (quarantine after 1).
+    job = SimJob(NODES, slow={SLOW: (0, float("inf"))})
+    job.poison = {4: poison}  # type: ignore[dict-item]
+    prometheus.jobs[JOB] = job
+    fake = cluster()
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(
+        settings(prometheus.url, quarantine=True, quarantine_after=1), apis=fake.apis()
+    )
+    runs = advance(prometheus, watcher, 3)
+    assert all([k for k, _ in r.errors] == ["input"] for r in runs), runs[0].errors
+    [(_, line)] = runs[0].errors
+    assert line.startswith(f"job {NS}/{JOB}: ") and line.endswith("; not judged")
+    assert "\n" not in line
+    assert not fake.node_patches and not fake.evictions
+    assert node_series(watcher, "llmp_straggler_node_flagged") == {}
+    assert value(watcher, "llmp_straggler_errors_total", kind="input") == 3
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 3 and all("\n" not in e for e in errors)
+
+
+def test_a_node_the_job_has_no_pod_on_is_not_quarantined(
+    prometheus: FakePrometheus, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Rank 0 names the node each rank runs on: a job's series blaming a node where it runs
+    # nothing (another tenant's pods are there) take nothing out; logged and counted once.
+    prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
+    fake = cluster()
+    fake.pods = [
+        p if p.spec.node_name != SLOW else node_pod("tenant-b", "theirs-0", SLOW, p.metadata.labels)
+        for p in fake.pods
+    ]
+    prometheus.now = 6 * 60
+    watcher = watch.Watcher(
+        settings(prometheus.url, quarantine=True, quarantine_after=1), apis=fake.apis()
+    )
+    first, *later = [watcher.run_once(), *advance(prometheus, watcher, 2)]
+    [(kind, line)] = first.errors
+    assert kind == "input" and line == (
+        f"node {SLOW}: flagged by job {NS}/{JOB}, which runs no pod there; not quarantined"
+    )
+    assert all(not r.errors and not r.outcomes for r in later)
+    assert not fake.node_patches and not fake.evictions
+    # Still published: the finding is the job's to see; only the action needs the proof.
+    assert node_series(watcher, "llmp_straggler_node_flagged")[(JOB, SLOW)] == 1
+    # A pod of the job lands there: the next run acts (each run asks again).
+    fake.pods.append(node_pod(NS, f"{JOB}-worker-9", SLOW, {**TRAINING, TRAINING_JOB_LABEL: JOB}))
+    [run] = advance(prometheus, watcher, 1)
+    assert [(o.node, o.action) for o in run.outcomes] == [(SLOW, "quarantined")]
+
+
 # --- the command -----------------------------------------------------------------------------
 
 
@@ -487,4 +633,5 @@ def test_once_prints_the_metrics_of_one_run(
     prometheus.now = 6 * 60
     assert watch.main(["--prometheus", prometheus.url, "--once"]) == 0
     out = capsys.readouterr().out
-    assert f'llmp_straggler_node_flagged{{job="{JOB}",node="{SLOW}"}} 1.0' in out
+    finding = f'node="{SLOW}",training_job="{JOB}",training_namespace="{NS}"'
+    assert f"llmp_straggler_node_flagged{{{finding}}} 1.0" in out
