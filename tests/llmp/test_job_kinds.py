@@ -447,8 +447,8 @@ def test_the_program_grants_what_the_rule_says(plans: Any) -> None:
         (QUANTIZE, {"quantize__out": None}, "quantize.out = <missing>: required"),
         (
             QUANTIZE,
-            {"quantize__out": "/fsx/models/chat-sft/20261130T120000Z-step-2000/fp8"},
-            "inside model /fsx/models/chat-sft/20261130T120000Z-step-2000",
+            {"quantize__out": "/fsx/datasets/models/chat-sft/20261130T120000Z-step-2000/fp8"},
+            "inside model /fsx/datasets/models/chat-sft/20261130T120000Z-step-2000",
         ),
         (QUANTIZE, {"quantize__recipe": "x"}, "quantize.recipe = 'x': unknown key"),
         (QUANTIZE, {"kind": "quantise"}, "kind = 'quantise': Input should be"),
