@@ -11,7 +11,11 @@ and buckets of its `vllm/v1/metrics/loggers.py`; label `model_name` is the serve
 
 Per revision, where a model has a live canary: the same ratios of each revision's series
 (`service` = its Service, `<model>` or `<model>-canary`, the label prometheus-operator's
-ServiceMonitor sets) over the canary's windows: what `llmp canary` judges.
+ServiceMonitor sets) over the canary's windows: what `llmp canary` judges, there also of the
+stack's serving namespace only (`namespace`, Kubernetes' label of the scraped Service: a
+tenant's Service of the same name elsewhere is not counted). A revision with no observations
+in a window has no ratio (the total must be above 0: no 0/0 NaN), so a ratio Prometheus
+returns is in [0, 1] or wrong.
 
 The error ratio (1 - good/total) is recorded over each window of the SRE workbook's
 multi-window, multi-burn-rate alerts, which compare it with the budget (1 - objective)
@@ -34,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from monitoring.models import Metadata, PrometheusRule, Rule, RuleGroup, RuleSpec
+from spec.promql import matchers
 from spec.serving import LatencySloConfig, ServingConfig
 
 SLO_DIR = Path(__file__).with_name("slo")
@@ -90,22 +95,36 @@ def revision_error_ratio_record(window: str) -> str:
     return f"llmp:vllm_slo_errors_by_revision:ratio_rate{window}"
 
 
-def revision_error_ratio(model: str, service: str, sli: str, target: float, window: str) -> str:
+def _revision(model: str, service: str, namespace: str | None) -> str:
+    """The matchers of one revision's series: its model and Service (and namespace, given)."""
+    labels = {"namespace": namespace} if namespace is not None else {}
+    return matchers({**labels, "model_name": model, "service": service})
+
+
+def revision_error_ratio(
+    model: str,
+    service: str,
+    sli: str,
+    target: float,
+    window: str,
+    namespace: str | None = None,
+) -> str:
     """The error ratio of one revision of `model`: the series scraped from its Service
-    (`service`, which prometheus-operator's ServiceMonitor sets on every target), as
-    `llmp canary` judges a canary against the stable."""
+    (`service`, which prometheus-operator's ServiceMonitor sets on every target) in
+    `namespace` (None: any), as `llmp canary` judges a canary against the stable. No
+    observation in the window: no sample (the total must be above 0)."""
     metric = SLIS[sli][1]
-    sel = f'model_name="{model}",service="{service}"'
+    sel = _revision(model, service, namespace)
     le = f'le="{bucket_label(target)}"'
     good = f"sum(rate({metric}_bucket{{{sel},{le}}}[{window}]))"
     total = f"sum(rate({metric}_count{{{sel}}}[{window}]))"
-    return f"1 - ({good} / {total})"
+    return f"1 - ({good} / ({total} > 0))"
 
 
-def revision_requests(model: str, service: str, window: str) -> str:
-    """Requests one revision served over `window` (one first token each)."""
+def revision_requests(model: str, service: str, window: str, namespace: str | None = None) -> str:
+    """Requests one revision served over `window` (one first token each), in `namespace`."""
     metric = SLIS["ttft"][1]
-    return f'sum(increase({metric}_count{{model_name="{model}",service="{service}"}}[{window}]))'
+    return f"sum(increase({metric}_count{{{_revision(model, service, namespace)}}}[{window}]))"
 
 
 def _slos(serving: ServingConfig) -> list[tuple[str, str, LatencySloConfig]]:

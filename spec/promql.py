@@ -75,16 +75,16 @@ def sample_value(raw: object, what: str) -> float:
     `"+Inf"`); ImpossibleValue for anything that is not a number (NaN and infinities are
     numbers here: the caller decides what it can take)."""
     if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-        raise ImpossibleValue(f"{what}: the sample's value is not a number: {raw!r}")
+        raise ImpossibleValue(f"{what}: {raw!r} is not a number")
     try:
         return float(raw)
     except ValueError:
-        raise ImpossibleValue(f"{what}: the sample's value is not a number: {raw!r}") from None
+        raise ImpossibleValue(f"{what}: {raw!r} is not a number") from None
 
 
 def checked(value: float, what: str, *, low: float = 0.0, high: float = math.inf) -> float:
     """`value` if it is finite and within [low, high]; ImpossibleValue otherwise."""
     if not math.isfinite(value) or not low <= value <= high:
-        bounds = f"[{low:g}, {high:g}]" if math.isfinite(high) else f">= {low:g}"
-        raise ImpossibleValue(f"{what} is {value!r}: not a finite number {bounds}")
+        bounds = f"in [{low:g}, {high:g}]" if math.isfinite(high) else f">= {low:g}"
+        raise ImpossibleValue(f"{what}: {value!r}, not {bounds}")
     return value

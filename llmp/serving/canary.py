@@ -17,10 +17,17 @@ window. A burn rate is that ratio over the budget (1 - objective). Then, in orde
   over the window but no longer in the short window (neither proven good nor bad);
 - otherwise **promote** (exit 0): `revision` becomes the canary's, `canary.weight` 0.
 
+Every query is of the stack's serving namespace (`serving`, `<team>-serving` on a shared
+cluster) besides the model and the Service: `namespace` is Kubernetes' label of the scraped
+Service, so a tenant's Service of the same name elsewhere is not counted. What Prometheus
+answers is checked before anything is judged: a ratio outside [0, 1], a request count that
+is negative or not finite, NaN, a value that is not a number, more than one series: one line,
+exit 2, nothing written (a Prometheus that says -3 is not a canary within its budget).
+
 Either edit changes those lines of the stack file only (comments and layout stay), and
 the result is parsed and validated again. Exit 2: bad input, or Prometheus could not be
-asked (then nothing was judged). Run it from CI on a schedule, or by hand, with
-`--prometheus-url` reaching the stack's Prometheus (a port-forward).
+asked or answered what cannot be (then nothing was judged). Run it from CI on a schedule,
+or by hand, with `--prometheus-url` reaching the stack's Prometheus (a port-forward).
 """
 
 from __future__ import annotations
@@ -35,9 +42,12 @@ import yaml
 
 from llmp.errors import BadInput, Failed
 from llmp.serving.promote import KEY, SERVING_KEY, key_line
+from spec.promql import ImpossibleValue, checked, sample_value
 
 EXIT_ROLLBACK = 1
 EXIT_WAIT = 3
+ROUNDING = 1e-9
+"""How far outside [0, 1] a ratio may be from float rounding alone (taken as the bound)."""
 Verdict = Literal["promote", "rollback", "wait"]
 
 
@@ -83,6 +93,8 @@ class Judgement:
     reason: str
     changes: dict[str, str] = field(default_factory=dict)
     """What the verdict writes: `revision`, `canary.weight` -> the new value."""
+    namespace: str = "serving"
+    """The namespace whose series were judged (the stack's serving namespace)."""
 
     @property
     def exit_code(self) -> int:
@@ -113,6 +125,7 @@ class Judgement:
     def to_dict(self) -> dict[str, Any]:
         return {
             "stack": self.stack,
+            "namespace": self.namespace,
             "model": self.model,
             "stable_revision": self.stable,
             "canary_revision": self.canary,
@@ -130,15 +143,38 @@ class Judgement:
         }
 
 
-def _scalar(data: dict[str, Any]) -> float | None:
-    """The one value of an instant query's vector (None: no series, or NaN from 0/0)."""
-    result = data.get("result") or []
-    if data.get("resultType") == "scalar":
-        result = [{"value": data["result"]}]
+def _scalar(data: dict[str, Any], what: str) -> float | None:
+    """The one value of an instant query's answer (None: no series: nothing observed).
+
+    The judge's queries sum to one series and divide only by a positive total, so anything
+    else is impossible: more than one series, a malformed sample, a value that is no number
+    (NaN included). ImpossibleValue, one line."""
+    kind = data.get("resultType")
+    result = data.get("result")
+    if kind == "scalar":
+        result = [{"value": result}]
+    elif kind != "vector" or not isinstance(result, list):
+        raise ImpossibleValue(f"{what}: a {kind or 'malformed'} result, not a vector")
     if not result:
         return None
-    value = float(result[0]["value"][1])
-    return None if math.isnan(value) else value
+    if len(result) > 1:
+        raise ImpossibleValue(f"{what}: {len(result)} series, not one")
+    sample = result[0].get("value") if isinstance(result[0], dict) else None
+    if not isinstance(sample, list) or len(sample) != 2:
+        raise ImpossibleValue(f"{what}: a malformed sample: {sample!r}")
+    value = sample_value(sample[1], what)
+    if math.isnan(value):
+        raise ImpossibleValue(f"{what}: NaN, not a number")
+    return value
+
+
+def _ratio(value: float | None, what: str) -> float | None:
+    """An error ratio: in [0, 1] (rounding aside), else ImpossibleValue."""
+    if value is None:
+        return None
+    if -ROUNDING <= value < 0 or 1 < value <= 1 + ROUNDING:
+        return min(max(value, 0.0), 1.0)
+    return checked(value, what, high=1.0)
 
 
 def judge(
@@ -146,6 +182,7 @@ def judge(
 ) -> Judgement:
     """The verdict on `model`'s canary in `stack`, from Prometheus at `prometheus_url`."""
     from llmp.stacks import stack_path
+    from manifests.serving import NAMESPACE as SERVING_NAMESPACE
     from manifests.serving.vllm import CANARY, workload_name
     from monitoring import serving_slo
     from spec.stackfile import load_config, load_stack_file
@@ -162,34 +199,49 @@ def judge(
     if canary is None:
         raise BadInput(f"{model} has no canary with traffic (serving.models[{model}].canary)")
     stable_svc, canary_svc = workload_name(model), workload_name(model, CANARY)
+    team = cfg.team_name(stack)
+    namespace = f"{team}-{SERVING_NAMESPACE}" if team else SERVING_NAMESPACE
 
-    def ask(expr: str) -> float | None:
+    def ask(expr: str, what: str) -> float | None:
         try:
-            return _scalar(prometheus.query(prometheus_url, "query", {"query": expr}))
-        except (prometheus.SourceUnavailable, trace.BadInput) as exc:
+            return _scalar(prometheus.query(prometheus_url, "query", {"query": expr}), what)
+        except (prometheus.SourceUnavailable, trace.BadInput, ImpossibleValue) as exc:
             raise BadInput(f"could not judge: {exc}") from None
 
     def burn(ratio: float | None, budget: float) -> float | None:
-        return None if ratio is None else max(ratio, 0.0) / budget
+        return None if ratio is None else ratio / budget
 
-    requests = ask(serving_slo.revision_requests(model, canary_svc, canary.window)) or 0.0
-    slis = []
-    for sli, (key, _, _) in serving_slo.SLIS.items():
-        slo = getattr(m.slo, key)
-        budget = 1 - slo.objective
+    counted = f"{canary_svc} requests ({canary.window})"
+    requests = ask(
+        serving_slo.revision_requests(model, canary_svc, canary.window, namespace), counted
+    )
+    try:
+        requests = checked(requests, counted) if requests is not None else 0.0
+        slis = []
+        for sli, (key, _, _) in serving_slo.SLIS.items():
+            slo = getattr(m.slo, key)
+            budget = 1 - slo.objective
 
-        def ratio(service: str, window: str, sli: str = sli, target: float = slo.target_seconds):
-            return ask(serving_slo.revision_error_ratio(model, service, sli, target, window))
+            def ratio(
+                service: str, window: str, sli: str = sli, target: float = slo.target_seconds
+            ) -> float | None:
+                what = f"{service} {sli} error ratio ({window})"
+                expr = serving_slo.revision_error_ratio(
+                    model, service, sli, target, window, namespace
+                )
+                return _ratio(ask(expr, what), what)
 
-        slis.append(
-            SliJudgement(
-                sli=sli,
-                objective=slo.objective,
-                canary_burn=burn(ratio(canary_svc, canary.window), budget),
-                canary_short_burn=burn(ratio(canary_svc, canary.short_window), budget),
-                stable_burn=burn(ratio(stable_svc, canary.window), budget),
+            slis.append(
+                SliJudgement(
+                    sli=sli,
+                    objective=slo.objective,
+                    canary_burn=burn(ratio(canary_svc, canary.window), budget),
+                    canary_short_burn=burn(ratio(canary_svc, canary.short_window), budget),
+                    stable_burn=burn(ratio(stable_svc, canary.window), budget),
+                )
             )
-        )
+    except ImpossibleValue as exc:
+        raise BadInput(f"could not judge: {exc}") from None
     limit = canary.max_burn_rate
 
     def shown(group: list[SliJudgement]) -> str:
@@ -233,6 +285,7 @@ def judge(
         verdict=verdict,
         reason=reason,
         changes=changes,
+        namespace=namespace,
     )
 
 

@@ -3,12 +3,14 @@ Pulumi.serving-405b.yaml, llama-8b at 10%) judged against a fake Prometheus on 1
 that evaluates the judge's queries over request observations, then the stack file edited
 (promote, rollback) or left alone (wait), and the edited file a valid stack again.
 
-The fake holds, per Service (the `service` label prometheus-operator gives each target),
-observations (age in seconds, TTFT, inter-token latency) and evaluates the three forms the
-judge sends: `sum(rate(<histogram>_bucket{...,le}[w]))`, `sum(rate(<histogram>_count{...}
-[w]))`, `sum(increase(..._count{...}[w]))`, and `1 - (A / B)` of two of them. A query for
-another model, another service or another bucket than the one the SLO names finds other
-observations, so a wrong selector gives a wrong verdict.
+The fake holds, per namespace and Service (the `namespace` and `service` labels
+prometheus-operator gives each target), observations (age in seconds, TTFT, inter-token
+latency) and evaluates the three forms the judge sends: `sum(rate(<histogram>_bucket{...,le}
+[w]))`, `sum(rate(<histogram>_count{...}[w]))`, `sum(increase(..._count{...}[w]))`, and
+`1 - (A / (B > 0))` of two of them. A query for another model, another service or another
+bucket than the one the SLO names finds other observations, and one without a namespace sums
+every namespace's, as Prometheus would, so a wrong selector gives a wrong verdict. `tamper`
+makes the answer to a query an impossible one (-3, NaN, two series): the judge refuses it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typer.testing import CliRunner
 
 from llmp.cli import app
 from llmp.serving import canary as c
+from spec.promql import string_literal
 from spec.stackfile import load_config, load_stack_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,16 +50,24 @@ Observation = tuple[float, float, float]
 
 
 class FakePrometheus(BaseHTTPRequestHandler):
-    observations: dict[tuple[str, str], list[Observation]] = {}
-    """(model_name, service) -> what its replicas observed."""
+    observations: dict[tuple[str, str, str], list[Observation]] = {}
+    """(namespace, model_name, service) -> what its replicas observed."""
     queries: list[str] = []
+    tamper: dict[str, Any] = {}
+    """A text in the query -> the raw value answered instead (a list: that many series)."""
 
     def _term(self, m: re.Match[str]) -> float:
         labels = dict(re.findall(r'([a-z_]+)="([^"]*)"', m.group("labels")))
         window = WINDOWS[m.group("window")]
-        seen = self.observations.get((labels.get("model_name", ""), labels.get("service", "")))
+        seen = [
+            o
+            for (ns, model, service), observed in self.observations.items()
+            if ns == labels.get("namespace", ns)
+            and (model, service) == (labels.get("model_name"), labels.get("service"))
+            for o in observed
+        ]
         index = METRICS[m.group("metric")]
-        values = [o[index] for o in seen or [] if o[0] < window]
+        values = [o[index] for o in seen if o[0] < window]
         if m.group("kind") == "bucket":
             values = [v for v in values if v <= float(labels["le"])]
         return len(values) / (window if m.group("fn") == "rate" else 1)
@@ -83,6 +94,10 @@ class FakePrometheus(BaseHTTPRequestHandler):
             self._send(400, {"status": "error", "error": f"cannot evaluate {query}"})
             return
         result = [] if value is None else [{"metric": {}, "value": [0, repr(value)]}]
+        for text, raw in self.tamper.items():
+            if text in query:
+                raws = raw if isinstance(raw, list) else [raw]
+                result = [{"metric": {}, "value": [0, r]} for r in raws]
         self._send(200, {"status": "success", "data": {"resultType": "vector", "result": result}})
 
     def _send(self, code: int, body: dict[str, Any]) -> None:
@@ -98,8 +113,14 @@ class FakePrometheus(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def fake_prometheus(observations: dict[tuple[str, str], list[Observation]]) -> Iterator[str]:
-    handler = type("Handler", (FakePrometheus,), {"observations": observations, "queries": []})
+def fake_prometheus(
+    observations: dict[Any, list[Observation]], tamper: dict[str, Any] | None = None
+) -> Iterator[str]:
+    """`observations` by (model, service) of the stack's `serving` namespace, or by
+    (namespace, model, service)."""
+    held = {(k if len(k) == 3 else ("serving", *k)): v for k, v in observations.items()}
+    attrs = {"observations": held, "queries": [], "tamper": tamper or {}}
+    handler = type("Handler", (FakePrometheus,), attrs)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -234,6 +255,99 @@ def test_the_judge_asks_for_the_canarys_own_series() -> None:
     queries = handler.queries
     assert any('service="llama-8b-canary",le="2.5"}[5m]' in q for q in queries)
     assert any('service="llama-8b",le="0.1"}[1h]' in q for q in queries)
+    # Every selector names the stack's serving namespace, the model and the Service.
+    selectors = [sel for q in queries for sel in re.findall(r"\{[^}]*\}", q)]
+    assert selectors and all(
+        sel.startswith('{namespace="serving",model_name="llama-8b",service="llama-8b')
+        for sel in selectors
+    ), selectors
+    assert judgement.namespace == "serving"
+
+
+def test_a_tenants_series_of_the_same_service_are_not_counted(stack_file: Path) -> None:
+    # The canary burns (10% slow over the last 5 minutes); a tenant's Service of the same
+    # name in its own namespace reports 30000 good requests. Summed over namespaces the burn
+    # would vanish (0.1%) and the canary would be promoted; the judge reads `serving` only.
+    seen = {
+        ("llama-8b", "llama-8b"): requests(3000),
+        ("llama-8b", "llama-8b-canary"): requests(300, slow=30),
+        ("tenant-b", "llama-8b", "llama-8b-canary"): requests(30000, every=0.1),
+    }
+    with fake_prometheus(seen) as url:
+        result = run(url, stack_file)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0].startswith("rollback: ")
+    assert "  300 canary requests in 1h" in result.output
+
+
+def test_series_of_another_namespace_alone_are_no_canary_traffic(stack_file: Path) -> None:
+    seen = {("tenant-b", "llama-8b", "llama-8b-canary"): requests(3000)}
+    with fake_prometheus(seen) as url:
+        result = run(url, stack_file)
+    assert result.exit_code == 3, result.output
+    assert "0 requests, fewer than 200" in result.output
+    assert stack_file.read_text() == EXAMPLE.read_text()
+
+
+CANARY_TTFT_1H = 'service="llama-8b-canary",le="2.5"}[1h]'
+REQUESTS = "sum(increase("
+
+
+@pytest.mark.parametrize(
+    ("query", "raw", "message"),
+    [
+        # The red team's Prometheus: an error ratio of -3 was a canary "within 2x".
+        (CANARY_TTFT_1H, "-3", "llama-8b-canary ttft error ratio (1h): -3.0, not in [0, 1]"),
+        (CANARY_TTFT_1H, "1.5", "llama-8b-canary ttft error ratio (1h): 1.5, not in [0, 1]"),
+        (CANARY_TTFT_1H, "NaN", "llama-8b-canary ttft error ratio (1h): NaN, not a number"),
+        (CANARY_TTFT_1H, "+Inf", "(1h): inf, not in [0, 1]"),
+        (CANARY_TTFT_1H, "ok", "llama-8b-canary ttft error ratio (1h): 'ok' is not a number"),
+        (CANARY_TTFT_1H, ["0.01", "0.02"], "(1h): 2 series, not one"),
+        (REQUESTS, "-300", "llama-8b-canary requests (1h): -300.0, not >= 0"),
+        (REQUESTS, "NaN", "llama-8b-canary requests (1h): NaN, not a number"),
+        (REQUESTS, "+Inf", "llama-8b-canary requests (1h): inf, not >= 0"),
+    ],
+)
+def test_an_impossible_answer_is_one_line_exit_2_and_nothing_written(
+    stack_file: Path, query: str, raw: Any, message: str
+) -> None:
+    seen = {
+        ("llama-8b", "llama-8b"): requests(3000),
+        ("llama-8b", "llama-8b-canary"): requests(300),
+    }
+    with fake_prometheus(seen, tamper={query: raw}) as url:
+        result = run(url, stack_file)
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # no traceback: the CLI's own exit
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("could not judge: "), lines
+    assert message in lines[0] and len(lines[0]) <= 80, lines
+    assert "promote" not in result.output
+    assert stack_file.read_text() == EXAMPLE.read_text()
+
+
+def test_rounding_just_outside_the_bounds_is_the_bound(stack_file: Path) -> None:
+    seen = {
+        ("llama-8b", "llama-8b"): requests(3000),
+        ("llama-8b", "llama-8b-canary"): requests(300),
+    }
+    with fake_prometheus(seen, tamper={CANARY_TTFT_1H: "-1e-12"}) as url:
+        result = run(url, stack_file, "--json")
+    assert result.exit_code == 0, result.output
+    ttft = next(s for s in json.loads(result.output)["slis"] if s["sli"] == "ttft")
+    assert ttft["canary_burn"] == 0
+
+
+def test_a_hostile_model_name_stays_one_quoted_value() -> None:
+    from monitoring import serving_slo
+
+    name = 'm"} or vector(1) or x{a="'
+    expr = serving_slo.revision_error_ratio(name, "svc", "ttft", 2.5, "1h", "serving")
+    assert f"model_name={string_literal(name)}" in expr
+    # Outside its string literals the query is the one it would be for a plain name.
+    bare = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    plain = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr.replace(string_literal(name), '"m"'))
+    assert bare == plain and bare.count("{") == 2
 
 
 def test_unreachable_prometheus_and_no_canary_are_one_line_exit_2(stack_file: Path) -> None:

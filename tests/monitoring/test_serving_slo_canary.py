@@ -83,3 +83,33 @@ def test_promtool_computes_each_revisions_ratio(tmp_path: Path) -> None:
         [tool, "test", "rules", unit.name], capture_output=True, text=True, cwd=tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_revision_without_traffic_records_no_ratio(tmp_path: Path) -> None:
+    """0/0 is no observation, not NaN: the ratio divides by a total above 0 only, so what
+    Prometheus returns for a revision is a ratio in [0, 1] or nothing (`llmp canary` refuses
+    anything else)."""
+    tool = promtool()
+    rules = tmp_path / "rules.yaml"
+    groups = [g.dump() for g in serving_slo.rule_groups(_serving())]
+    rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False, width=1000))
+    series = _series("llama-8b", 1000, 1000) + _series("llama-8b-canary", 0, 0)
+    expected = [
+        {
+            "expr": f'{RECORD}1h{{service="llama-8b-canary",sli="ttft"}}',
+            "eval_time": "90m",
+            "exp_samples": [],
+        }
+    ]
+    unit = tmp_path / "test.yaml"
+    test = {"interval": "1m", "input_series": series, "promql_expr_test": expected}
+    unit.write_text(
+        yaml.safe_dump(
+            {"rule_files": [rules.name], "evaluation_interval": "1m", "tests": [test]},
+            sort_keys=False,
+        )
+    )
+    result = subprocess.run(
+        [tool, "test", "rules", unit.name], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -395,8 +395,8 @@ def test_a_job_of_the_same_name_in_another_namespace_is_not_counted(tmp_path: Pa
         ("NaN", "seconds must be a finite number >= 0: nan"),
         ("-3", "seconds must be a finite number >= 0: -3.0"),
         ("+Inf", "seconds must be a finite number >= 0: inf"),
-        ("quick", "the sample's value is not a number: 'quick'"),
-        (None, "the sample's value is not a number: None"),
+        ("quick", "'quick' is not a number"),
+        (None, "None is not a number"),
     ],
 )
 def test_impossible_step_times_from_prometheus_are_bad_input(poison: Any, message: str) -> None:
