@@ -1,5 +1,5 @@
 """Kubernetes workloads: GPU limits, pinned images, serving health, no privileged pods,
-quotas on every namespace.
+quotas on every namespace, no honoured scrape labels on tenants' pods.
 
 Pod specs are found in every workload kind the platform runs: Pod, Deployment,
 StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, JobSet, LeaderWorkerSet and
@@ -22,6 +22,7 @@ from pulumi_policy import (
 
 from policies.props import Report, depends_on, get, is_map, items, known, of_type, plain
 from spec.labels import ACCELERATOR_LABEL
+from spec.tenancy import RESERVED_NAMESPACES
 
 ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 GPU_TAINTS = ("nvidia.com/gpu", "aws.amazon.com/neuron")
@@ -365,3 +366,51 @@ def k8s_alb_ingress_https(args: ResourceValidationArgs, report: Report) -> None:
         report(f"ingress {name} has no certificate-arn: its HTTPS listener needs one")
     if notes.get(f"{_ALB}scheme") == "internet-facing" and not notes.get(f"{_ALB}wafv2-acl-arn"):
         report(f"ingress {name} is internet-facing without a WAF (wafv2-acl-arn)")
+
+
+MONITORS = {
+    "kubernetes:monitoring.coreos.com/v1:PodMonitor": "podMetricsEndpoints",
+    "kubernetes:monitoring.coreos.com/v1:ServiceMonitor": "endpoints",
+}
+"""Prometheus-operator monitors by type, and where each lists its endpoints."""
+DEFAULT_PLATFORM_NAMESPACES = sorted(
+    (RESERVED_NAMESPACES - {"default", "kube-public", "kube-node-lease"})
+    | {"kuberay-system", "lws-system", "keda"}
+)
+"""Namespaces only the platform makes pods in (no tenant may be named so)."""
+
+
+def _platform_namespaces(args: ResourceValidationArgs) -> set[str]:
+    configured = args.get_config().get("platform-namespaces")
+    return set(DEFAULT_PLATFORM_NAMESPACES if configured is None else configured)
+
+
+def k8s_monitor_honor_labels(args: ResourceValidationArgs, report: Report) -> None:
+    """A PodMonitor or ServiceMonitor that sets honorLabels selects only platform namespaces
+    (`platform-namespaces`): on a tenant's pods the exposition's labels would win over the
+    namespace, pod and job Kubernetes gives them, and a pod could publish series in another
+    namespace's, job's or node's name."""
+    endpoints_key = MONITORS.get(args.resource_type)
+    if endpoints_key is None:
+        return
+    spec = get(args.props, "spec")
+    if not any(get(e, "honorLabels") is True for e in items(get(spec, endpoints_key))):
+        return
+    kind = args.resource_type.rsplit(":", 1)[-1]
+    name = get(args.props, "metadata", "name") or args.name
+    selector = get(spec, "namespaceSelector")
+    platform = _platform_namespaces(args)
+    if get(selector, "any") is True:
+        where = "every namespace"
+    else:
+        # No matchNames: the monitor's own namespace (prometheus-operator's default).
+        selected = [n for n in items(get(selector, "matchNames")) if isinstance(n, str)]
+        outside = sorted(set(selected or [_namespace(args.props)]) - platform)
+        if not outside:
+            return
+        where = ", ".join(outside)
+    report(
+        f"{kind} {name} honours the scraped labels of pods in {where}: a tenant's pod could "
+        "publish series in another's name; drop honorLabels or select only platform "
+        "namespaces"
+    )

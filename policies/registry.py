@@ -131,6 +131,21 @@ RULES: list[Rule] = [
     _r("helm-chart-pinned", M, RES, kubernetes.helm_chart_pinned),
     _r("k8s-alb-ingress-https", M, RES, kubernetes.k8s_alb_ingress_https),
     _r("kueue-local-queue-per-namespace", M, STACK, kubernetes.kueue_local_queue_per_namespace),
+    _r(
+        "k8s-monitor-honor-labels",
+        M,
+        RES,
+        kubernetes.k8s_monitor_honor_labels,
+        {
+            "platform-namespaces": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Namespaces only the platform makes pods in: monitors of their "
+                "pods may set honorLabels.",
+                "default": kubernetes.DEFAULT_PLATFORM_NAMESPACES,
+            }
+        },
+    ),
     # Tags
     _r(
         "required-tags",
