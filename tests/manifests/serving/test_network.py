@@ -309,3 +309,22 @@ def test_the_evaluator_reads_isolation_peers_and_ports_as_kubernetes_does() -> N
     assert reachable([block], ALB, pod) == set()
     assert reachable([block], Endpoint("alb", ip="10.30.8.1"), pod) == {80, 443}
     assert reachable([block], mine, pod) == set()
+
+
+def test_a_groups_ray_and_nccl_ports_are_open_to_its_own_pods_only() -> None:
+    """A LeaderWorkerSet's leader and workers reach each other on every port (Ray's head and
+    workers, NCCL's bootstrap pick ports at run time); no other pod reaches them."""
+    from manifests.serving.multinode import NAME_LABEL, RAY_PORT
+
+    deny = _policy("deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]})
+    policies = [deny, plain(network.group_policy_args("serving", "llama-405b"))]
+    labels = {"app.kubernetes.io/name": "vllm", NAME_LABEL: "llama-405b"}
+    ports = frozenset({RAY_PORT, 10001, 12345})
+    leader = Endpoint("leader", "serving", {**labels, "role": "leader"}, ports)
+    worker = Endpoint("worker", "serving", {**labels, "role": "worker"}, ports)
+    other_group = Endpoint("other", "serving", {**labels, NAME_LABEL: "llama-405b-canary"})
+    assert reachable(policies, worker, leader) == set(ports)
+    assert reachable(policies, leader, worker) == set(ports)
+    assert reachable(policies, other_group, leader) == set()
+    assert reachable(policies, STRANGER, leader) == set()
+    assert reachable(policies, PROMETHEUS, leader) == set()
