@@ -78,6 +78,9 @@ FREE: Mapping[str, str] = {
     "aws:s3/bucketLogging:BucketLogging": "free (the logs are stored in the logs bucket)",
     "aws:s3/bucketOwnershipControls:BucketOwnershipControls": "free",
     "aws:s3/bucketPolicy:BucketPolicy": "free",
+    "aws:s3/bucketObjectv2:BucketObjectv2": (
+        "free (a zero-byte directory object of a tenant's prefix; one request)"
+    ),
     "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": "free",
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": (
         "free (bucket keys keep KMS requests low)"
