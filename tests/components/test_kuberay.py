@@ -6,7 +6,12 @@ from __future__ import annotations
 import yaml
 
 from components.addons import KUBERAY, KUEUE_FRAMEWORKS, kueue_manager_config
-from components.tenancy import KUBERAY_NAMESPACE, RAY_DASHBOARD_PORT
+from components.tenancy import (
+    KUBERAY_NAMESPACE,
+    METRICS_PORTS,
+    RAY_DASHBOARD_PORT,
+    RAY_METRICS_PORT,
+)
 from monitoring.charts import RAY_NODE_LABEL, monitors
 from spec.catalog import catalog
 
@@ -49,10 +54,13 @@ def test_tenant_policies_admit_the_operator_to_the_head_dashboard_only(plans) ->
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": KUBERAY_NAMESPACE}}}
     ]
     # Head, workers and submitter talk on GCS, client, object manager and worker ports within
-    # the namespace: every port, both ways; the scrape comes from `monitoring`.
+    # the namespace: every port, both ways; the scrape comes from `monitoring`, on the
+    # metrics ports only (Ray's is 8080).
     same = policies["allow-same-namespace"]
     assert "ports" not in same["ingress"][0] and "ports" not in same["egress"][0]
-    assert "ports" not in policies["allow-monitoring"]["ingress"][0]
+    scrape = policies["allow-monitoring"]["ingress"][0]["ports"]
+    assert {"protocol": "TCP", "port": RAY_METRICS_PORT} in scrape
+    assert {p["port"] for p in scrape} == set(METRICS_PORTS)
 
 
 def test_prometheus_scrapes_every_ray_pod_on_its_metrics_port() -> None:

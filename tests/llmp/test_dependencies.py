@@ -70,6 +70,50 @@ ORDERING_EDGES = {
         "",
     ): "an association imports through the FSx role the key policy must admit first",
     (
+        "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation",
+        "aws:s3/bucketObjectv2:BucketObjectv2",
+        "-dir",
+    ): "FSx takes a tenant directory's owner and mode from the S3 directory object only "
+    "if it exists when the association imports the prefix",
+    (
+        "kubernetes:helm.sh/v3:Release",
+        "kubernetes:helm.sh/v3:Release",
+        "-secrets-store-csi-driver",
+    ): "the AWS provider registers with the Secrets Store CSI driver, whose chart brings "
+    "the SecretProviderClass CRD",
+    (
+        "kubernetes:secrets-store.csi.x-k8s.io/v1:SecretProviderClass",
+        "kubernetes:helm.sh/v3:Release",
+        "-secrets-store-csi-driver",
+    ): "the SecretProviderClass CRD comes with the driver's chart",
+    (
+        "kubernetes:apps/v1:Deployment",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        "-model-server",
+    ): "Pod Identity credentials reach only pods created after their association: a model "
+    "server reads its gateway keys from Secrets Manager when it starts",
+    (
+        "kubernetes:apps/v1:Deployment",
+        "kubernetes:helm.sh/v3:Release",
+        "-secrets-store-csi-driver",
+    ): "a model pod's keys volume is mounted by the Secrets Store CSI driver",
+    (
+        "kubernetes:apps/v1:Deployment",
+        "kubernetes:helm.sh/v3:Release",
+        "-secrets-store-csi-driver-provider-aws",
+    ): "the driver fetches a model pod's keys through the AWS provider",
+    (
+        "kubernetes:apps/v1:Deployment",
+        "kubernetes:core/v1:ServiceAccount",
+        "-model-server",
+    ): "a model pod runs as the model-server account, the one its Pod Identity names",
+    (
+        "kubernetes:apps/v1:Deployment",
+        "kubernetes:secrets-store.csi.x-k8s.io/v1:SecretProviderClass",
+        "-keys",
+    ): "a model pod's keys volume names its provider class; every model server waits for "
+    "the classes of all models (one set of options for the namespace's model servers)",
+    (
         "kubernetes:helm.sh/v3:Release",
         "aws:eks/nodeGroup:NodeGroup",
         "-system",
@@ -280,10 +324,11 @@ def path_tokens(resource: dict[str, Any]) -> set[str]:
     return set()
 
 
-POLICY_DOCUMENTS = {"aws:iam/rolePolicy:RolePolicy"}
+POLICY_DOCUMENTS = {"aws:iam/rolePolicy:RolePolicy", "aws:secretsmanager/secret:Secret"}
 """Where the cluster's name is also matched as a path segment: a tag key of an IAM condition
-(`aws:ResourceTag/k8s.io/cluster-autoscaler/<cluster>`). Elsewhere the same segment appears in
-names built from config (the log group), so it is no evidence there."""
+(`aws:ResourceTag/k8s.io/cluster-autoscaler/<cluster>`), a secret's name under the cluster's
+(`<cluster>/serving/<model>/gateway`). Elsewhere the same segment appears in names built from
+config (the log group), so it is no evidence there."""
 
 
 @functools.cache
@@ -309,6 +354,8 @@ def tokens(resource: dict[str, Any], region: str) -> set[str]:
         out.add(f"eipalloc-{name}")
     if type_ == "aws:kms/key:Key":
         out.add(f"{name}-key-id")
+    if type_ == "aws:secretsmanager/secret:Secret":
+        out.add(resource.inputs["name"])  # the name output, which a provider class names
     if type_ == "aws:eks/nodeGroup:NodeGroup":
         out.add(f"eks-{name}-asg")  # resources[0].autoscalingGroups[0].name
     if type_ == "aws:ecr/repository:Repository":

@@ -175,7 +175,7 @@ def test_every_promote_flag_reaches_promotion(tmp_path: Path) -> None:
         promote__job_config="/fsx/checkpoints/chat-sft/job.json",
         promote__max_perplexity=35.5,
         promote__dtype="float32",
-        promote__out="/fsx/exports/llama-8b",
+        promote__out="/fsx/checkpoints/chat-sft/export",
         promote__prefix="",
     )
     prepared = prepare(path)
@@ -185,7 +185,7 @@ def test_every_promote_flag_reaches_promotion(tmp_path: Path) -> None:
     assert (args.max_perplexity, args.dtype, args.out, args.prefix) == (
         35.5,
         "float32",
-        "/fsx/exports/llama-8b",
+        "/fsx/checkpoints/chat-sft/export",
         "",
     )
     # A config on FSx: nothing is mounted, nothing to check on the cluster.

@@ -128,11 +128,18 @@ def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
         "resourceflavor-cpu.yaml",
         "resourceflavor-pool-h100-block.yaml",
         "resourceflavor-pool-h100.yaml",
+        "resourcequota-foundation-llmp-priorities.yaml",
         "resourcequota-foundation-llmp-quota.yaml",
         "role-foundation-tenant-edit.yaml",
         "rolebinding-foundation-tenant-edit.yaml",
         "serviceaccount-foundation-checkpoint-milestones.yaml",
         "serviceaccount-foundation-training.yaml",
+        "validatingadmissionpolicy-llmp-tenant-ingresses.yaml",
+        "validatingadmissionpolicy-llmp-tenant-pods-foundation.yaml",
+        "validatingadmissionpolicy-llmp-tenant-services.yaml",
+        "validatingadmissionpolicybinding-llmp-tenant-ingresses.yaml",
+        "validatingadmissionpolicybinding-llmp-tenant-pods-foundation.yaml",
+        "validatingadmissionpolicybinding-llmp-tenant-services.yaml",
     ]
     doc = yaml.safe_load((target / "manifests/priorityclass-llmp-serving.yaml").read_text())
     assert doc["apiVersion"] == "scheduling.k8s.io/v1"

@@ -50,7 +50,15 @@ TIMEOUT_S = 180
 # its ServiceAccount: 86. Inference's endpoint picker (llama-8b routes by it) adds checkov's
 # workload checks on its Deployment and pod template (probes, limits, security contexts,
 # digest, no automatic token), its Role, RoleBinding, ServiceAccount and Service: 102.
-EXPECTED_PASSED = {"pretrain": 26 + 86, "finetune": 70, "inference": 210 + 102}
+# A tenant refused some PriorityClasses has a quota scoped to them (pods: 0): the part-of
+# label and the quota check pass on it, 2 per such tenant (pretrain's foundation and
+# finetune's three; inference's serving tenant may use every class).
+PRIORITY_QUOTA = 2
+EXPECTED_PASSED = {
+    "pretrain": 26 + 86 + PRIORITY_QUOTA,
+    "finetune": 70 + 3 * PRIORITY_QUOTA,
+    "inference": 210 + 102,
+}
 # Monitoring (every stack): part-of and Pod Security on its Namespace (privileged, allowed by
 # name in CKV_LLMP_2 with warn/audit baseline), part-of and contents on its ResourceQuota and
 # LimitRange. Its StorageClass, dashboard ConfigMaps and monitors have no check.

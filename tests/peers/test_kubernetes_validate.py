@@ -18,7 +18,9 @@ from kubernetes_validate import utils as kv_utils
 from kubernetes_validate.utils import SchemaNotFoundError
 
 from components.monitoring import dashboard_files
+from spec.platform import PlatformConfig
 from spec.stackfile import load_config
+from spec.tenancy import PRIORITY_CLASSES
 from tests.conftest import STACKS, raw_stack
 
 # Objects validated and custom resources skipped, per stack. Adding an object
@@ -56,6 +58,18 @@ FSX_RULES = 1
 # ServiceAccount, Deployment and NetworkPolicy; its PodMonitor and the `stragglers`
 # PrometheusRule (a ClusterRole and its binding too where it quarantines: off in every stack).
 STRAGGLER_WATCH = {"checked": 3, "custom": 2}
+# Tenancy's admission (components/tenancy.py, manifests/admission.py): the services and
+# ingresses ValidatingAdmissionPolicies and their bindings once per cluster, then per tenant
+# its pods policy and binding, and the quota refusing the PriorityClasses it may not use
+# (none where it may use them all).
+ADMISSION = 4
+
+
+def tenancy_checked(cfg: PlatformConfig) -> int:
+    per_tenant = sum(
+        2 + (set(t.allowed_priorities()) != set(PRIORITY_CLASSES)) for t in cfg.tenants.values()
+    )
+    return ADMISSION + per_tenant
 
 
 def expected(stack: str) -> dict[str, int]:
@@ -70,7 +84,8 @@ def expected(stack: str) -> dict[str, int]:
         "checked": EXPECTED[stack]["checked"]
         + MONITORING["checked"]
         + dashboards
-        + watcher["checked"],
+        + watcher["checked"]
+        + tenancy_checked(cfg),
         "custom": EXPECTED[stack]["custom"] + MONITORING["custom"] + fsx + watcher["custom"],
     }
 

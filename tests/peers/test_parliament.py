@@ -96,6 +96,10 @@ def realistic_arns(document: str, plan: Plan) -> str:
             f"arn:aws:logs:{region}:{account}:log-group:{name}"
         ),
         "topic": lambda region, account, name: f"arn:aws:sns:{region}:{account}:{name}",
+        # Secrets Manager appends six random characters to a secret's name.
+        "secret": lambda region, account, name: (
+            f"arn:aws:secretsmanager:{region}:{account}:secret:{name}-AbCdEf"
+        ),
     }
     out, pos = [], 0
     for match in _MOCK_ARN.finditer(document):

@@ -110,7 +110,14 @@ class QuotaCapsComputeAndClaims(BaseK8Check):
         )
 
     def scan_spec_conf(self, conf: dict[str, Any]) -> CheckResult:
-        hard = (conf.get("spec") or {}).get("hard") or {}
+        spec = conf.get("spec") or {}
+        hard = spec.get("hard") or {}
+        if spec.get("scopeSelector"):
+            # A scoped quota refuses what its scope selects (the priority classes a tenant
+            # may not use): zero pods, nothing else. The namespace's caps are unscoped.
+            # (checkov adds __startline__ and __endline__ to every mapping it parses)
+            caps = {k: v for k, v in hard.items() if not k.startswith("__")}
+            return _result(caps == {"pods": "0"})
         wanted = {
             "requests.nvidia.com/gpu",
             "requests.cpu",
