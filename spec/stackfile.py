@@ -8,7 +8,6 @@ never appear in a message.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -204,42 +203,16 @@ def load_stack_file(path: str) -> dict[str, Any]:
     file cannot be read, is not UTF-8 YAML, holds a key twice in one map, or is
     not a map with a `config:` map.
     """
-    import yaml
+    from spec import readers
 
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise StackFileError(path, f"cannot read it: {exc.strerror or exc}") from None
-    except ValueError as exc:  # a path with a NUL byte
-        raise StackFileError(repr(path), f"not a file name: {exc}") from None
+        text = readers.read_text(path)
+    except readers.ReadError as exc:
+        raise StackFileError(exc.source, exc.problem) from None
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise StackFileError(
-            path, f"not UTF-8 text (line {line}, column {column}: byte 0x{data[exc.start]:02x})"
-        ) from None
-    try:
-        doc = yaml.load(text, Loader=_stack_file_loader())
-    except _DuplicateKey as exc:
-        raise StackFileError(
-            path,
-            f"duplicate key {show(exc.key)} at line {exc.line} (first at line {exc.first_line}); "
-            "YAML would keep only the last one: merge them or remove one",
-        ) from None
-    except yaml.MarkedYAMLError as exc:
-        where = ""
-        if exc.problem_mark is not None:
-            mark = exc.problem_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}: "
-        raise StackFileError(path, f"not valid YAML ({where}{exc.problem or exc})") from None
-    except yaml.YAMLError as exc:
-        raise StackFileError(path, f"not valid YAML ({exc})") from None
-    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
-        # Constructors that give up: an integer of over 4300 digits, nesting too deep.
-        raise StackFileError(path, f"not valid YAML ({type(exc).__name__}: {exc})") from None
+        doc = readers.parse_yaml(text, path)
+    except readers.ReadError as exc:
+        raise StackFileError(path, exc.problem) from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):
@@ -272,45 +245,6 @@ def load_stack_file(path: str) -> dict[str, Any]:
 STACK_FILE_KEYS = ("config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment")
 """The top-level keys of a Pulumi stack file (Pulumi.<stack>.yaml): its config, the secrets
 provider's settings `pulumi stack init` writes, and the ESC environments it imports."""
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: Any, line: int, first_line: int):
-        super().__init__(key)
-        self.key = key
-        self.line = line
-        self.first_line = first_line
-
-
-@functools.cache
-def _stack_file_loader() -> type:
-    """The catalog's loader (libyaml's when present) that refuses a key twice in one map.
-
-    PyYAML keeps the last of two equal keys without a word: a second
-    `llm-platform:node_pools:` would silently drop the first.
-    """
-    from yaml.nodes import MappingNode
-
-    from spec.catalog import YAML_LOADER
-
-    class StackFileLoader(YAML_LOADER):  # type: ignore[misc, valid-type]
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            if isinstance(node, MappingNode):
-                seen: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    if key_node.tag == "tag:yaml.org,2002:merge":
-                        continue  # `<<: *base` keys may be overridden: that is what they are for
-                    key = self.construct_object(key_node, deep=True)
-                    line = key_node.start_mark.line + 1
-                    try:
-                        if key in seen:
-                            raise _DuplicateKey(key, line, seen[key])
-                        seen[key] = line
-                    except TypeError:
-                        continue  # an unhashable key: the base constructor refuses it
-            return super().construct_mapping(node, deep=deep)
-
-    return StackFileLoader
 
 
 def _is_secure(value: Any) -> bool:
