@@ -3,14 +3,17 @@
 Owns the VPC, one private and one public subnet per AZ (the CIDRs it is given:
 the program computes them with `spec.addressing`), the internet gateway, NAT
 (one, or one per AZ),
-route tables, the S3 gateway endpoint that keeps checkpoint traffic off NAT,
-and the EFA security group that lets EFA traffic flow between its members.
+route tables, the S3 gateway endpoint that keeps checkpoint traffic off NAT (its
+policy admits the platform's buckets and ECR's image layers, no other bucket),
+the interface endpoints that keep image pulls and credentials in the VPC, and
+the EFA security group that lets EFA traffic flow between its members.
 `AdoptedNetwork` is the same seen from a VPC someone else owns: only the EFA
 security group, and the S3 endpoint where the VPC lacks one.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -34,6 +37,97 @@ class NetworkArgs:
     """Region of the VPC (for the S3 endpoint's service name)."""
     cluster_name: str
     """EKS cluster name, for the subnet discovery tags load balancers use."""
+    s3_endpoint_buckets: Sequence[str] = ()
+    """Bucket names (`*` wildcards) the S3 gateway endpoint admits beside ECR's image
+    layers (none: those layers only)."""
+    interface_endpoints: Sequence[str] = ()
+    """Services (`ecr.api`, `sts`...) reached through an interface endpoint in every
+    private subnet, private DNS on."""
+    public_load_balancers: bool = False
+    """The public subnets carry the ELB role tag (`kubernetes.io/role/elb`): only where the
+    platform itself serves through an internet-facing load balancer, so that no Service of
+    type LoadBalancer lands in them by default."""
+
+
+def ecr_layer_bucket(region: str) -> str:
+    """The bucket ECR serves image layers from (ECR user guide, "Amazon ECR interface VPC
+    endpoints (AWS PrivateLink)", minimum Amazon S3 bucket permissions)."""
+    return f"prod-{region}-starport-layer-bucket"
+
+
+def s3_endpoint_policy(buckets: Sequence[str], region: str) -> str:
+    """The S3 gateway endpoint's policy: anything on `buckets` (names or `*` patterns) and
+    their objects, reads of ECR's layers; nothing else, so a pod or node whose role may
+    write elsewhere still cannot copy data out through the endpoint to a bucket not named
+    (AWS PrivateLink guide, "Control access to VPC endpoints using endpoint policies")."""
+    resources = [arn for b in buckets for arn in (f"arn:aws:s3:::{b}", f"arn:aws:s3:::{b}/*")]
+    platform = [
+        {
+            "Sid": "PlatformBuckets",
+            "Effect": "Allow",
+            "Principal": "*",
+            "Action": "s3:*",
+            "Resource": resources,
+        }
+    ]
+    layers = {
+        "Sid": "EcrImageLayers",
+        "Effect": "Allow",
+        "Principal": "*",
+        "Action": "s3:GetObject",
+        "Resource": f"arn:aws:s3:::{ecr_layer_bucket(region)}/*",
+    }
+    statements = [*(platform if buckets else []), layers]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+def interface_endpoints(
+    name: str,
+    services: Sequence[str],
+    *,
+    vpc_id: pulumi.Input[str],
+    vpc_cidr: str,
+    subnet_ids: Sequence[pulumi.Input[str]],
+    region: str,
+    parent: pulumi.Resource,
+) -> list[aws.ec2.VpcEndpoint]:
+    """An interface endpoint per service in every private subnet, with private DNS (the
+    SDKs' usual hostnames resolve to it) and a security group that admits HTTPS from the
+    VPC only."""
+    if not services:
+        return []
+    child = pulumi.ResourceOptions(parent=parent)
+    group = aws.ec2.SecurityGroup(
+        f"{name}-endpoints",
+        vpc_id=vpc_id,
+        description="Interface endpoints: HTTPS from the VPC",
+        tags={"Name": f"{name}-endpoints"},
+        opts=child,
+    )
+    aws.vpc.SecurityGroupIngressRule(
+        f"{name}-endpoints-in",
+        security_group_id=group.id,
+        cidr_ipv4=vpc_cidr,
+        ip_protocol="tcp",
+        from_port=443,
+        to_port=443,
+        description="HTTPS from the VPC",
+        opts=child,
+    )
+    return [
+        aws.ec2.VpcEndpoint(
+            f"{name}-{service.replace('.', '-')}",
+            vpc_id=vpc_id,
+            service_name=f"com.amazonaws.{region}.{service}",
+            vpc_endpoint_type="Interface",
+            subnet_ids=list(subnet_ids),
+            security_group_ids=[group.id],
+            private_dns_enabled=True,
+            tags={"Name": f"{name}-{service}"},
+            opts=child,
+        )
+        for service in services
+    ]
 
 
 class Network(pulumi.ComponentResource):
@@ -74,7 +168,7 @@ class Network(pulumi.ComponentResource):
                 map_public_ip_on_launch=False,
                 tags={
                     "Name": f"{name}-public-{zone}",
-                    "kubernetes.io/role/elb": "1",
+                    **({"kubernetes.io/role/elb": "1"} if args.public_load_balancers else {}),
                     cluster_tag: "shared",
                 },
                 opts=child,
@@ -144,9 +238,19 @@ class Network(pulumi.ComponentResource):
                 service_name=f"com.amazonaws.{args.region}.s3",
                 vpc_endpoint_type="Gateway",
                 route_table_ids=[rt.id for rt in private_rts],
+                policy=s3_endpoint_policy(args.s3_endpoint_buckets, args.region),
                 tags={"Name": f"{name}-s3"},
                 opts=child,
             )
+        interface_endpoints(
+            name,
+            args.interface_endpoints,
+            vpc_id=vpc.id,
+            vpc_cidr=args.vpc_cidr,
+            subnet_ids=[s.id for s in private.values()],
+            region=args.region,
+            parent=self,
+        )
 
         efa_security_group_id = efa_security_group(name, vpc.id, parent=self)
 
@@ -175,6 +279,8 @@ class AdoptedNetworkArgs:
     s3_endpoint_route_table_ids: Sequence[str] = ()
     """Route tables an S3 gateway endpoint of the stack's own attaches to; none: no endpoint
     (the VPC has one)."""
+    s3_endpoint_buckets: Sequence[str] = ()
+    """What the stack's own S3 endpoint admits (`NetworkArgs.s3_endpoint_buckets`)."""
     region: str
 
 
@@ -207,6 +313,7 @@ class AdoptedNetwork(pulumi.ComponentResource):
                 service_name=f"com.amazonaws.{args.region}.s3",
                 vpc_endpoint_type="Gateway",
                 route_table_ids=list(args.s3_endpoint_route_table_ids),
+                policy=s3_endpoint_policy(args.s3_endpoint_buckets, args.region),
                 tags={"Name": f"{name}-s3"},
                 opts=child,
             )

@@ -8,8 +8,9 @@ Owns, per entry of the `tenants` config (the tenant's name is its namespace):
   **LimitRange** that gives every container requests and limits;
 - **NetworkPolicies**: deny everything, then allow DNS to kube-system, traffic
   within the namespace (NCCL/gloo between workers, the rendezvous store),
-  metrics scraping from `monitoring`, the EKS Pod Identity agent, HTTPS to
-  addresses outside the VPC (S3 through its gateway endpoint, STS), and the KubeRay
+  metrics scraping from `monitoring`, the EKS Pod Identity agent, HTTPS to S3's
+  address ranges (its prefix list, through the gateway endpoint whose policy names the
+  platform's buckets) and no other address outside the VPC, and the KubeRay
   operator (namespace `kuberay-system`) to a Ray head's dashboard port, where it reads
   and stops a RayJob's Ray job. Within a RayJob (GCS 6379, dashboard 8265 from the
   submitter pod, client 10001, the object manager's and workers' ports) is traffic within
@@ -189,10 +190,12 @@ def _policy(namespace: pulumi.Input[str], name: str, spec: NetworkPolicySpecArgs
 def network_policies(
     namespace: pulumi.Input[str],
     tenant: str,
-    vpc_cidr: str,
+    s3_ranges: pulumi.Input[Sequence[str]],
     metrics_ports: Sequence[int] = METRICS_PORTS,
 ) -> dict[str, NetworkPolicyInitArgs]:
-    """Default deny, then the few flows a training namespace needs."""
+    """Default deny, then the few flows a training namespace needs. Outside the VPC, its
+    pods reach S3's address ranges in the region (`s3_ranges`, its prefix list) on HTTPS
+    and nothing else: the S3 gateway endpoint's policy then names the buckets."""
     every_pod = LabelSelectorArgs()
     own = NetworkPolicyPeerArgs(
         namespace_selector=LabelSelectorArgs(match_labels={METADATA: tenant})
@@ -294,19 +297,20 @@ def network_policies(
                         to=[NetworkPolicyPeerArgs(ip_block=IPBlockArgs(cidr=POD_IDENTITY_AGENT))],
                         ports=[NetworkPolicyPortArgs(protocol="TCP", port=80)],
                     ),
-                    # S3 and STS over HTTPS, but nothing else inside the VPC.
+                    # S3 over HTTPS, through the gateway endpoint: no other address
+                    # outside the VPC, and none inside it.
                     NetworkPolicyEgressRuleArgs(
-                        to=[
-                            NetworkPolicyPeerArgs(
-                                ip_block=IPBlockArgs(cidr="0.0.0.0/0", except_=[vpc_cidr])
-                            )
-                        ],
+                        to=pulumi.Output.from_input(s3_ranges).apply(_ip_blocks),
                         ports=[NetworkPolicyPortArgs(protocol="TCP", port=443)],
                     ),
                 ],
             ),
         ),
     }
+
+
+def _ip_blocks(cidrs: Sequence[str]) -> list[dict[str, Any]]:
+    return [{"ipBlock": {"cidr": c}} for c in cidrs]
 
 
 def role_args(namespace: pulumi.Input[str]) -> RoleInitArgs:
@@ -428,7 +432,9 @@ class TenancyArgs:
     """Pool name -> its accelerator resource (nvidia.com/gpu, aws.amazon.com/neuron)."""
     cluster_name: pulumi.Input[str]
     region: str
-    vpc_cidr: str
+    s3_ranges: pulumi.Input[Sequence[str]]
+    """S3's address ranges in the region: tenant pods reach them and nothing else outside
+    the VPC."""
     buckets: TenantBuckets | None = None
     """None: no storage, so no workload S3 access."""
     kueue_ready: list[pulumi.Resource] = field(default_factory=list)
@@ -510,7 +516,7 @@ class Tenancy(pulumi.ComponentResource):
                 volumes.limit_range(namespace=ns_name, quota=volumes.NamespaceQuota()),
                 opts=child,
             )
-            for policy, policy_args in network_policies(ns_name, ns_key, args.vpc_cidr).items():
+            for policy, policy_args in network_policies(ns_name, ns_key, args.s3_ranges).items():
                 k8s.networking.v1.NetworkPolicy(f"{prefix}-{policy}", policy_args, opts=child)
             k8s.rbac.v1.Role(f"{prefix}-role", role_args(ns_name), opts=child)
             k8s.rbac.v1.RoleBinding(

@@ -40,7 +40,13 @@ class SharedStack:
         assert cfg.shared_stack is not None
         self.name = cfg.shared_stack.name
         self.ref = pulumi.StackReference("shared", stack_name=self.name)
-        reads = ("region", "vpc_cidr", "private_subnet_ids", "private_subnet_cidrs")
+        reads = (
+            "region",
+            "vpc_cidr",
+            "private_subnet_ids",
+            "private_subnet_cidrs",
+            "s3_endpoint_buckets",
+        )
         values = pulumi.Output.all(*(self.ref.get_output(name) for name in reads))
         self.facts: pulumi.Output[dict[str, Any]] = values.apply(
             lambda v: checked_facts(cfg, dict(zip(reads, v, strict=True)))
@@ -74,15 +80,27 @@ def checked_facts(cfg: PlatformConfig, outputs: dict[str, Any]) -> dict[str, Any
     if wrong is not None:
         # RunError: Pulumi prints the one line, without a Python traceback.
         raise pulumi.RunError(wrong.line())
+    storage = cfg.storage
+    if storage is not None:
+        names = {key: storage.bucket_name(key) for key in storage.buckets}
+        refused = sharing.bucket_unadmitted(cfg.shared_stack.name, names, outputs)
+        if refused is not None:
+            raise pulumi.RunError(refused.line())
     return outputs
 
 
 def shared_network(cfg: PlatformConfig) -> dict[str, Any]:
     """What a shared stack exports of its network for team stacks to check theirs against,
     beside the ids (`spec.sharing.SHARED_NETWORK_FACTS`, the region being every stack's)."""
+    existing = cfg.network.existing
+    own_endpoint = cfg.network.s3_gateway_endpoint and (
+        existing is None or existing.s3_gateway_endpoint_id is None
+    )
     return {
         "vpc_cidr": cfg.network.vpc_cidr,
         "private_subnet_cidrs": {z: _subnet_cidr(cfg, z) for z in cfg.network.availability_zones},
+        # What its S3 endpoint admits beside ECR's layers; null where it has none of its own.
+        "s3_endpoint_buckets": args.s3_endpoint_buckets(cfg) if own_endpoint else None,
     }
 
 
@@ -132,6 +150,7 @@ def network(
             s3_endpoint_route_table_ids=existing.private_route_table_ids
             if creates_endpoint
             else (),
+            s3_endpoint_buckets=args.s3_endpoint_buckets(cfg),
             region=cfg.region,
         ),
         opts,
@@ -190,8 +209,8 @@ def cluster(
     if existing.endpoint is not None and existing.certificate_authority_data is not None:
         endpoint, ca = existing.endpoint, existing.certificate_authority_data
     else:
-        # The one look-up the program makes: an adopted cluster's endpoint and CA are the
-        # cluster's, and config that does not state them cannot know them.
+        # A look-up (one of two, with s3_ranges): an adopted cluster's endpoint and CA are
+        # the cluster's, and config that does not state them cannot know them.
         source = ENDPOINT_AT_DEPLOY
         found = aws.eks.get_cluster_output(
             name=existing.name, opts=pulumi.InvokeOutputOptions(provider=aws_provider)
@@ -332,3 +351,14 @@ def _not_billed(out: dict[str, Any]) -> list[str]:
     if "cluster" in out:
         lines.append(f"cluster: the EKS control plane and its system nodes ({OWNER})")
     return lines
+
+
+def s3_ranges(region: str, aws_provider: aws.Provider) -> pulumi.Output[list[str]]:
+    """The address ranges of S3 in `region`: its AWS-managed prefix list, the one a gateway
+    endpoint routes (read at each `pulumi up`; AWS adds to it rarely, and a range added
+    since is refused to tenant pods until the next). Tenant pods reach S3 there and at no
+    other address outside the VPC; the endpoint's policy then names the buckets."""
+    found = aws.ec2.get_prefix_list_output(
+        name=f"com.amazonaws.{region}.s3", opts=pulumi.InvokeOutputOptions(provider=aws_provider)
+    )
+    return found.cidr_blocks.apply(lambda blocks: sorted(blocks))

@@ -72,6 +72,23 @@ def pool_size(pool: PoolSizes) -> PoolSize:
     return shared(pool, PoolSize)
 
 
+def s3_endpoint_buckets(cfg: PlatformConfig) -> list[str]:
+    """What the stack's S3 gateway endpoint admits (beside ECR's layers): its own buckets
+    (`<bucket_name_prefix>-*`, and an adopted bucket by its name) and
+    `network.s3_endpoint_buckets`."""
+    own: list[str] = []
+    storage = cfg.storage
+    if storage is not None:
+        own.append(f"{storage.bucket_name_prefix}-*")
+        own += [storage.bucket_name(key) for key in storage.buckets if storage.adopted(key)]
+    return list(dict.fromkeys([*own, *cfg.network.s3_endpoint_buckets]))
+
+
+def public_load_balancers(cfg: PlatformConfig) -> bool:
+    """The platform serves through an internet-facing load balancer of its own."""
+    return cfg.serving is not None and cfg.serving.scheme == "internet-facing"
+
+
 def network_args(cfg: PlatformConfig, cluster_name: str) -> NetworkArgs:
     layout = cfg.network.layout()
     return shared(
@@ -81,6 +98,9 @@ def network_args(cfg: PlatformConfig, cluster_name: str) -> NetworkArgs:
         public_subnets=layout.public,
         region=cfg.region,
         cluster_name=cluster_name,
+        s3_endpoint_buckets=s3_endpoint_buckets(cfg),
+        interface_endpoints=cfg.interface_endpoints(),
+        public_load_balancers=public_load_balancers(cfg),
     )
 
 

@@ -285,7 +285,7 @@ def _tenancy(site: Site, buckets: Storage | None, addons: Addons) -> Tenancy:
             },
             cluster_name=cluster.name,
             region=cfg.region,
-            vpc_cidr=cfg.network.vpc_cidr,
+            s3_ranges=adoption.s3_ranges(cfg.region, site.aws_provider),
             buckets=TenantBuckets(
                 arns=[buckets.buckets[b].arn for b in TENANT_BUCKETS]
                 if all(b in buckets.buckets for b in TENANT_BUCKETS)

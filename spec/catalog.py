@@ -68,6 +68,8 @@ class PlatformPrices(_Data):
     eks_control_plane_extended_usd_per_hour: float
     nat_gateway_usd_per_hour: float
     nat_gateway_usd_per_gb: float
+    interface_endpoint_usd_per_az_hour: float
+    interface_endpoint_usd_per_gb: float
     public_ipv4_usd_per_hour: float
     ebs_gp3_usd_per_gb_month: float
     cloudwatch_logs_ingest_usd_per_gb: float

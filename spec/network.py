@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -21,6 +22,30 @@ class TagsConfig(Section):
         default_factory=dict, description="Further tags for every resource."
     )
 
+
+INTERFACE_ENDPOINTS: dict[str, str] = {
+    "ecr.api": "ECR's API: the nodes authenticate and resolve images",
+    "ecr.dkr": "ECR's registry: image manifests (layers come from S3)",
+    "sts": "STS: regional credentials for SDKs that assume a role",
+    "logs": "CloudWatch Logs: the log agents' and exporters' writes",
+    "eks-auth": "EKS Auth: the Pod Identity agent's credentials",
+    "secretsmanager": "Secrets Manager: the CSI provider reads the gateway keys",
+    "eks": "the EKS API: nodeadm and the node monitoring agent",
+    "ec2": "EC2: the VPC CNI's addresses, the autoscaler's instances",
+    "autoscaling": "Auto Scaling: the node autoscaler",
+    "elasticloadbalancing": "ELB: the load balancer controller",
+    "monitoring": "CloudWatch metrics: the FSx exporter",
+    "kms": "KMS: SDKs that encrypt or decrypt on the pod's behalf",
+    "sns": "SNS: Alertmanager's pages",
+    "ssm": "Systems Manager: the SSM agent on the nodes",
+}
+"""Services the private subnets may reach through an interface endpoint (PrivateLink), and
+who calls them from the VPC."""
+DEFAULT_INTERFACE_ENDPOINTS = ("ecr.api", "ecr.dkr", "sts", "logs", "eks-auth")
+"""Every stack's, where `network.interface_endpoints` is left out (serving adds
+secretsmanager): the image pulls of every node and the credentials of every pod stay in the
+VPC; the rest of the AWS APIs the platform's own pods call go through NAT."""
+BUCKET_PATTERN = r"^[a-z0-9*][a-z0-9.*-]{0,62}$"
 
 SUBNET_ID = r"^subnet-[0-9a-f]{8,17}$"
 VPC_ID = r"^vpc-[0-9a-f]{8,17}$"
@@ -132,6 +157,23 @@ class NetworkConfig(Section):
     s3_gateway_endpoint: bool = Field(
         True, description="Route S3 traffic through a free gateway endpoint instead of NAT."
     )
+    s3_endpoint_buckets: list[str] = Field(
+        default_factory=list,
+        description="Buckets (names; `*` matches any run of characters) the S3 gateway "
+        "endpoint the stack creates admits beside the stack's own "
+        "(`storage.bucket_name_prefix`-*) and ECR's image layers; every other bucket is "
+        "refused through it. A shared stack lists its team stacks' prefixes "
+        "(`acme-llm-team-*`); a pipeline that reads a public dataset names its bucket.",
+    )
+    interface_endpoints: list[str] | None = Field(
+        None,
+        description="AWS services the private subnets reach through interface endpoints "
+        "(PrivateLink, private DNS) instead of NAT, each one "
+        f"of {', '.join(INTERFACE_ENDPOINTS)}. Left out: "
+        f"{', '.join(DEFAULT_INTERFACE_ENDPOINTS)}, and secretsmanager where serving is on; "
+        "`[]`: none. Priced per endpoint per AZ-hour. A stack in a VPC it adopts creates "
+        "none (the VPC's owner keeps its endpoints).",
+    )
     existing: ExistingNetworkConfig | None = Field(
         None,
         description="Adopt this VPC instead of creating one (the subnet prefixes and NAT "
@@ -151,6 +193,30 @@ class NetworkConfig(Section):
             raise ValueError("must be a private (RFC 1918) range, e.g. 10.0.0.0/16")
         return v
 
+    @field_validator("s3_endpoint_buckets")
+    @classmethod
+    def _buckets(cls, v: list[str]) -> list[str]:
+        for i, name in enumerate(v):
+            if not re.match(BUCKET_PATTERN, name):
+                raise FieldError(
+                    (i,), name, "a bucket name or pattern: a-z, 0-9, '.', '-' and '*'"
+                )
+            if len(name.replace("*", "")) < 3:
+                raise FieldError(
+                    (i,), name, "admits nearly every bucket: name the buckets or their prefix"
+                )
+        return v
+
+    @field_validator("interface_endpoints")
+    @classmethod
+    def _endpoints(cls, v: list[str] | None) -> list[str] | None:
+        for i, service in enumerate(v or []):
+            if service not in INTERFACE_ENDPOINTS:
+                raise FieldError((i,), service, f"one of {', '.join(INTERFACE_ENDPOINTS)}")
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError("lists a service twice; list each once")
+        return v
+
     @field_validator("availability_zones")
     @classmethod
     def _zones(cls, v: list[str]) -> list[str]:
@@ -163,6 +229,12 @@ class NetworkConfig(Section):
 
     @model_validator(mode="after")
     def _fits(self) -> NetworkConfig:
+        if self.existing is not None and self.interface_endpoints:
+            raise FieldError(
+                ("interface_endpoints",),
+                self.interface_endpoints,
+                "an adopted VPC's endpoints are its owner's: leave this out",
+            )
         if self.existing is not None:
             try:
                 self.existing.adopted_checks(

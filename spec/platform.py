@@ -18,7 +18,7 @@ from spec.errors import MISSING, ConfigError, FieldError, not_in, sorted_names
 from spec.images import ImagesConfig
 from spec.keys import REGION_KEY
 from spec.monitoring import MonitoringConfig
-from spec.network import NetworkConfig, TagsConfig
+from spec.network import DEFAULT_INTERFACE_ENDPOINTS, NetworkConfig, TagsConfig
 from spec.pools import CpuPoolConfig, NodePoolConfig, PoolSizes, SystemPoolConfig
 from spec.serving import ServingConfig, ServingModelConfig, engine_plan
 from spec.sharing import TEAM_NAME, SharedStackConfig
@@ -229,6 +229,17 @@ class PlatformConfig(Section):
         shared = self.shared_stack is not None and self.shared_stack.network
         return self.network.existing is not None or shared
 
+    def interface_endpoints(self) -> list[str]:
+        """The services the stack's own VPC reaches through interface endpoints: none in a
+        VPC it adopts (its owner's); `network.interface_endpoints`, else the defaults and,
+        where the stack serves, Secrets Manager (the gateway keys)."""
+        if self.adopts_network:
+            return []
+        if self.network.interface_endpoints is not None:
+            return list(self.network.interface_endpoints)
+        serving = ["secretsmanager"] if self.serving is not None else []
+        return [*DEFAULT_INTERFACE_ENDPOINTS, *serving]
+
     @property
     def adopts_cluster(self) -> bool:
         shared = self.shared_stack is not None and self.shared_stack.cluster
@@ -291,6 +302,12 @@ class PlatformConfig(Section):
                 ("network", "existing"),
                 self.network.existing.vpc_id,
                 f"the network comes from shared_stack {shared.name}; remove one of the two",
+            )
+        if shared is not None and shared.network and self.network.interface_endpoints:
+            raise FieldError(
+                ("network", "interface_endpoints"),
+                self.network.interface_endpoints,
+                f"the VPC's endpoints are shared_stack {shared.name}'s: list them there",
             )
         if shared is not None and shared.cluster and self.cluster.existing is not None:
             raise FieldError(

@@ -7,6 +7,7 @@ outputs through a Pulumi StackReference instead of creating its own.
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -116,7 +117,8 @@ def network_mismatch(
             ("network", "vpc_cidr"),
             vpc_cidr,
             f"is not the CIDR of shared_stack {shared}'s VPC, {cidr} (its vpc_cidr output): "
-            "the tenants' network policies exempt network.vpc_cidr as the VPC's range; set "
+            "the stack takes network.vpc_cidr for the VPC's range (its network policies, "
+            "its adopted output); set "
             f"network.vpc_cidr: {cidr}",
         )
     ids, cidrs = outputs.get("private_subnet_ids"), outputs.get("private_subnet_cidrs")
@@ -173,4 +175,28 @@ def bucket_clash(
             "stack's tenants are granted prefixes in its own buckets, and two stacks on one "
             f"bucket would share their tenants' keys; {fix}",
         )
+    return None
+
+
+def bucket_unadmitted(
+    shared: str, buckets: Mapping[str, str], outputs: Mapping[str, Any]
+) -> ConfigError | None:
+    """A bucket of this stack (key -> its physical name) that the shared stack's S3 gateway
+    endpoint refuses (its `s3_endpoint_buckets` output: the names and `*` patterns its
+    policy admits), as the config error; None where each is admitted, or where the shared
+    stack sets no policy of its own (the output is null: the VPC's owner keeps the
+    endpoint, or S3 goes through NAT)."""
+    admitted = outputs.get("s3_endpoint_buckets")
+    if not isinstance(admitted, Sequence) or isinstance(admitted, str):
+        return None
+    patterns = [str(p) for p in admitted]
+    for key, name in buckets.items():
+        if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            return ConfigError(
+                ("storage", "buckets", key),
+                name,
+                f"is refused by shared_stack {shared}'s S3 endpoint (it admits "
+                f"{', '.join(patterns[:3])}{' ...' if len(patterns) > 3 else ''}): add "
+                f"{name.rsplit('-', 1)[0]}-* to its network.s3_endpoint_buckets",
+            )
     return None

@@ -51,7 +51,13 @@ from spec.stackfile import load_config
 _ACCOUNT = "000000000000"
 STACK_REFERENCE = "pulumi:pulumi:StackReference"
 ADOPTED_CLUSTER_READ = "aws:eks/getCluster:getCluster"
-"""The one provider read a program may make: an adopted cluster's endpoint and CA."""
+"""A provider read a program may make: an adopted cluster's endpoint and CA."""
+S3_RANGES_READ = "aws:ec2/getPrefixList:getPrefixList"
+"""The other: the address ranges of S3 in the region (its AWS-managed prefix list), the
+only addresses outside the VPC that tenant pods may reach."""
+STAND_IN_S3_RANGES = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+"""Offline, S3's ranges are unknown: the documentation ranges (RFC 5737) stand in, so a
+preview shows where they go and no real address is implied."""
 
 
 def stand_in_endpoint(cluster: str, region: str) -> str:
@@ -106,6 +112,12 @@ class _PlanMocks(pulumi_mocks.Mocks):
                         {"data": base64.b64encode(f"stand-in CA of {name}".encode()).decode()}
                     ],
                 },
+                [],
+            )
+        if args.token == S3_RANGES_READ:
+            name = str(args.args.get("name"))
+            return (
+                {"id": f"pl-stand-in-{name}", "name": name, "cidrBlocks": list(STAND_IN_S3_RANGES)},
                 [],
             )
         self.invokes.append(args.token)
@@ -345,6 +357,7 @@ def _check_shared_outputs(cfg: PlatformConfig, outputs: Mapping[str, Any]) -> No
         SHARED_CLUSTER_OUTPUTS,
         SHARED_NETWORK_OUTPUTS,
         bucket_clash,
+        bucket_unadmitted,
         lacking_facts_line,
         missing_facts,
         network_mismatch,
@@ -376,6 +389,9 @@ def _check_shared_outputs(cfg: PlatformConfig, outputs: Mapping[str, Any]) -> No
         clash = bucket_clash(shared.name, names, adopted, outputs)
         if clash is not None:
             raise clash
+        refused = bucket_unadmitted(shared.name, names, outputs)
+        if refused is not None:
+            raise refused
 
 
 def run_program(

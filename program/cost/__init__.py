@@ -131,6 +131,8 @@ def _hourly_fixed(f: Facts) -> dict[str, float]:
     out = {
         "eks_control_plane": control_plane_usd_per_hour(f),
         "nat_gateways": f.nat_gateways * prices.nat_gateway_usd_per_hour,
+        "interface_endpoints": sum(f.interface_endpoints.values())
+        * prices.interface_endpoint_usd_per_az_hour,
         "public_ipv4": ips * prices.public_ipv4_usd_per_hour,
     }
     if f.alb_scheme is not None:

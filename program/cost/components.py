@@ -81,6 +81,31 @@ def network(f: Facts, hours: int) -> Component:
     prices = catalog().platform_prices
     nats, addresses = f.nat_gateways, f.nat_addresses
     mode = "per_az" if nats > 1 else "single"
+    endpoint_hours = sum(f.interface_endpoints.values())
+    count = len(f.interface_endpoints)
+    endpoint_lines = (
+        [
+            priced(
+                f"interface endpoints ({count}, {endpoint_hours} AZ attachments)",
+                endpoint_hours * hours,
+                "endpoint-AZ-hour",
+                prices.interface_endpoint_usd_per_az_hour,
+            )
+        ]
+        if count
+        else []
+    )
+    endpoint_data = (
+        [
+            NotEstimated(
+                "interface endpoint data processing",
+                f"{usd(prices.interface_endpoint_usd_per_gb)}/GB; image pulls and API calls "
+                "it carries are off NAT's per-GB charge",
+            )
+        ]
+        if count
+        else []
+    )
     return Component(
         "network",
         [
@@ -97,13 +122,15 @@ def network(f: Facts, hours: int) -> Component:
                 "address-hour",
                 prices.public_ipv4_usd_per_hour,
             ),
+            *endpoint_lines,
         ],
         note="VPC, subnets, routes, security groups and the S3 gateway endpoint are free",
         not_estimated=[
             NotEstimated(
                 "NAT gateway data processing",
                 f"{usd(prices.nat_gateway_usd_per_gb)}/GB; the config gives no egress volume",
-            )
+            ),
+            *endpoint_data,
         ],
     )
 

@@ -28,6 +28,9 @@ SCHEME_ANNOTATION = "alb.ingress.kubernetes.io/scheme"
 PRICED: Mapping[str, str] = {
     "aws:ec2/natGateway:NatGateway": "per gateway-hour (network)",
     "aws:ec2/eip:Eip": "per public IPv4 address-hour (network)",
+    "aws:ec2/vpcEndpoint:VpcEndpoint": (
+        "an interface endpoint per AZ-hour; an S3 gateway endpoint is free (network)"
+    ),
     "aws:eks/cluster:Cluster": "per cluster-hour at its support tier (cluster)",
     "aws:eks/nodeGroup:NodeGroup": "its instances at desired size, by capacity type",
     "aws:ec2/launchTemplate:LaunchTemplate": "its root volume, per node of its node group",
@@ -59,7 +62,6 @@ FREE: Mapping[str, str] = {
     "aws:ec2/securityGroup:SecurityGroup": "free",
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": "free",
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": "free",
-    "aws:ec2/vpcEndpoint:VpcEndpoint": "an S3 gateway endpoint is free",
     "aws:ec2/placementGroup:PlacementGroup": "free",
     "aws:autoscaling/tag:Tag": "free (a tag of a node group's Auto Scaling group)",
     "aws:eks/addon:Addon": "free; its pods run on the nodes priced",
@@ -158,6 +160,8 @@ class Facts:
     dr_region: str | None = None
     nat_gateways: int = 0
     nat_addresses: int = 0
+    interface_endpoints: dict[str, int] = field(default_factory=dict)
+    """Interface endpoint -> the AZs it has an address in (its subnets)."""
     public_subnets: int = 0
     support_type: str = "STANDARD"
     control_plane_logs: bool = False
@@ -292,6 +296,9 @@ def facts(declared: Iterable[Declared]) -> Facts:
             out.components.append(r.name)
         if t == "aws:ec2/natGateway:NatGateway":
             out.nat_gateways += 1
+        elif t == "aws:ec2/vpcEndpoint:VpcEndpoint":
+            if inputs.get("vpcEndpointType") == "Interface":
+                out.interface_endpoints[r.name] = len(inputs.get("subnetIds") or [])
         elif t == "aws:ec2/eip:Eip":
             out.nat_addresses += 1
         elif t == "aws:ec2/subnet:Subnet":

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from llmp.plan.synth import STAND_IN_S3_RANGES
 from spec.errors import ConfigError
 from spec.stackfile import load_config
 from tests.conftest import raw_stack
@@ -106,8 +107,11 @@ def test_default_deny_then_narrow_allows(plans) -> None:
     assert monitoring["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "monitoring"
     }
-    https = by_name["allow-aws-apis"]["egress"][1]["to"][0]["ipBlock"]
-    assert https == {"cidr": "0.0.0.0/0", "except": ["10.10.0.0/16"]}
+    # HTTPS to S3's ranges (its prefix list; offline, the documentation ranges stand in)
+    # and to no other address outside the VPC.
+    https = by_name["allow-aws-apis"]["egress"][1]
+    assert [t["ipBlock"] for t in https["to"]] == [{"cidr": c} for c in STAND_IN_S3_RANGES]
+    assert https["ports"] == [{"protocol": "TCP", "port": 443}]
 
 
 def test_admin_role_maps_to_the_tenant_group(plans) -> None:

@@ -333,3 +333,63 @@ def test_kueue_config_manages_workloads_without_a_queue_name() -> None:
     config = kueue_manager_config()
     assert config["manageJobsWithoutQueueName"] is True
     yaml.safe_dump(config)  # the chart takes it as YAML
+
+
+# --- Egress ------------------------------------------------------------------------
+
+
+def egress_allowed(plan: Any, ns: str, ip: str, port: int) -> bool:
+    """Kubernetes semantics: a pod selected by any Egress policy reaches an address only
+    where some policy's rule admits it on the port."""
+    policies = [r.inputs["spec"] for r in plan.by_type(NETPOL) if _ns(r) == ns]
+    egress = [p for p in policies if "Egress" in p.get("policyTypes", [])]
+    if not egress:
+        return True
+    for p in egress:
+        for rule in p.get("egress", []):
+            peers, ports = rule.get("to"), rule.get("ports")
+            peer_ok = peers is None or any(_peer_admits(x, "", {}, ip) for x in peers)
+            port_ok = ports is None or any(q.get("port") in (None, port) for q in ports)
+            if peer_ok and port_ok:
+                return True
+    return False
+
+
+def test_a_tenant_pod_reaches_s3_and_nothing_else_outside_the_vpc(plan) -> None:
+    from llmp.plan.synth import STAND_IN_S3_RANGES
+
+    s3 = [str(next(ipaddress.ip_network(c).hosts())) for c in STAND_IN_S3_RANGES]
+    elsewhere = ["8.8.8.8", "52.94.0.10", "1.1.1.1", "203.0.114.1"]
+    for tenant in TENANTS:
+        assert all(egress_allowed(plan, tenant, ip, 443) for ip in s3)
+        assert not any(egress_allowed(plan, tenant, ip, 80) for ip in s3)
+        assert not any(egress_allowed(plan, tenant, ip, p) for ip in elsewhere for p in (443, 80))
+        # Inside the VPC: the Pod Identity agent's port only, no other host.
+        assert egress_allowed(plan, tenant, "169.254.170.23", 80)
+        assert not egress_allowed(plan, tenant, "10.60.0.10", 443)
+
+
+def test_the_s3_endpoint_refuses_buckets_that_are_not_the_platforms(plan) -> None:
+    """Evaluated by moto's IAM policy evaluator: even a role that may write anywhere copies
+    nothing out through the endpoint to a bucket the policy does not name."""
+    (endpoint,) = [
+        e
+        for e in plan.by_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+        if e.inputs["vpcEndpointType"] == "Gateway"
+    ]
+    policy = IAMPolicy(endpoint.inputs["policy"])
+
+    def permitted(action: str, arn: str) -> bool:
+        return policy.is_action_permitted(action, arn) == PermissionResult.PERMITTED
+
+    own = "arn:aws:s3:::acme-llm-finetune-checkpoints/teams/chat/step-100/model.safetensors"
+    assert permitted("s3:PutObject", own) and permitted("s3:GetObject", own)
+    region = plan.outputs["region"]
+    layers = f"arn:aws:s3:::prod-{region}-starport-layer-bucket/sha256/abc"
+    assert permitted("s3:GetObject", layers) and not permitted("s3:PutObject", layers)
+    for outside in (
+        "arn:aws:s3:::attacker-exfil/model.safetensors",
+        "arn:aws:s3:::acme-llm-finetunex-checkpoints/x",
+        "arn:aws:s3:::acme-llm-pretrain-checkpoints/x",
+    ):
+        assert not permitted("s3:PutObject", outside), outside

@@ -81,6 +81,7 @@ def test_a_team_stack_whose_vpc_cidr_is_not_the_shared_stack_s(tmp_path: Path, s
     assert synth_refused(tmp_path, "team", raw, *extra) == (
         "config error: llm-platform:network.vpc_cidr = '10.71.0.0/16': is not the CIDR of "
         "shared_stack acme/llm-platform/shared's VPC, 10.70.0.0/16 (its vpc_cidr output): "
-        "the tenants' network policies exempt network.vpc_cidr as the VPC's range; set "
+        "the stack takes network.vpc_cidr for the VPC's range (its network policies, its "
+        "adopted output); set "
         "network.vpc_cidr: 10.70.0.0/16"
     )

@@ -18,6 +18,7 @@ import yaml
 
 import llmp.plan.synth as synth
 from llmp.errors import BadInput
+from llmp.plan.synth import STAND_IN_S3_RANGES
 from spec.errors import ConfigError
 from spec.stackfile import load_stack_file
 
@@ -29,7 +30,8 @@ NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 WRONG_CIDR = (
     "config error: llm-platform:network.vpc_cidr = '10.71.0.0/16': is not the CIDR of "
     "shared_stack acme/llm-platform/shared's VPC, 10.70.0.0/16 (its vpc_cidr output): the "
-    "tenants' network policies exempt network.vpc_cidr as the VPC's range; set "
+    "stack takes network.vpc_cidr for the VPC's range (its network policies, its adopted "
+    "output); set "
     "network.vpc_cidr: 10.70.0.0/16"
 )
 OLD_OUTPUTS = (
@@ -229,15 +231,18 @@ def test_the_team_stack_reports_the_shared_stack_s_cidrs_and_fences_with_them() 
     assert {z: s["cidr"] for z, s in net["private_subnets"].items()} == {
         z: outputs["private_subnet_cidrs"][z] for z in ("us-east-1a", "us-east-1b")
     }
-    fences = [
+    # Outside the VPC, the team's tenants reach S3's ranges only: no block with an
+    # exception for a VPC range that could be the wrong one.
+    blocks = [
         block["ipBlock"]
         for policy in plan.by_type(NETWORK_POLICY)
         for rule in policy.inputs["spec"].get("egress", [])
         for block in rule.get("to", [])
-        if "except" in block.get("ipBlock", {})
+        if "ipBlock" in block
     ]
-    assert fences
-    assert all(f["except"] == [outputs["vpc_cidr"]] for f in fences)
+    assert blocks
+    assert all("except" not in b for b in blocks)
+    assert {b["cidr"] for b in blocks} <= {*STAND_IN_S3_RANGES, "169.254.170.23/32"}
 
 
 def test_both_example_team_stacks_pass_and_keep_to_buckets_of_their_own() -> None:
@@ -248,3 +253,29 @@ def test_both_example_team_stacks_pass_and_keep_to_buckets_of_their_own() -> Non
         for key, name in plan.outputs["buckets"].items():
             assert name not in names, f"{stack}'s {key} is {names.get(name)}'s too"
             names[name] = f"{stack} {key}"
+
+
+def test_a_team_bucket_the_shared_endpoint_refuses_is_one_line() -> None:
+    outputs = shared_outputs(s3_endpoint_buckets=["acme-llm-research-*"])
+    assert offline_error(team(), outputs) == (
+        "config error: llm-platform:storage.buckets.datasets = 'acme-llm-team-code-datasets': "
+        "is refused by shared_stack acme/llm-platform/shared's S3 endpoint (it admits "
+        "acme-llm-research-*): add acme-llm-team-code-* to its network.s3_endpoint_buckets"
+    )
+
+
+def test_a_shared_stack_without_an_endpoint_policy_of_its_own_checks_no_bucket() -> None:
+    plan = synth.synthesize("team", team(), shared_outputs=shared_outputs(s3_endpoint_buckets=None))
+    assert plan.resources
+
+
+def test_the_example_shared_stack_admits_both_team_stacks_buckets() -> None:
+    from program.adoption import shared_network
+    from spec.stackfile import load_config
+
+    shared = load_config(load_stack_file(str(EXAMPLES / "Pulumi.shared.yaml")))
+    exported = shared_network(shared)["s3_endpoint_buckets"]
+    assert exported == shared_outputs()["s3_endpoint_buckets"] == ["acme-llm-team-*"]
+    for stack in ("team", "team-vision"):
+        raw = load_stack_file(str(EXAMPLES / f"Pulumi.{stack}.yaml"))
+        synth.synthesize(stack, raw, shared_outputs=shared_outputs())
