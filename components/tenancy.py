@@ -309,8 +309,8 @@ def network_policies(
     }
 
 
-def _ip_blocks(cidrs: Sequence[str]) -> list[dict[str, Any]]:
-    return [{"ipBlock": {"cidr": c}} for c in cidrs]
+def _ip_blocks(cidrs: Sequence[str]) -> list[NetworkPolicyPeerArgs]:
+    return [NetworkPolicyPeerArgs(ip_block=IPBlockArgs(cidr=c)) for c in cidrs]
 
 
 def role_args(namespace: pulumi.Input[str]) -> RoleInitArgs:
