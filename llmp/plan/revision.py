@@ -15,6 +15,16 @@ The working tree of the running code is synthesized in-process: it is the
 code already imported, so a subprocess would only add a second interpreter
 start. Any other tree goes through the same subprocess as a revision.
 
+A revision's code is not the code the user is running: whoever can push a branch
+chose it. So its interpreter gets none of the caller's environment but an allow-list
+(`tree_env`): PATH and the locale, a HOME of its own (an empty temporary directory, so
+no ~/.aws, ~/.pulumi or ~/.kube is found), no AWS, Pulumi, Google, Azure or Kubernetes
+credentials, proxies pointing at a closed local port, the instance metadata service
+off; and the bootstrap turns sockets off before the revision's first import
+(`connect`, `sendto` and name resolution raise). The synthesis needs no network in
+any case: it runs under Pulumi's mock runtime, and the mock refuses provider
+look-ups.
+
 Every failure is a `RevisionError` with one line for the user and the exit
 code `llmp` should end with (2 bad input, 1 the program failed).
 """
@@ -50,6 +60,7 @@ __all__ = [
     "resolve",
     "stack_file_at",
     "stack_relpath",
+    "tree_env",
 ]
 
 WORKING_TREE = "the working tree"
@@ -195,7 +206,13 @@ def checked_out(repo: Path, revision: Revision) -> Iterator[Path]:
 # sys.path; the guard proves every package of the tree is imported from it,
 # not from the editable install of another checkout, before the CLI runs.
 _BOOTSTRAP = """\
-import importlib.util, json, pathlib, runpy, sys
+import importlib.util, json, pathlib, runpy, socket, sys
+def _no_network(*args, **kwargs):
+    raise OSError("no network for a revision's code: llmp diff synthesizes it offline")
+for _name in ("connect", "connect_ex", "sendto", "sendmsg"):
+    setattr(socket.socket, _name, _no_network)
+socket.create_connection = socket.getaddrinfo = socket.gethostbyname = _no_network
+socket.gethostbyname_ex = socket.gethostbyaddr = _no_network
 root = pathlib.Path.cwd().resolve()
 # setuptools' editable finder sits on sys.meta_path, asked after the tree's own path: it
 # would serve a module the revision lacks (llmp.cli before the CLI existed) from the
@@ -231,12 +248,40 @@ runpy.run_module("llmp.cli", run_name="__main__", alter_sys=True)
 """
 
 
-def _tree_env() -> dict[str, str]:
-    """The environment of a tree's interpreter: ours, less what would keep the cwd off sys.path."""
-    env = dict(os.environ)
-    # PYTHONSAFEPATH (3.11+) drops the cwd from sys.path: the editable install would win.
-    env.pop("PYTHONSAFEPATH", None)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # nothing left behind in a worktree being removed
+_PASSED_ON = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TMPDIR")
+"""What a tree's interpreter gets of the caller's environment: nothing else."""
+
+_NOWHERE = "http://127.0.0.1:9"
+"""A proxy that answers nothing (the discard port of the loopback address)."""
+
+
+def tree_env(home: Path) -> dict[str, str]:
+    """The environment of a tree's interpreter: an allow-list, never the caller's whole one.
+
+    No credentials of any kind (AWS_*, PULUMI_ACCESS_TOKEN, PULUMI_CONFIG_PASSPHRASE,
+    GOOGLE_*, AZURE_*, KUBECONFIG, GITHUB_TOKEN, ...) reach it: only `_PASSED_ON`. `home`
+    (an empty directory) is its HOME and Pulumi's, so no credential file is found either;
+    every proxy points at a closed port and the metadata service is off, so an SDK that
+    looks for credentials or the network anyway finds neither. PYTHONSAFEPATH and
+    PYTHONPATH are not passed on: they would put the editable install ahead of the tree.
+    """
+    env = {k: v for k, v in os.environ.items() if k in _PASSED_ON}
+    env.setdefault("PATH", os.defpath)
+    env.update(
+        HOME=str(home),
+        PULUMI_HOME=str(home / ".pulumi"),
+        PULUMI_SKIP_UPDATE_CHECK="true",
+        AWS_CONFIG_FILE=str(home / "aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(home / "aws-credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+        KUBECONFIG=str(home / "kubeconfig"),
+        PYTHONNOUSERSITE="1",
+        PYTHONDONTWRITEBYTECODE="1",  # nothing left behind in a worktree being removed
+        NO_PROXY="",
+        no_proxy="",
+    )
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        env[name] = env[name.lower()] = _NOWHERE
     return env
 
 
@@ -255,15 +300,17 @@ def _synth_args(tree: Path, stack: str, out: str, config: str | None = None) -> 
 
 
 def _run_in_tree(tree: Path, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", _BOOTSTRAP, *args],
-        cwd=tree,
-        env=_tree_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-    )
+    with tempfile.TemporaryDirectory(prefix="llmp-home-") as home:
+        return subprocess.run(
+            [sys.executable, "-c", _BOOTSTRAP, *args],
+            cwd=tree,
+            env=tree_env(Path(home)),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
 
 
 def import_origins(tree: Path) -> dict[str, str | None]:
