@@ -40,6 +40,9 @@ def diff_command(
             "--fail-on-replace", help="Exit 1 when a precious resource would be replaced."
         ),
     ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Let --markdown replace an existing FILE.")
+    ] = False,
     config: options.ConfigFile = None,
 ) -> None:
     """What a change does to a stack: resources added, changed and deleted, precious
@@ -55,11 +58,14 @@ def diff_command(
     """
     from llmp import diff as plan_diff
     from llmp.diff.render import render_markdown, render_terminal
+    from llmp.files import refuse, write_file
     from llmp.plan.revision import repo_root
     from llmp.stacks import REPO_ROOT
     from policies.config import PolicyConfigError
     from spec.errors import ConfigError
 
+    if markdown is not None:  # before two synths, not after
+        refuse(markdown, force=force, what="--markdown")
     repo = repo_root(REPO_ROOT)
     relpath = None
     if config is not None:
@@ -76,11 +82,7 @@ def diff_command(
     except (ConfigError, PolicyConfigError) as exc:  # a side's stack file, or the pack's config
         raise BadInput(f"diff: {exc}") from None
     if markdown is not None:
-        try:
-            markdown.parent.mkdir(parents=True, exist_ok=True)
-            markdown.write_text(render_markdown(report))
-        except OSError as exc:
-            raise BadInput(f"cannot write {markdown}: {exc.strerror or exc}") from None
+        write_file(markdown, render_markdown(report), force=force, what="--markdown")
     if as_json:
         console.write(json.dumps(plan_diff.report_to_json(report), indent=2) + "\n")
     else:

@@ -134,10 +134,11 @@ def dr_plan_command(
         checkpoint_interval_seconds=checkpoint_interval,
     )
     dr.check_out_dir(out_dir)
-    if not force:
-        dr.refuse_overwrite(options.stack_name, out_dir)
+    dr.refuse_overwrite(
+        options.stack_name, out_dir, force=force, source_stack=source, source_file=path
+    )
     plan = dr.make_plan(source_raw, options)
-    written = dr.write_plan_files(plan, out_dir, force=force)
+    written = dr.write_plan_files(plan, out_dir, force=force, source_file=path)
     if as_json:
         doc = {**plan.to_dict(), "written": [str(p) for p in written]}
         console.write(json.dumps(doc, indent=2, default=str) + "\n")

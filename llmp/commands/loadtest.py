@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmp import console
-from llmp.errors import BadInput, Failed, prefixed
+from llmp.errors import Failed, prefixed
 
 if TYPE_CHECKING:
     from llmp.loadtest import Report
@@ -98,6 +98,9 @@ def loadtest(
     output: Annotated[
         Path | None, typer.Option("--output", help="Also write the JSON report to FILE.")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Let --output replace an existing FILE.")
+    ] = False,
 ) -> None:
     """Stream requests at an OpenAI-compatible endpoint; report TTFT, inter-token latency,
     tokens/s, shed (429) and errors, goodput and prefix-cache hits. Exit 1 when an SLO is
@@ -105,7 +108,11 @@ def loadtest(
     import asyncio
 
     from llmp import loadtest as lt
+    from llmp.files import refuse, write_file
 
+    if output is not None:  # before the run, not after it
+        with prefixed("loadtest"):
+            refuse(output, force=force, what="--output")
     with prefixed("loadtest"):
         rates = lt.parse_rates(rate) if rate is not None else [None]
         opts = lt.Options(
@@ -127,10 +134,8 @@ def loadtest(
         reports[0].to_dict() if len(reports) == 1 else {"sweep": [r.to_dict() for r in reports]}
     )
     if output is not None:
-        try:
-            output.write_text(json.dumps(doc, indent=2) + "\n")
-        except OSError as exc:
-            raise BadInput(f"loadtest: cannot write --output {output}: {exc.strerror}") from None
+        with prefixed("loadtest"):
+            write_file(output, json.dumps(doc, indent=2) + "\n", force=force, what="--output")
     if as_json:
         print(json.dumps(doc, indent=2))
     elif len(reports) == 1:

@@ -64,6 +64,9 @@ def policy_command(
             "--to", help="Where --write-config writes (default out/STACK/policy-config.json)."
         ),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Let --write-config replace an existing --to FILE.")
+    ] = False,
 ) -> None:
     """Evaluate the CrossGuard policy pack (policies/) in-process against a stack's plan:
     STACK synthesized offline, or a plan file (--plan FILE).
@@ -82,7 +85,7 @@ def policy_command(
                 "--write-config STACK writes a config and evaluates nothing: "
                 "give it without STACK or --plan"
             )
-        _write_policy_config(write_config, overrides, to)
+        _write_policy_config(write_config, overrides, to, force=force)
         return
     # A plan file positionally is the older spelling (`llmp policy out/STACK/plan.json`).
     if target is not None and _is_plan_path(target):
@@ -117,17 +120,24 @@ def policy_overrides(path: Path | None) -> dict[str, Any] | None:
     return load_policy_config(path)
 
 
-def _write_policy_config(stack: str, overrides: dict[str, Any] | None, to: Path | None) -> None:
+def _write_policy_config(
+    stack: str, overrides: dict[str, Any] | None, to: Path | None, *, force: bool = False
+) -> None:
+    """Write the policy config; --to FILE is refused when it exists (unless `force`), the
+    default out/STACK/policy-config.json is llmp's own and replaced."""
+    from llmp.files import refuse, write_file
     from llmp.plan.policy import stack_policy_config
     from llmp.stacks import stack_file
     from policies.config import merge
 
     if not stack_file(stack).exists():
         raise BadInput(f"no stack file {stack_file(stack).name} for stack {stack}")
+    if to is not None:
+        refuse(to, force=force, what="--to")
     implied = stack_policy_config(stack)
     target = to or Path("out") / stack / "policy-config.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(merge(implied, overrides), indent=2, sort_keys=True) + "\n")
+    text = json.dumps(merge(implied, overrides), indent=2, sort_keys=True) + "\n"
+    write_file(target, text, force=force or to is None, what="--to")
     console.line(f"wrote {target}")
 
 

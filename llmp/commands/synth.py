@@ -25,6 +25,14 @@ def synth(
     out_dir: Annotated[
         Path, typer.Option("--out", help="Where STACK/plan.json and STACK/manifests/ go.")
     ] = Path("out"),
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Write into an OUT/STACK/ that llmp synth did not write (nothing there is "
+            "removed but what llmp synth wrote itself).",
+        ),
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the plan as JSON on stdout (no tree).")
     ] = False,
@@ -55,19 +63,24 @@ def synth(
     Prints the resource tree and counts per type, writes out/STACK/plan.json
     (secrets redacted) and every Kubernetes object to out/STACK/manifests/, then
     evaluates the policy pack on the plan like `llmp policy` (the stack file's GPU
-    budget included), unless --no-policy.
+    budget included), unless --no-policy. A rerun removes only the files an earlier
+    `llmp synth` wrote there (it keeps their list in the directory); a directory it
+    did not write is refused unless --force.
 
     Exit 0: synthesized, no mandatory violation; 1: the program failed or a mandatory
     policy violation; 2: bad input (unknown stack, invalid stack file).
     """
     from llmp.commands.policy import policy_overrides, run_policy
-    from llmp.plan.synth import synthesize_stack, write_plan
+    from llmp.plan.synth import check_out_dir, synthesize_stack, write_plan
+    from llmp.stacks import stack_name_problem
 
     # A bad policy config is bad input: refused before anything is synthesized or written.
     overrides = policy_overrides(policy_config) if policy else None
+    if stack_name_problem(stack) is None:  # else synthesize_stack says what is wrong
+        check_out_dir(out_dir, stack, force=force)
     plan = synthesize_stack(stack, config, hint=config is None, shared_outputs_file=shared_outputs)
     try:
-        target = write_plan(plan, out_dir)
+        target = write_plan(plan, out_dir, force=force)
     except OSError as exc:
         raise BadInput(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     if as_json:

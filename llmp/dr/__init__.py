@@ -172,7 +172,8 @@ def stack_file_text(plan: DrPlan) -> str:
     """The recovery stack file: a header saying where it came from and what is left to do."""
     rc = plan.config
     lines = [
-        f"# Recovery stack of `{plan.options.source_stack}` ({rc.source_region}) in {rc.region},",
+        RECOVERY_HEADER.format(source=plan.options.source_stack)
+        + f"({rc.source_region}) in {rc.region},",
         f"# written by `llmp dr plan` on {plan.created}. Runbook: {runbook_name(rc.stack)}.",
         "# Region-bound settings were rewritten; the replicated buckets are adopted",
         "# (storage.adoption): imported, protected and retained, never re-created empty.",
@@ -208,30 +209,82 @@ def check_out_dir(out_dir: Path) -> None:
         raise DrError(f"--out {out_dir}: {existing} is not writable; name another directory")
 
 
-def refuse_overwrite(stack: str, out_dir: Path) -> None:
-    """DrError naming the first of the two files that already exists."""
-    for path in plan_file_paths(stack, out_dir):
-        if path.exists():
-            raise DrError(f"{path} exists; pass --force to overwrite it")
+RECOVERY_HEADER = "# Recovery stack of `{source}` "
+"""How a stack file `llmp dr plan` wrote for the source stack begins (`stack_file_text`)."""
 
 
-def write_plan_files(plan: DrPlan, out_dir: Path, *, force: bool) -> tuple[Path, Path]:
-    """Write the stack file and the runbook; an existing file is kept unless `force`."""
+def refuse_overwrite(
+    stack: str,
+    out_dir: Path,
+    *,
+    force: bool = False,
+    source_stack: str | None = None,
+    source_file: Path | None = None,
+) -> None:
+    """DrError (one line) when the stack file or the runbook may not be written to
+    `out_dir`: the first of them that exists, without `force`; and, even with `force`, a
+    stack file that is the source's (`source_file`) or any other stack's, or one of the
+    recovery stack's name that `llmp dr plan` did not write for `source_stack`."""
+    from llmp.files import FileRefused, refuse
+
+    stack_path, runbook_path = plan_file_paths(stack, out_dir)
+    if source_file is not None and _same_file(stack_path, source_file):
+        raise DrError(
+            f"--out {out_dir}: {stack_path} is the stack file of {source_stack or 'the source'}"
+            ", never overwritten, even with --force: name another --stack or --out"
+        )
+    try:
+        refuse(stack_path, force=force, what="--out", own_stack=stack)
+        refuse(runbook_path, force=force, what="--out")
+    except FileRefused as exc:
+        raise DrError(str(exc)) from None
+    if source_stack is not None and stack_path.is_file():
+        try:
+            head = stack_path.read_text(errors="replace")[:400]
+        except OSError:
+            head = ""
+        if not head.startswith(RECOVERY_HEADER.format(source=source_stack)):
+            raise DrError(
+                f"--out {out_dir}: {stack_path} is a stack file llmp dr did not write for "
+                f"{source_stack}; never overwritten, even with --force: name another --stack"
+            )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def write_plan_files(
+    plan: DrPlan, out_dir: Path, *, force: bool, source_file: Path | None = None
+) -> tuple[Path, Path]:
+    """Write the stack file and the runbook, each atomically; an existing file is kept
+    unless `force`, and a stack file of another stack is never written (`refuse_overwrite`)."""
+    from llmp.files import write_file
     from llmp.stacks import STACKS_DIR
 
     stack_path, runbook_path = plan_file_paths(plan.config.stack, out_dir)
-    if not force:
-        refuse_overwrite(plan.config.stack, out_dir)
+    refuse_overwrite(
+        plan.config.stack,
+        out_dir,
+        force=force,
+        source_stack=plan.options.source_stack,
+        source_file=source_file,
+    )
     in_stacks = out_dir.resolve() == STACKS_DIR.resolve()
     runbook = render_runbook(
         plan, stack_path.name, in_stacks_dir=in_stacks, copy_from=from_repo_root(stack_path)
     )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        stack_path.write_text(stack_file_text(plan))
-        runbook_path.write_text(runbook)
     except OSError as exc:
         raise DrError(f"cannot write {out_dir}: {exc.strerror or exc}") from None
+    write_file(
+        stack_path, stack_file_text(plan), force=True, what="--out", own_stack=plan.config.stack
+    )
+    write_file(runbook_path, runbook, force=True, what="--out")
     return stack_path, runbook_path
 
 

@@ -524,21 +524,80 @@ def synthesize_stack(
             raise SynthError(f"synth of {stack} failed: {exc}") from None
 
 
-def write_plan(plan: Plan, out_dir: Path) -> Path:
-    """Write plan.json and one YAML file per Kubernetes object under `out_dir/STACK/`."""
+WRITTEN = ".llmp-synth-written.json"
+"""The list of files `write_plan` wrote into `out_dir/STACK/`, kept there: the next write
+removes those (a manifest the plan no longer has) and nothing else."""
+
+
+def _written_before(target: Path) -> list[Path] | None:
+    """The files a previous `write_plan` wrote under `target` (from its list), or None when
+    `target` holds no such list. Only `plan.json` and `manifests/*.yaml` inside `target` are
+    taken from it: an edited list cannot name anything else."""
+    try:
+        names = json.loads((target / WRITTEN).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(names, list):
+        return None
+    found = []
+    for name in names:
+        if not isinstance(name, str):
+            continue
+        parts = Path(name).parts
+        ours = parts == ("plan.json",) or (
+            len(parts) == 2 and parts[0] == "manifests" and parts[1].endswith(".yaml")
+        )
+        if ours and ".." not in parts:
+            found.append(target / name)
+    return found
+
+
+def check_out_dir(out_dir: Path, stack: str, *, force: bool = False) -> Path:
+    """`out_dir/STACK/`, where `write_plan` may write: FileRefused (one line) for a file
+    there, or a non-empty directory `llmp synth` did not write, unless `force`."""
+    from llmp.files import FileRefused
+
+    target = out_dir / stack
+    if target.exists() and not target.is_dir():
+        raise FileRefused(f"--out {out_dir}: {target} is a file, not a directory")
+    if not force and _written_before(target) is None and target.is_dir() and any(target.iterdir()):
+        raise FileRefused(
+            f"--out {out_dir}: {stack}/ holds files llmp synth did not write; "
+            "--force writes beside them"
+        )
+    return target
+
+
+def write_plan(plan: Plan, out_dir: Path, *, force: bool = False) -> Path:
+    """Write plan.json and one YAML file per Kubernetes object under `out_dir/STACK/`, each
+    atomically, and the list of what was written (`WRITTEN`).
+
+    What an earlier `write_plan` wrote there and this plan no longer has is removed;
+    nothing else is. A non-empty `out_dir/STACK/` without that list (not written by
+    `llmp synth`) is refused (`FileRefused`, one line) unless `force`, which then writes
+    beside what is there and still removes nothing.
+    """
     import yaml
 
-    target = out_dir / plan.stack
-    manifests_dir = target / "manifests"
-    manifests_dir.mkdir(parents=True, exist_ok=True)
-    for old in manifests_dir.glob("*.yaml"):
-        old.unlink()
-    (target / "plan.json").write_text(plan.text())
+    from llmp.files import refuse, write_file
+
+    target = check_out_dir(out_dir, plan.stack, force=force)
+    before = _written_before(target)
+    files: dict[str, str] = {"plan.json": plan.text()}
     for manifest in plan.manifests():
         meta = manifest.get("metadata", {})
         parts = [manifest["kind"].lower(), meta.get("namespace"), meta.get("name")]
         filename = "-".join(p for p in parts if p) + ".yaml"
-        (manifests_dir / filename).write_text(yaml.safe_dump(manifest, sort_keys=False))
+        files[f"manifests/{filename}"] = yaml.safe_dump(manifest, sort_keys=False)
+    for name in files:
+        refuse(target / name, force=True, what="--out")
+    for old in before or []:
+        if old.relative_to(target).as_posix() not in files and (old.is_file() or old.is_symlink()):
+            old.unlink()
+    for name, text in files.items():
+        write_file(target / name, text, force=True, what="--out")
+    listing = json.dumps(sorted(files), indent=1) + "\n"
+    write_file(target / WRITTEN, listing, force=True, what="--out")
     return target
 
 
@@ -550,6 +609,7 @@ __all__ = [
     "StackNotFound",
     "SynthError",
     "autoname",
+    "check_out_dir",
     "engine_config",
     "run",
     "run_program",

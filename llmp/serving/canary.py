@@ -324,10 +324,11 @@ def apply(stack_file: Path, model: str, changes: dict[str, str], *, write: bool)
     if before != after:
         raise Failed("editing the stack file would change more than the verdict; not written")
     if write:
+        from llmp.files import replace_file
         from spec.stackfile import load_config
 
         load_config(after["config"])  # the verdict's file must be a valid stack
-        stack_file.write_text(new_text)
+        replace_file(stack_file, new_text, stack=stack_file.name)  # atomic: all or nothing
     return "".join(
         difflib.unified_diff(
             old_text.splitlines(keepends=True),

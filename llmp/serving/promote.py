@@ -169,7 +169,9 @@ def change_revision(target: Target, revision: str, *, write: bool) -> StackChang
         )
     )
     if write:
-        target.stack_file.write_text(new_text)
+        from llmp.files import replace_file
+
+        replace_file(target.stack_file, new_text, stack=target.stack)  # atomic: all or nothing
     return StackChange(
         target.stack_file, target.model, target.current, revision, new_text, diff, write
     )
