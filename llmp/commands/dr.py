@@ -120,6 +120,13 @@ def dr_plan_command(
     source_raw = load_stack_file(str(path))
     with prefixed("--outputs"):
         outputs = load_outputs(outputs_file) if outputs_file is not None else None
+    if outputs is not None:
+        from llmp.dr.config import outputs_mismatch
+        from spec.stackfile import load_config
+
+        wrong = outputs_mismatch(outputs, load_config(source_raw), source)
+        if wrong is not None:
+            raise BadInput(f"--outputs: {outputs_file}: {wrong} (pulumi stack output -s {source})")
     options = RecoveryOptions(
         source_stack=source,
         region=region,

@@ -574,3 +574,41 @@ def team_stack_steps(team: str, shared: SharedStackConfig, region: str) -> str:
         f"with aws:region {region}, the recovered stack's network.availability_zones and "
         f"shared_stack.name {org}{recovered}; 3. `llmp synth {team}-dr`, then `pulumi up` it"
     )
+
+
+def outputs_mismatch(
+    outputs: StackOutputs, source: PlatformConfig, source_stack: str
+) -> str | None:
+    """Why `outputs` (`llmp dr plan --outputs`) are not the source stack's, or None.
+
+    `pulumi stack output --json` holds the stack's region and cluster name (whose default
+    is `<project>-<stack>`), and, where a program exports them, `stack` and `project`:
+    each one present must be the source's, or the recovery would adopt another stack's
+    replicas and key without a word.
+    """
+    from llmp.stacks import PROJECT
+
+    extra = outputs.model_extra or {}
+    if source.cluster.existing is not None:
+        cluster = source.cluster.existing.name
+    else:
+        cluster = source.cluster.name or f"{PROJECT}-{source_stack}"
+    expected = {
+        "stack": source_stack,
+        "project": PROJECT,
+        "region": source.region,
+        "cluster_name": cluster,
+    }
+    found = {
+        "stack": extra.get("stack"),
+        "project": extra.get("project"),
+        "region": outputs.region,
+        "cluster_name": outputs.cluster_name,
+    }
+    for key, want in expected.items():
+        got = found[key]
+        if got is not None and got != want:
+            return f"{key} {got}, not {source_stack}'s {want}: another stack's outputs"
+    if all(found[k] is None for k in ("stack", "region", "cluster_name")):
+        return f"no region or cluster_name: cannot tell they are {source_stack}'s"
+    return None
