@@ -4,6 +4,7 @@ Layout under the checkpoint root::
 
     tmp-step-N/          being written (any number of ranks, any state)
     step-N/              published: MANIFEST.json (every file and its size), COMPLETE
+    old-step-N/          a re-save's previous step-N, set aside until the new one is in
     universal-step-N/    step-N converted for a resume at another world size
     latest               text: the tag of the newest published checkpoint
 
@@ -12,7 +13,12 @@ ranks report their writes durable (a collective), rank 0 lists the files into
 the manifest, writes `COMPLETE` last, renames the directory to `step-N` and
 only then replaces `latest` (temp file + `os.replace`). A job killed at any
 instant leaves either a `tmp-*` directory, which is never read, or a complete
-`step-N`. Resume does not trust `latest` alone: it takes the newest `step-N`
+`step-N`. A re-save of a step already published (SIGTERM right after an interval save)
+never deletes the old `step-N` before the new one is in: the old one is renamed aside
+(`old-step-N`), the new one renamed in, and only then is the old one deleted; a restart
+that finds `old-step-N` without `step-N` (killed between the two renames) renames it back
+(`recover`), so a kill at any instant leaves a complete `step-N` or its aside copy, never
+neither. Resume does not trust `latest` alone: it takes the newest `step-N`
 whose marker exists and whose files match the manifest sizes, which also
 rejects a checkpoint damaged after publication (truncated copy, lost OST).
 That rule is `completeness.judge_checkpoint`, shared with `llmp dr
@@ -63,6 +69,7 @@ from contracts.checkpoints import (
 )
 
 _UNI_RE = re.compile(r"^universal-step-(\d+)$")
+_ASIDE_RE = re.compile(r"^old-step-(\d+)$")
 
 
 def tag(step: int) -> str:
@@ -75,6 +82,11 @@ def tmp_tag(step: int) -> str:
 
 def universal_tag(step: int) -> str:
     return f"universal-step-{step}"
+
+
+def aside_tag(step: int) -> str:
+    """Where a re-save puts the `step-N` it replaces until the new one is in."""
+    return f"old-step-{step}"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -119,8 +131,9 @@ class Checkpoint:
         return int(self.meta["world_size"])
 
 
-def judge(path: Path) -> Verdict:
-    """The completeness rule (`completeness.judge_checkpoint`) applied to a directory."""
+def judge(path: Path, name: str | None = None) -> Verdict:
+    """The completeness rule (`completeness.judge_checkpoint`) applied to a directory
+    (`name`: judged as if it had that name: an aside copy as the `step-N` it was)."""
 
     def size_of(rel: str) -> int | None:
         try:
@@ -129,7 +142,7 @@ def judge(path: Path) -> Verdict:
             return None
 
     return judge_checkpoint(
-        path.name,
+        name or path.name,
         has_marker=(path / COMPLETE).is_file(),
         read_manifest=(path / MANIFEST).read_bytes,
         size_of=size_of,
@@ -137,26 +150,76 @@ def judge(path: Path) -> Verdict:
 
 
 def read_complete(path: Path) -> Checkpoint | None:
-    """The checkpoint at `path` if it is complete and intact, else None (never raises)."""
-    verdict = judge(path)
+    """The checkpoint at `path` if it is complete and intact, else None (never raises).
+    An aside copy (`old-step-N`) is judged as the `step-N` it was."""
+    aside = _ASIDE_RE.match(path.name)
+    verdict = judge(path, tag(int(aside.group(1))) if aside else None)
     if not verdict.complete or verdict.step is None:
         return None
     return Checkpoint(verdict.step, path, verdict.manifest)
 
 
 def complete_checkpoints(root: str | Path) -> list[Checkpoint]:
-    """Complete checkpoints under `root`, oldest first."""
+    """Complete checkpoints under `root`, oldest first. An aside copy stands in for its
+    `step-N` only where that one is missing or damaged (a re-save killed between its
+    renames: `recover` puts it back); it never changes anything on disk."""
     root = Path(root)
     if not root.is_dir():
         return []
-    found = (read_complete(p) for p in root.iterdir() if p.is_dir())
-    return sorted((c for c in found if c is not None), key=lambda c: c.step)
+    found = [c for c in (read_complete(p) for p in root.iterdir() if p.is_dir()) if c]
+    published = {c.step for c in found if STEP_RE.match(c.path.name)}
+    kept = [c for c in found if STEP_RE.match(c.path.name) or c.step not in published]
+    return sorted(kept, key=lambda c: c.step)
 
 
-def select_resume(root: str | Path) -> Checkpoint | None:
-    """The newest complete checkpoint; partial or damaged ones are skipped, not fatal."""
+def recover(root: str | Path) -> list[Path]:
+    """Finish what a re-save killed half-way left (rank 0 of the trainer, before it picks
+    a checkpoint or saves; nothing else may write under `root` then): an aside copy
+    `old-step-N` whose `step-N` is missing or damaged is renamed back, one whose `step-N`
+    is complete is deleted. Returns the checkpoints renamed back."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    restored = []
+    for aside in sorted(p for p in root.iterdir() if p.is_dir() and _ASIDE_RE.match(p.name)):
+        m = _ASIDE_RE.match(aside.name)
+        assert m is not None
+        final = root / tag(int(m.group(1)))
+        if read_complete(final) is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        elif read_complete(aside) is not None:
+            if final.exists():  # damaged, and the aside copy is whole: the aside wins
+                shutil.rmtree(final)
+            os.rename(aside, final)
+            _fsync_dir(root)
+            restored.append(final)
+    return restored
+
+
+def select_resume(root: str | Path, *, recover_aside: bool = False) -> Checkpoint | None:
+    """The newest complete checkpoint; partial or damaged ones are skipped, not fatal.
+    `recover_aside`: first `recover` what a killed re-save left (the trainer's rank 0)."""
+    if recover_aside:
+        recover(root)
     found = complete_checkpoints(root)
     return found[-1] if found else None
+
+
+def swap_in(tmp: Path, final: Path) -> None:
+    """Publish the complete directory `tmp` as `final` (`step-N`) with no instant at which
+    neither the old `final` nor the new one exists: old aside, new in, then old deleted."""
+    root = final.parent
+    m = STEP_RE.match(final.name)
+    assert m is not None, final
+    aside = root / aside_tag(int(m.group(1)))
+    recover(root)  # an aside copy of an earlier kill: back in place, or gone
+    if final.exists():
+        os.rename(final, aside)
+        _fsync_dir(root)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    if aside.exists():
+        shutil.rmtree(aside)
 
 
 def publish(root: str | Path, step: int, meta: dict[str, Any]) -> Checkpoint:
@@ -175,10 +238,7 @@ def publish(root: str | Path, step: int, meta: dict[str, Any]) -> Checkpoint:
     }
     _write_durable(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
     _write_durable(tmp / COMPLETE, b"")
-    if final.exists():  # a re-save of the same step (e.g. SIGTERM right after an interval save)
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(root)
+    swap_in(tmp, final)  # a re-save of the same step (SIGTERM right after an interval save)
     _write_durable(root / LATEST, tag(step).encode())
     return Checkpoint(step, final, manifest)
 
@@ -199,8 +259,10 @@ def prune(root: str | Path, keep_last: int) -> list[Path]:
         if not p.is_dir():
             continue
         m_step, m_tmp, m_uni = STEP_RE.match(p.name), TMP_RE.match(p.name), _UNI_RE.match(p.name)
+        m_aside = _ASIDE_RE.match(p.name)
         stale = (
             (m_step and int(m_step.group(1)) not in keep and int(m_step.group(1)) < newest)
+            or (m_aside and _aside_stale(root, int(m_aside.group(1)), keep, newest))
             or (m_tmp and int(m_tmp.group(1)) <= newest)
             or (m_uni and int(m_uni.group(1)) not in keep)
         )
@@ -208,6 +270,12 @@ def prune(root: str | Path, keep_last: int) -> list[Path]:
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
+
+
+def _aside_stale(root: Path, step: int, keep: set[int], newest: int) -> bool:
+    """An aside copy may go once its `step-N` is whole again, or when it is as old as the
+    checkpoints pruned."""
+    return read_complete(root / tag(step)) is not None or (step not in keep and step < newest)
 
 
 def to_universal(ckpt: Checkpoint) -> str:

@@ -107,13 +107,13 @@ class Pulled:
 def pull_restore_point(s3: Any, uri: str, root: str | Path, *, workers: int = 16) -> Pulled:
     """Make the newest complete checkpoint under `uri` a published checkpoint in `root`."""
     from contracts.restore import find_restore_point
-    from workloads.training.checkpointing import select_resume, tag, tmp_tag
+    from workloads.training.checkpointing import select_resume, swap_in, tag, tmp_tag
 
     bucket, prefix = split_uri(uri)
     root = Path(root)
     point = _call(f"s3://{bucket}/{prefix}", find_restore_point, s3, bucket, prefix)
     chosen = point.chosen
-    local = select_resume(root)
+    local = select_resume(root, recover_aside=True)
     if chosen is None or chosen.step is None:
         step = local.step if local else None
         return Pulled(step, "nothing to pull", source=f"s3://{bucket}/{prefix}")
@@ -144,9 +144,7 @@ def pull_restore_point(s3: Any, uri: str, root: str | Path, *, workers: int = 16
         raise S3Error(f"{chosen.uri}: the pulled copy is not intact: {problem}")
     (tmp / COMPLETE).write_bytes(b"")
     final = root / tag(step)
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+    swap_in(tmp, final)  # the local step-N (damaged, or it would have won) aside, then gone
     latest = root / f".{LATEST}.tmp"
     latest.write_text(tag(step))
     os.replace(latest, root / LATEST)

@@ -572,7 +572,7 @@ def _resume_target(
         except s3io.S3Error as e:
             choice[4] = f"checkpoint.restore_from: {e}"
         else:
-            found = ckpt.select_resume(job.checkpoint.dir)
+            found = ckpt.select_resume(job.checkpoint.dir, recover_aside=True)
             if found is not None:
                 universal = found.world_size != world
                 t0 = time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -168,3 +169,95 @@ def test_stream_is_independent_of_world_size(tmp_path: Path) -> None:
 
 def test_unused_config_types_are_exported() -> None:
     assert DataConfig(path="p").bin_dtype == "uint16" and CheckpointConfig(dir="d").keep_last == 3
+
+
+class _Killed(Exception):
+    """Stands for SIGKILL at one instant of a re-save."""
+
+
+def _resave(root: Path, step: int, world: int = 2) -> None:
+    """Write a new `tmp-step-N` of a step already published (bytes unlike the old ones)."""
+    tmp = root / ckpt.tmp_tag(step)
+    tmp.mkdir(parents=True)
+    for r in range(world):
+        (tmp / f"zero_pp_rank_{r}_optim_states.pt").write_bytes(os.urandom(300 + step))
+
+
+@pytest.mark.parametrize(
+    "kill_at",
+    [
+        "set the old step-N aside",  # the first rename
+        "rename the new one in",  # old aside, new not in yet: the gap that lost it
+        "delete the old one",  # new in, old still aside
+        "write latest",  # all renames done
+    ],
+)
+def test_a_resave_killed_at_any_point_leaves_a_complete_newest_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kill_at: str
+) -> None:
+    _fake(tmp_path, 10)
+    old = _fake(tmp_path, 20)
+    old_sizes = old.meta["files"]
+    _resave(tmp_path, 20)
+    renames = {"set the old step-N aside": 1, "rename the new one in": 2}
+    calls = {"rename": 0}
+    real_rename, real_rmtree, real_durable = os.rename, ckpt.shutil.rmtree, ckpt._write_durable
+
+    def rename(src: Any, dst: Any) -> None:
+        calls["rename"] += 1
+        if renames.get(kill_at) == calls["rename"]:
+            raise _Killed
+        real_rename(src, dst)
+
+    def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+        if kill_at == "delete the old one" and Path(path).name == ckpt.aside_tag(20):
+            raise _Killed
+        real_rmtree(path, *args, **kwargs)
+
+    def durable(path: Path, data: bytes) -> None:
+        if kill_at == "write latest" and path.name == ckpt.LATEST:
+            raise _Killed
+        real_durable(path, data)
+
+    monkeypatch.setattr(ckpt.os, "rename", rename)
+    monkeypatch.setattr(ckpt.shutil, "rmtree", rmtree)
+    monkeypatch.setattr(ckpt, "_write_durable", durable)
+    with pytest.raises(_Killed):
+        ckpt.publish(tmp_path, 20, {"world_size": 2})
+    monkeypatch.undo()
+
+    # Before any restart, a reader (the promotion job) already finds a complete step 20.
+    seen = ckpt.select_resume(tmp_path)
+    assert seen is not None and seen.step == 20
+    # The restart: rank 0 recovers, then picks the newest complete checkpoint.
+    chosen = ckpt.select_resume(tmp_path, recover_aside=True)
+    assert chosen is not None and chosen.step == 20 and chosen.path == tmp_path / "step-20"
+    assert ckpt.read_complete(chosen.path) is not None
+    new_in = kill_at in ("delete the old one", "write latest")
+    assert (chosen.meta["files"] == old_sizes) is not new_in  # old copy, or the new one
+    assert not (tmp_path / ckpt.aside_tag(20)).exists()
+    # And the next save of the step goes through.
+    if (tmp_path / ckpt.tmp_tag(20)).exists():
+        real_rmtree(tmp_path / ckpt.tmp_tag(20))
+    _resave(tmp_path, 20)
+    assert ckpt.publish(tmp_path, 20, {"world_size": 2}).path == tmp_path / "step-20"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-10", "step-20"]
+
+
+def test_an_aside_copy_is_deleted_once_its_step_is_whole_and_kept_otherwise(
+    tmp_path: Path,
+) -> None:
+    whole, damaged = _fake(tmp_path, 5), _fake(tmp_path, 6)
+    os.rename(whole.path, tmp_path / ckpt.aside_tag(5))  # killed between the renames
+    os.rename(damaged.path, tmp_path / ckpt.aside_tag(6))
+    (tmp_path / "step-6").mkdir()  # a step-6 without its marker: the aside copy wins
+    assert [c.path.name for c in ckpt.complete_checkpoints(tmp_path)] == [
+        ckpt.aside_tag(5),
+        ckpt.aside_tag(6),
+    ]  # reading changes nothing on disk
+    assert ckpt.recover(tmp_path) == [tmp_path / "step-5", tmp_path / "step-6"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-5", "step-6"]
+    _fake(tmp_path, 7)
+    ckpt.shutil.copytree(tmp_path / "step-7", tmp_path / ckpt.aside_tag(7))  # left by a kill
+    ckpt.prune(tmp_path, keep_last=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-5", "step-6", "step-7"]

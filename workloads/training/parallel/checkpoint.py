@@ -108,7 +108,7 @@ def newest(root: Path) -> tuple[int, str, dict[str, Any]] | None:
     (rank 0 judges, the others take its answer)."""
     found: list[Any] = [None]
     if dist.get_rank() == 0:
-        ckpt = _checkpointing().select_resume(root)
+        ckpt = _checkpointing().select_resume(root, recover_aside=True)
         if ckpt is not None:
             found[0] = (ckpt.step, str(ckpt.path), ckpt.meta)
     dist.broadcast_object_list(found, src=0)
