@@ -10,11 +10,14 @@ from __future__ import annotations
 import datetime
 import functools
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from spec.errors import ConfigError, one_line
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -457,6 +460,33 @@ class Recovery(_Data):
         return "standard", self.ec2_quotas["standard"]
 
 
+class Offerings(_Data):
+    """Where each instance type of the catalog is offered: region -> the zone ids (`use1-az4`)
+    whose EC2 `DescribeInstanceTypeOfferings` lists it (`LocationType availability-zone-id`).
+
+    Zone ids, not names: a zone's name (`us-east-1a`) maps to a different zone id in each
+    account, so the stack config states the names and, optionally, its account's mapping
+    (`network.zone_ids`); offline the check is per region, and per zone where that mapping is
+    given (spec/offerings.py). `llmp verify --preflight` asks the account itself.
+    """
+
+    source: str
+    checked: datetime.date
+    zone_ids: dict[str, list[str]] = Field(
+        description="region -> every zone id of the region the source lists (any type)"
+    )
+    types: dict[str, dict[str, list[str]]] = Field(
+        description="instance type -> region -> the zone ids that offer it"
+    )
+
+    def regions_of(self, instance_type: str) -> dict[str, list[str]]:
+        return self.types.get(instance_type, {})
+
+    def knows_region(self, region: str) -> bool:
+        """The source read the region: a type it does not list there is not offered there."""
+        return region in self.zone_ids
+
+
 class Catalog(_Data):
     prices: Prices
     instances: dict[str, InstanceType]
@@ -484,19 +514,13 @@ class Catalog(_Data):
     node_autoscaler: NodeAutoscalerPins
     gpu_xids: GpuXids | None = None
     recovery: Recovery | None = None
+    offerings: Offerings
 
     @model_validator(mode="after")
     def _fabric_types_known(self) -> Catalog:
         unknown = sorted(set(self.fabric_acceptance.thresholds) - set(self.instances))
         if unknown:
             raise ValueError(f"fabric_acceptance thresholds for unknown types: {unknown}")
-        return self
-
-    @model_validator(mode="after")
-    def _gpu_node_addons_pinned(self) -> Catalog:
-        missing = sorted(set(self.eks.versions) - set(self.gpu_node_addons))
-        if missing:
-            raise ValueError(f"gpu_node_addons pins nothing for EKS {', '.join(missing)}")
         return self
 
     def instance(self, name: str) -> InstanceType:
@@ -522,7 +546,98 @@ class Catalog(_Data):
         return self.accelerator_kinds[acc.kind] if acc else None
 
 
+VERSION_KEYED: dict[str, str] = {
+    "storage_addons": "aws-mountpoint-s3-csi-driver",
+    "gpu_node_addons": "eks-node-monitoring-agent",
+    "monitoring.ebs_csi_driver": "aws-ebs-csi-driver",
+}
+"""The sections besides `eks.versions` keyed by Kubernetes version, and the add-on each pins:
+every version of `eks.versions` needs an entry in each (CONTRIBUTING.md, "Adding an EKS
+version")."""
+
+
+class CatalogError(ConfigError):
+    """The catalog file itself is wrong: one line per problem, naming the entry.
+
+    A ConfigError (the CLI and the program print it as lines, no traceback), and not a
+    ValueError: the catalog is read inside the stack schema's validators, which would
+    otherwise fold it into the config error of whichever key asked first.
+    """
+
+    def __init__(self, file: str, problems: list[str]):
+        self.file = file
+        self.problem = problems[0]
+        super().__init__((), None, problems[0])
+        self.others = [CatalogError(file, [p]) for p in problems[1:]]
+
+    def line(self) -> str:
+        return one_line(f"catalog error: {self.file}: {self.problem}")
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.lstrip("v").split(".")[:2])
+
+
+def version_problems(cat: Catalog) -> list[str]:
+    """One line per entry a Kubernetes version of `eks.versions` lacks elsewhere."""
+    problems = []
+    keyed: dict[str, Mapping[str, object] | None] = {
+        "storage_addons": cat.storage_addons,
+        "gpu_node_addons": cat.gpu_node_addons,
+        "monitoring.ebs_csi_driver": cat.monitoring.ebs_csi_driver if cat.monitoring else None,
+    }
+    for version in cat.eks.supported_versions:
+        for section, addon in VERSION_KEYED.items():
+            pins = keyed[section]
+            if pins is None:
+                continue
+            entry = pins.get(version)
+            if entry is None or (isinstance(entry, dict) and addon not in entry):
+                problems.append(
+                    f'{section}."{version}".{addon} is missing: every version of eks.versions '
+                    f"needs one (pinned for: {', '.join(sorted(pins)) or 'none'})"
+                )
+    default = cat.eks.default_version
+    if default not in cat.eks.versions:
+        problems.append(
+            f'eks.default_version "{default}" has no eks.versions entry '
+            f"(versions: {', '.join(cat.eks.supported_versions)})"
+        )
+    autoscaler = _minor(cat.node_autoscaler.image_tag)
+    if autoscaler != _minor(default):
+        problems.append(
+            f"node_autoscaler.image {cat.node_autoscaler.image_tag} is not on "
+            f'eks.default_version "{default}": the Cluster Autoscaler runs on its cluster\'s '
+            f"minor; pin its {_minor(default)} release (and addon_charts.cluster-autoscaler)"
+        )
+    return problems
+
+
+def load_catalog(path: Path) -> Catalog:
+    """The catalog at `path`, or CatalogError: one line per missing or wrong entry."""
+    from pydantic import ValidationError
+
+    shown = path.name
+    try:
+        with path.open() as fh:
+            raw = yaml.load(fh, Loader=YAML_LOADER)
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(shown, [f"cannot be read: {str(exc).splitlines()[0]}"]) from None
+    try:
+        cat = Catalog.model_validate(raw)
+    except ValidationError as exc:
+        lines = []
+        for e in exc.errors():
+            where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: {'is missing' if e['type'] == 'missing' else msg}")
+        raise CatalogError(shown, lines) from None
+    problems = version_problems(cat)
+    if problems:
+        raise CatalogError(shown, problems)
+    return cat
+
+
 @functools.cache
 def catalog() -> Catalog:
-    with CATALOG_PATH.open() as fh:
-        return Catalog.model_validate(yaml.load(fh, Loader=YAML_LOADER))
+    return load_catalog(CATALOG_PATH)

@@ -144,6 +144,14 @@ class NetworkConfig(Section):
         min_length=2,
         description="AZs to use (EKS needs two or more); subnets are laid out in this order.",
     )
+    zone_ids: dict[str, str] | None = Field(
+        None,
+        description="This account's zone id of each AZ name (`us-east-1a: use1-az4`, from "
+        "`aws ec2 describe-availability-zones`; names map to different zones in each "
+        "account). With it a pool in a zone that does not offer its instance type is "
+        "refused offline; without it the catalog's offerings are checked per region only "
+        "(`llmp verify --preflight` checks the zones live).",
+    )
     private_subnet_prefix: int = Field(
         18, ge=16, le=28, description="Prefix length of each private (node and pod) subnet."
     )

@@ -19,6 +19,7 @@ from spec.images import ImagesConfig
 from spec.keys import REGION_KEY
 from spec.monitoring import MonitoringConfig
 from spec.network import DEFAULT_INTERFACE_ENDPOINTS, NetworkConfig, TagsConfig
+from spec.offerings import check_offerings
 from spec.pools import CpuPoolConfig, NodePoolConfig, PoolSizes, SystemPoolConfig
 from spec.serving import ServingConfig, ServingModelConfig, engine_plan
 from spec.sharing import TEAM_NAME, SharedStackConfig
@@ -193,6 +194,7 @@ class PlatformConfig(Section):
                         zone,
                         f"not one of network.availability_zones ({', '.join(zones)})",
                     )
+        check_offerings(self)
         self._release_versions()
         if self.storage is not None:
             self._storage_refs(self.storage)

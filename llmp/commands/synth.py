@@ -103,6 +103,7 @@ def synth(
             f"{cost['price_region']}; `{itemize}` itemizes it)",
             highlight=False,
         )
+    print_quotas(stack, config)
     console.out.print(
         f"wrote {target / 'plan.json'} and {len(plan.manifests())} manifests", highlight=False
     )
@@ -179,6 +180,17 @@ def print_adopted(plan: Plan) -> None:
     import textwrap
 
     for line in adopted_lines(plan):
+        console.line(textwrap.fill(line, width=80, subsequent_indent="  ", break_on_hyphens=False))
+
+
+def print_quotas(stack: str, config: Path | None) -> None:
+    """The EC2 vCPU quotas the pools need at max size, one line each (llmp.plan.quotas)."""
+    import textwrap
+
+    from llmp.plan.quotas import quota_lines
+    from llmp.stacks import load_stack
+
+    for line in quota_lines(load_stack(stack, config)):
         console.line(textwrap.fill(line, width=80, subsequent_indent="  ", break_on_hyphens=False))
 
 

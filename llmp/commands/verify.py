@@ -81,6 +81,15 @@ def verify_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the rows as a JSON list (no table).")
     ] = False,
+    preflight: Annotated[
+        bool,
+        typer.Option(
+            "--preflight",
+            help="Before a deploy, instead of the deployed stack: whether every pool's zones "
+            "offer its instance type, and each EC2 vCPU quota covers the pools at max size "
+            "(read live from the stack file's config).",
+        ),
+    ] = False,
 ) -> None:
     """Check what Pulumi cannot see of a deployed stack, read-only: one table of pass,
     fail or "not checked", with the reason for each row.
@@ -114,6 +123,9 @@ def verify_command(
     areas = [a for a in verify.AREAS if a in areas]
     if endpoint_url is not None and not endpoint_url.startswith(("http://", "https://")):
         raise BadInput(f"--endpoint-url {endpoint_url}: not an http(s) URL")
+    if preflight:
+        _preflight(stack, region, endpoint_url, as_json)
+        return
     plan = _verify_plan(stack, plan_file)
     outputs = None
     if outputs_file is not None:
@@ -147,6 +159,23 @@ def verify_command(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _preflight(stack: str, region: str | None, endpoint_url: str | None, as_json: bool) -> None:
+    from llmp import verify
+    from llmp.stacks import load_stack
+    from llmp.verify import preflight
+
+    cfg = load_stack(stack)
+    region = region or cfg.region
+    findings = _aws_call(lambda clients: preflight.check(cfg, clients, region), endpoint_url)
+    if as_json:
+        console.write(json.dumps([f.to_dict() for f in findings], indent=2) + "\n")
+    else:
+        console.out.print(verify.render_table(findings, f"{stack}: preflight, {region}"))
+        console.line(verify.summary(findings))
+    if verify.failed(findings):
+        raise typer.Exit(EXIT_FAILED)
+
+
 def _progress(text: str) -> None:
     console.line(text, to=console.err)
 
@@ -155,6 +184,17 @@ def _verify_aws(
     plan: Any, region: str | None, endpoint_url: str | None, outputs: Any, areas: list[str]
 ) -> list[Any]:
     from llmp import verify
+
+    if not region:
+        _aws_call(None, endpoint_url)  # no boto3 or no credentials say so first
+        raise BadInput("the plan names no AWS region: pass --region")
+    return _aws_call(
+        lambda clients: verify.verify_aws(plan, clients, region, outputs, areas), endpoint_url
+    )
+
+
+def _aws_call(call: Any, endpoint_url: str | None) -> list[Any]:
+    """`call(clients)` with the account's credentials, AWS's errors as one line each."""
     from llmp.clients import aws
 
     try:
@@ -165,11 +205,11 @@ def _verify_aws(
     session = boto3.Session()
     if session.get_credentials() is None:
         raise BadInput(NO_CREDENTIALS)
-    if not region:
-        raise BadInput("the plan names no AWS region: pass --region")
+    if call is None:
+        return []
     try:
-        clients = aws.ClientFactory(session, endpoint_url)
-        return verify.verify_aws(plan, clients, region, outputs, areas)
+        result: list[Any] = call(aws.ClientFactory(session, endpoint_url))
+        return result
     except boto_errors.NoCredentialsError:
         raise BadInput(NO_CREDENTIALS) from None
     except aws.CredentialsRejected as exc:
