@@ -10,6 +10,7 @@ rule uses `known()` so that one unknown value does not silence the whole rule.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -109,6 +110,23 @@ def statements(policy: Any) -> list[Mapping[str, Any]]:
 
 def string_set(value: Any) -> set[str]:
     return {v for v in items(value) if isinstance(v, str)}
+
+
+SHORTEST_PREFIX = {4: 8, 6: 32}
+"""The widest range by IP version a rule lets through: an IPv4 /8, an IPv6 /32 (the most
+one organisation holds); a shorter prefix spans other networks, the internet's included."""
+
+
+def wide_prefix(cidr: Any) -> int | None:
+    """The prefix length of `cidr` when it is shorter than `SHORTEST_PREFIX` allows; None
+    when it is not (or `cidr` is no CIDR)."""
+    if not isinstance(cidr, str):
+        return None
+    try:
+        net = ipaddress.ip_network(cidr.strip(), strict=False)
+    except ValueError:
+        return None
+    return net.prefixlen if net.prefixlen < SHORTEST_PREFIX[net.version] else None
 
 
 # ---------------------------------------------------------------------------

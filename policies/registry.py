@@ -107,6 +107,7 @@ RULES: list[Rule] = [
     _r("iam-trust-scoped", M, RES, iam.iam_trust_scoped),
     # Network
     _r("no-open-ingress", M, STACK, network.no_open_ingress),
+    _r("no-wide-ingress", M, STACK, network.no_wide_ingress),
     _r("subnet-no-public-ip", A, RES, network.subnet_no_public_ip),
     # Kubernetes
     _r("k8s-gpu-limits", M, RES, kubernetes.k8s_gpu_limits),
