@@ -1,11 +1,15 @@
-"""Kubernetes workloads: GPU limits, pinned images, serving health, no privileged pods,
-quotas on every namespace, no honoured scrape labels on tenants' pods.
+"""Kubernetes workloads: GPU limits, pinned images, serving health, no privileged pods or
+hostPath volumes, quotas on every namespace, no honoured scrape labels on tenants' pods;
+and what a tenant namespace may declare: egress, exposed Services, the volumes it binds,
+and the serving namespace's ports.
 
 Pod specs are found in every workload kind the platform runs: Pod, Deployment,
 StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, JobSet, LeaderWorkerSet and
 Kubeflow's PyTorchJob. A **serving** workload is one in namespace `serving`,
 or one with a label whose value is `serving` (on the object or its pod
-template).
+template). A **tenant namespace** is a Namespace the stack creates with the label
+`llm-platform/tenant`; an object is in it when it names it, or (its namespace not known yet
+in a preview) when it depends on that Namespace.
 """
 
 from __future__ import annotations
@@ -20,7 +24,19 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from policies.props import Report, depends_on, get, is_map, items, known, of_type, plain
+from policies.props import (
+    UNKNOWN,
+    Report,
+    depends_on,
+    deps_of_type,
+    get,
+    is_map,
+    items,
+    known,
+    of_type,
+    plain,
+    wide_prefix,
+)
 from spec.labels import ACCELERATOR_LABEL
 from spec.tenancy import RESERVED_NAMESPACES
 
@@ -414,3 +430,297 @@ def k8s_monitor_honor_labels(args: ResourceValidationArgs, report: Report) -> No
         "publish series in another's name; drop honorLabels or select only platform "
         "namespaces"
     )
+
+
+# ---------------------------------------------------------------------------
+# Tenancy: what a tenant namespace (label `llm-platform/tenant`) may declare
+# ---------------------------------------------------------------------------
+
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+SERVICE = "kubernetes:core/v1:Service"
+PERSISTENT_VOLUME = "kubernetes:core/v1:PersistentVolume"
+PERSISTENT_VOLUME_CLAIM = "kubernetes:core/v1:PersistentVolumeClaim"
+LUSTRE_FILE_SYSTEM = "aws:fsx/lustreFileSystem:LustreFileSystem"
+LUSTRE_DRIVER = "fsx.csi.aws.com"
+"""The FSx for Lustre CSI driver (manifests.volumes.LUSTRE_DRIVER)."""
+TENANTS_DIR = "tenants"
+"""A tenant's directory on a shared file system is `/tenants/<name>` (components.lustre)."""
+METADATA_NAME = "kubernetes.io/metadata.name"
+"""The label Kubernetes puts on every namespace: its name."""
+DNS_PORT = 53
+EXPOSED_SERVICE_TYPES = ("LoadBalancer", "NodePort")
+
+
+def _tenants(resources: list[PolicyResource]) -> dict[str, PolicyResource]:
+    """The tenant namespaces the stack creates (label `llm-platform/tenant`), by name."""
+    out = {}
+    for ns in of_type(resources, NAMESPACE):
+        if TENANT_LABEL in known(lambda ns=ns: _labels(get(ns.props, "metadata")), {}):
+            out[known(lambda ns=ns: get(ns.props, "metadata", "name"), None) or ns.name] = ns
+    return out
+
+
+def _tenant_of(r: PolicyResource, tenants: Mapping[str, PolicyResource]) -> str | None:
+    """The tenant namespace `r` lives in: the one it names or, when its namespace is not
+    known yet, the tenant Namespace it takes it from (a dependency edge)."""
+    ns = known(lambda: get(r.props, "metadata", "namespace"))
+    if ns is not UNKNOWN:
+        return ns if isinstance(ns, str) and ns in tenants else None
+    return next((name for name, t in tenants.items() if depends_on(r, t)), None)
+
+
+def _name(r: PolicyResource, props: Any) -> str:
+    name = get(props, "metadata", "name")
+    return name if isinstance(name, str) else r.name
+
+
+def _ports(ports: list[Any]) -> str:
+    """A NetworkPolicy rule's ports as `port 443/TCP`, `ports 53/UDP, 53/TCP`, `every port`."""
+    if not ports:
+        return "every port"
+    shown = []
+    for p in ports:
+        protocol, port, end = get(p, "protocol") or "TCP", get(p, "port"), get(p, "endPort")
+        span = port if end is None else f"{port}-{end}"
+        shown.append(f"every {protocol} port" if port is None else f"{span}/{protocol}")
+    if len(shown) == 1 and get(ports[0], "port") is None:
+        return shown[0]
+    return ("port " if len(shown) == 1 else "ports ") + ", ".join(shown)
+
+
+def _egress_problems(rule: Any) -> list[str]:
+    ports = items(get(rule, "ports"))
+    to = items(get(rule, "to"))
+    if not to:
+        if ports and all(get(p, "port") == DNS_PORT for p in ports):
+            return [
+                f"allows {_ports(ports)} to every address (DNS to any resolver is a way out); "
+                "name kube-dns in `to` (namespace kube-system, pods k8s-app: kube-dns)"
+            ]
+        return [
+            f"has no `to`: it allows {_ports(ports)} to every address; name the destinations "
+            "(pods, namespaces, or ipBlocks of /8 or longer)"
+        ]
+    out = []
+    for peer in to:
+        cidr = get(peer, "ipBlock", "cidr")
+        prefix = wide_prefix(cidr)
+        if prefix is not None:
+            out.append(
+                f"allows {_ports(ports)} to ipBlock {cidr} (a /{prefix}, `except` or not); "
+                "list only the ranges it needs (IPv4 /8 or longer, IPv6 /32 or longer)"
+            )
+    return out
+
+
+def k8s_tenant_egress(args: StackValidationArgs, report: Report) -> None:
+    """No NetworkPolicy in a tenant namespace allows egress to 0.0.0.0/0, ::/0 or any ipBlock
+    wider than an IPv4 /8 or an IPv6 /32 (whatever its `except`), nor has an egress rule
+    without `to` (every address; DNS names kube-dns): a tenant's pods reach S3's ranges and
+    the cluster, not the internet."""
+    tenants = _tenants(args.resources)
+    for policy in of_type(args.resources, NETWORK_POLICY):
+        ns = _tenant_of(policy, tenants)
+        egress = known(lambda p=policy: plain(get(p.props, "spec", "egress")), None) if ns else None
+        if egress is None:
+            continue
+        name = known(lambda p=policy: _name(p, p.props), policy.name)
+        for n, rule in enumerate(items(egress), 1):
+            for problem in _egress_problems(rule):
+                report(
+                    f"NetworkPolicy {name} in tenant namespace {ns}: egress rule {n} {problem}",
+                    policy.urn,
+                )
+
+
+def _selector(value: Any) -> dict[str, Any]:
+    """A label selector without its empty parts (absent and `{}` both select every pod)."""
+    selector = plain(value) if is_map(value) else {}
+    return {k: v for k, v in selector.items() if v}
+
+
+def _shown(selector: dict[str, Any]) -> str:
+    """A selector as `key=value, key In (a, b)`."""
+    match = selector.get("matchLabels") or {}
+    terms = [f"{k}={match[k]}" for k in sorted(match)]
+    for e in selector.get("matchExpressions") or []:
+        values = ", ".join(str(v) for v in e.get("values") or [])
+        terms.append(f"{e.get('key')} {e.get('operator')}" + (f" ({values})" if values else ""))
+    return ", ".join(terms)
+
+
+def _only_namespace(selector: Any, namespace: str) -> bool:
+    """Whether a namespaceSelector admits no namespace but `namespace` (by its name label)."""
+    if get(selector, "matchLabels", METADATA_NAME) == namespace:
+        return True
+    return any(
+        get(e, "key") == METADATA_NAME
+        and get(e, "operator") == "In"
+        and items(get(e, "values")) == [namespace]
+        for e in items(get(selector, "matchExpressions"))
+    )
+
+
+def _from_outside(peer: Any, namespace: str) -> str | None:
+    """What of outside `namespace` an ingress peer admits (None: only the namespace's pods)."""
+    cidr = get(peer, "ipBlock", "cidr")
+    if cidr is not None:
+        return f"ipBlock {cidr}"
+    selector = get(peer, "namespaceSelector")
+    if selector is None or _only_namespace(selector, namespace):
+        return None
+    if not _selector(selector):
+        return "every namespace"
+    return f"namespaces {_shown(_selector(selector))}"
+
+
+def k8s_serving_ingress_ports(args: ResourceValidationArgs, report: Report) -> None:
+    """A NetworkPolicy of the `serving` namespace that admits ingress from outside it (an
+    ipBlock, another namespace, or any source) names its ports; without ports it admits only
+    the pods it selects from each other (one LeaderWorkerSet group's Ray and NCCL)."""
+    if args.resource_type != NETWORK_POLICY or _namespace(args.props) != SERVING:
+        return
+    spec = get(args.props, "spec")
+    name = get(args.props, "metadata", "name") or args.name
+    own = _selector(get(spec, "podSelector"))
+    for n, rule in enumerate(items(get(spec, "ingress")), 1):
+        ports = items(get(rule, "ports"))
+        if ports and all(get(p, "port") is not None for p in ports):
+            continue
+        where = f"NetworkPolicy {name} in {SERVING}: ingress rule {n} admits"
+        sources = items(get(rule, "from"))
+        if not sources:
+            report(f"{where} every source on {_ports(ports)}; name the ports it serves")
+        for peer in sources:
+            outside = _from_outside(peer, SERVING)
+            if outside is not None:
+                report(f"{where} {outside} on {_ports(ports)}; name the ports it serves")
+            elif (pods := _selector(get(peer, "podSelector"))) != own:
+                shown = f"pods {_shown(pods)}" if pods else "every pod of the namespace"
+                report(
+                    f"{where} {shown} on {_ports(ports)}; name the ports, or admit only the "
+                    "pods the policy selects (one group)"
+                )
+
+
+def k8s_tenant_service_types(args: StackValidationArgs, report: Report) -> None:
+    """No Service in a tenant namespace is of type LoadBalancer or NodePort: a tenant's
+    services are ClusterIP, published only through the platform's Ingress (ALB and WAF)."""
+    tenants = _tenants(args.resources)
+    for service in of_type(args.resources, SERVICE):
+        ns = _tenant_of(service, tenants)
+        kind = known(lambda s=service: get(s.props, "spec", "type"), None) if ns else None
+        if kind in EXPOSED_SERVICE_TYPES:
+            name = known(lambda s=service: _name(s, s.props), service.name)
+            report(
+                f"Service {name} in tenant namespace {ns} is of type {kind}: it is reachable "
+                "from outside the cluster; use ClusterIP behind the platform's Ingress",
+                service.urn,
+            )
+
+
+def k8s_no_host_path(args: ResourceValidationArgs, report: Report) -> None:
+    """No pod template mounts a hostPath volume (the node's files: its kubelet, its runtime
+    socket, other pods' volumes), except allow-listed system DaemonSets
+    (`allowed-daemonsets`)."""
+    kind, pods = _workload(args)
+    if not pods:
+        return
+    name = get(args.props, "metadata", "name") or args.name
+    if kind == "DaemonSet" and f"{_namespace(args.props)}/{name}" in _allowed(args):
+        return
+    for _, pod in pods:
+        for volume in items(get(pod, "volumes")):
+            path = get(volume, "hostPath", "path")
+            if get(volume, "hostPath") is not None:
+                report(
+                    f"{kind} {name} mounts hostPath {path} (volume {get(volume, 'name')}): "
+                    "only allow-listed system DaemonSets may; use a PersistentVolumeClaim or "
+                    "an emptyDir"
+                )
+
+
+def _file_system(pv: PolicyResource) -> str | None:
+    """The FSx for Lustre file system an FSx PV mounts: its volumeHandle or, not known yet,
+    the file system resource it depends on; None for any other volume."""
+    if known(lambda: get(pv.props, "spec", "csi", "driver"), None) != LUSTRE_DRIVER:
+        return None
+    handle = known(lambda: get(pv.props, "spec", "csi", "volumeHandle"), None)
+    if isinstance(handle, str):
+        return handle
+    systems = deps_of_type(pv, LUSTRE_FILE_SYSTEM)
+    return systems[0].urn if len(systems) == 1 else None
+
+
+def _own_directory(subdirectory: str, namespace: str) -> bool:
+    """Whether `subdirectory` (no leading /) is `tenants/<tenant>` of the tenant whose
+    namespace is `namespace` (its name, or `TEAM-<name>` on a team stack)."""
+    head, _, tenant = subdirectory.partition("/")
+    return (
+        head == TENANTS_DIR
+        and bool(tenant)
+        and "/" not in tenant
+        and tenant not in (".", "..")
+        and (namespace == tenant or namespace.endswith(f"-{tenant}"))
+    )
+
+
+def k8s_tenant_volumes(args: StackValidationArgs, report: Report) -> None:
+    """A PersistentVolumeClaim in a tenant namespace binds (`volumeName`) only a
+    PersistentVolume the stack makes for that namespace (its claimRef names it), and a tenant's
+    PV of an FSx for Lustre file system that tenants share mounts only the tenant's directory
+    (`mountname` `<mount>/tenants/<tenant>`), never the root or another's."""
+    tenants = _tenants(args.resources)
+    volumes = of_type(args.resources, PERSISTENT_VOLUME)
+    by_name = {known(lambda v=v: _name(v, v.props), v.name): v for v in volumes}
+    for claim in of_type(args.resources, PERSISTENT_VOLUME_CLAIM):
+        ns = _tenant_of(claim, tenants)
+        bound = known(lambda c=claim: get(c.props, "spec", "volumeName"), UNKNOWN) if ns else None
+        if bound is None:
+            continue  # no tenant's, or provisioned on demand
+        claim_name = known(lambda c=claim: _name(c, c.props), claim.name)
+        pv = by_name.get(bound) if isinstance(bound, str) else None
+        if pv is None:
+            deps = deps_of_type(claim, PERSISTENT_VOLUME)
+            pv = deps[0] if len(deps) == 1 else None
+        if pv is None:
+            if isinstance(bound, str):
+                report(
+                    f"PersistentVolumeClaim {claim_name} in tenant namespace {ns} binds "
+                    f"PersistentVolume {bound}, which the stack does not make: bind only a "
+                    "volume made for the namespace",
+                    claim.urn,
+                )
+            continue
+        reserved = known(lambda v=pv: get(v.props, "spec", "claimRef", "namespace"))
+        if reserved is not UNKNOWN and reserved != ns:
+            pv_name = known(lambda v=pv: _name(v, v.props), pv.name)
+            report(
+                f"PersistentVolume {pv_name} is reserved for namespace {reserved or '(none)'} "
+                f"(claimRef) but bound by claim {claim_name} of tenant namespace {ns}: bind the "
+                f"claim only to a volume whose claimRef names {ns}",
+                pv.urn,
+            )
+    systems: dict[str, set[str]] = {}
+    owners: list[tuple[PolicyResource, str, str]] = []
+    for pv in volumes:
+        fs = _file_system(pv)
+        ns = known(lambda v=pv: get(v.props, "spec", "claimRef", "namespace"), None)
+        if fs is not None and isinstance(ns, str) and ns in tenants:
+            systems.setdefault(fs, set()).add(ns)
+            owners.append((pv, fs, ns))
+    for pv, fs, ns in owners:
+        mount = known(lambda v=pv: get(v.props, "spec", "csi", "volumeAttributes", "mountname"))
+        if len(systems[fs]) < 2 or not isinstance(mount, str):
+            continue
+        root, _, subdirectory = mount.strip("/").partition("/")
+        if _own_directory(subdirectory.strip("/"), ns):
+            continue
+        pv_name = known(lambda v=pv: _name(v, v.props), pv.name)
+        what = f"/{subdirectory.strip('/')}" if subdirectory.strip("/") else "the root"
+        report(
+            f"PersistentVolume {pv_name} of tenant namespace {ns} mounts {what} of a file "
+            f"system {len(systems[fs])} tenants share (mountname {mount}): mount only "
+            f"{root}/{TENANTS_DIR}/{ns}",
+            pv.urn,
+        )

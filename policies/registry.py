@@ -55,6 +55,19 @@ def _tag_keys(description: str) -> dict[str, Any]:
     }
 
 
+def _daemonsets(description: str) -> dict[str, Any]:
+    """The `allowed-daemonsets` property of a host-access rule: NAMESPACE/NAME, by default the
+    platform's system DaemonSets."""
+    return {
+        "allowed-daemonsets": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": description,
+            "default": kubernetes.DEFAULT_ALLOWED_DAEMONSETS,
+        }
+    }
+
+
 M: Level = "mandatory"
 A: Level = "advisory"
 RES: Kind = "resource"
@@ -119,14 +132,14 @@ RULES: list[Rule] = [
         M,
         RES,
         kubernetes.k8s_no_privileged,
-        {
-            "allowed-daemonsets": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "NAMESPACE/NAME of DaemonSets allowed host access.",
-                "default": kubernetes.DEFAULT_ALLOWED_DAEMONSETS,
-            }
-        },
+        _daemonsets("NAMESPACE/NAME of DaemonSets allowed host access."),
+    ),
+    _r(
+        "k8s-no-host-path",
+        M,
+        RES,
+        kubernetes.k8s_no_host_path,
+        _daemonsets("NAMESPACE/NAME of DaemonSets allowed hostPath volumes."),
     ),
     _r("k8s-namespace-quota", M, STACK, kubernetes.k8s_namespace_quota),
     _r("helm-chart-pinned", M, RES, kubernetes.helm_chart_pinned),
@@ -147,6 +160,10 @@ RULES: list[Rule] = [
             }
         },
     ),
+    _r("k8s-tenant-egress", M, STACK, kubernetes.k8s_tenant_egress),
+    _r("k8s-serving-ingress-ports", M, RES, kubernetes.k8s_serving_ingress_ports),
+    _r("k8s-tenant-service-types", M, STACK, kubernetes.k8s_tenant_service_types),
+    _r("k8s-tenant-volumes", M, STACK, kubernetes.k8s_tenant_volumes),
     # Tags
     _r(
         "required-tags",
