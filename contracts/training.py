@@ -198,6 +198,31 @@ class GrpoConfig(_Strict):
 Task = Literal["pretrain", "sft", "dpo", "grpo"]
 
 
+LR_DEFAULTS: dict[tuple[str, bool], float] = {
+    # (task, LoRA): the peak learning rate of a published recipe for 7-8B models.
+    ("pretrain", False): 3e-4,  # Llama 2 (arXiv 2307.09288, 2.2): 3e-4 at 7B and 13B
+    ("pretrain", True): 2e-4,  # as LoRA SFT: adapters take the LoRA rate
+    ("sft", False): 2e-5,  # Llama 2-Chat SFT (arXiv 2307.09288, 3.1) and Alpaca: 2e-5
+    ("sft", True): 2e-4,  # QLoRA (arXiv 2305.14314, appendix): 2e-4 at 7B and 13B
+    ("dpo", False): 5e-7,  # Zephyr (arXiv 2310.16944): DPO at 5e-7
+    ("dpo", True): 5e-6,  # alignment-handbook's Zephyr QLoRA DPO recipe: 5e-6
+    ("grpo", False): 1e-6,  # DeepSeekMath (arXiv 2402.03300, 4.2): policy at 1e-6
+    ("grpo", True): 1e-5,  # no one recipe: 10x the full-weight rate, as for DPO
+}
+"""The learning rate a job gets when its config sets none, by task and by whether it trains
+LoRA adapters (which take a rate about 10x that of all weights). The figures are the
+papers' and recipes' as published, not re-measured here; a job that sets `lr` keeps its own."""
+
+LR_RANGE = (1e-9, 1e-2)
+"""The learning rates a job may set: no published recipe of these tasks trains above 1e-2
+(small models from scratch peak near 6e-4-3e-3), and below 1e-9 bf16 weights do not move.
+A value outside is a typo or a percentage (5 meant as 5e-5), and refused."""
+
+
+def default_lr(task: str, lora: bool) -> float:
+    return LR_DEFAULTS[(task, lora)]
+
+
 TASKS: tuple[str, ...] = get_args(Task)
 
 
@@ -225,7 +250,12 @@ class JobConfig(_Strict):
         description="deepspeed: DeepSpeed's (fused/CPU) Adam, built on first use; "
         "torch: torch.optim.AdamW, needs no compiled ops (CPU tests)",
     )
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(
+        3e-4,
+        gt=0,
+        description="peak learning rate; unset: by task and method (LR_DEFAULTS: full SFT "
+        "2e-5, LoRA 2e-4, DPO 5e-7, GRPO 1e-6, pretrain 3e-4); within 1e-9..1e-2",
+    )
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, ge=0)
     warmup_steps: int = Field(0, ge=0)
@@ -237,6 +267,23 @@ class JobConfig(_Strict):
     extra_ds: dict[str, Any] = Field(
         default_factory=dict, description="deep-merged into the DeepSpeed config"
     )
+
+    @field_validator("lr")
+    @classmethod
+    def _sane_lr(cls, v: float) -> float:
+        low, high = LR_RANGE
+        if not low <= v <= high:
+            raise ValueError(
+                f"{v:g} is not a learning rate of these tasks ({low:g}..{high:g}); e.g. "
+                "full SFT 2e-5, LoRA 2e-4, DPO 5e-7; unset: the task's"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _lr_by_task(self) -> JobConfig:
+        if "lr" not in self.model_fields_set:
+            self.lr = default_lr(self.task, self.model.lora is not None)
+        return self
 
     @model_validator(mode="after")
     def _task_needs(self) -> JobConfig:

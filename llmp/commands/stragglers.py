@@ -42,7 +42,12 @@ def stragglers(
         str, typer.Option("--resolution", help="query_range step (--prometheus).")
     ] = "15s",
     threshold: Annotated[
-        float, typer.Option("--threshold", help="Slow means above median x (1 + this).")
+        float,
+        typer.Option(
+            "--threshold",
+            metavar="FRACTION",
+            help="Slow means above median x (1 + this): a fraction, 0.05 is 5%; 0 to 1.",
+        ),
     ] = 0.05,
     persist: Annotated[
         float, typer.Option("--persist", help="Flag when slow in at least this share of steps.")
@@ -133,6 +138,12 @@ def stragglers(
 
     if not quarantine and (kubeconfig or context or dry_run):
         raise BadInput("stragglers: --kubeconfig, --context and --dry-run go with --quarantine")
+    if threshold > 1:
+        # A fraction, not a percent: 5 would mean 6x the median, which flags nothing.
+        raise BadInput(
+            f"stragglers: --threshold {threshold:g} is a fraction of the median, not a "
+            f"percent: 5% is 0.05; use 0 to 1"
+        )
     try:
         st.check_options(threshold, persist, top)
         if quarantine:
