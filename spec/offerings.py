@@ -108,9 +108,9 @@ def check_offerings(cfg: PlatformConfig) -> None:
     network = cfg.network
     zone_ids = network.zone_ids or {}
     check_zone_ids(cfg.region, network.availability_zones, zone_ids)
-    pools: list[tuple[tuple[str | int, ...], str, list[str] | None]] = [
-        (("system_pool",), cfg.system_pool.instance_type, None)
-    ]
+    pools: list[tuple[tuple[str | int, ...], str, list[str] | None]] = []
+    if not cfg.adopts_cluster:  # an adopted cluster's system pool is its owner's
+        pools.append((("system_pool",), cfg.system_pool.instance_type, None))
     pools += [
         (("node_pools", name), pool.instance_type, pool.availability_zones)
         for name, pool in cfg.node_pools.items()

@@ -49,7 +49,13 @@ def quota_demands(cfg: PlatformConfig) -> tuple[list[QuotaDemand], list[str]]:
     recovery = catalog().recovery
     if recovery is None:
         return [], []
-    pools = [("system pool", cfg.system_pool.instance_type, "ON_DEMAND", cfg.system_pool.max_size)]
+    system = cfg.system_pool
+    # An adopted (or shared) cluster's system pool is its owner's, not this stack's.
+    pools = (
+        []
+        if cfg.adopts_cluster
+        else [("system pool", system.instance_type, "ON_DEMAND", system.max_size)]
+    )
     pools += [(n, p.instance_type, p.capacity_type, p.max_size) for n, p in cfg.node_pools.items()]
     pools += [(n, p.instance_type, p.capacity_type, p.max_size) for n, p in cfg.cpu_pools.items()]
     demands: dict[str, QuotaDemand] = {}

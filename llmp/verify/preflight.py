@@ -31,9 +31,9 @@ _UNKNOWN_QUOTA = frozenset({"NoSuchResourceException"})
 
 def _pools(cfg: PlatformConfig) -> list[tuple[str, str, Sequence[str]]]:
     zones = cfg.network.availability_zones
-    pools: list[tuple[str, str, Sequence[str]]] = [
-        ("system pool", cfg.system_pool.instance_type, zones)
-    ]
+    pools: list[tuple[str, str, Sequence[str]]] = []
+    if not cfg.adopts_cluster:  # an adopted cluster's system pool is its owner's
+        pools.append(("system pool", cfg.system_pool.instance_type, zones))
     pools += [
         (f"node pool {n}", p.instance_type, p.availability_zones or zones)
         for n, p in cfg.node_pools.items()
