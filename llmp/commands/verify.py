@@ -102,6 +102,10 @@ def verify_command(
     is Pulumi's to see: the drift row runs `pulumi preview --refresh --expect-no-changes`
     when the Pulumi CLI is installed.
 
+    With --preflight, before a deploy and instead of all that: whether every pool's zones
+    offer its instance type (EC2 offerings by zone id) and each EC2 vCPU quota covers the
+    pools at max size (Service Quotas), read live against the stack file's config.
+
     Exit 0: nothing fails ("not checked" rows alone do not fail); 1: a check failed; 2: bad
     input (unknown stack, unreadable plan or outputs, no or refused credentials,
     unreachable endpoint or cluster).
