@@ -116,7 +116,8 @@ class Tenant:
     gpu_quota: Mapping[str, int] = field(default_factory=dict)
     """GPUs per pool guaranteed through Kueue (its ClusterQueue's nominal quota)."""
     serving_gpus: Mapping[str, int] = field(default_factory=dict)
-    """GPUs per pool for services outside Kueue: in the namespace quota only."""
+    """GPUs per pool for model servers: in the namespace quota (Kueue's queue holds them
+    too, unlent: manifests/queues.py)."""
     admin_role_arn: str | None = None
     """IAM role mapped to the tenant's Kubernetes group (an EKS access entry)."""
     s3_prefixes: Sequence[str] = ()

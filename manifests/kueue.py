@@ -254,9 +254,13 @@ class Scheduling:
 class TenantShare:
     name: str
     gpu_quota: dict[str, int]
+    """GPUs per pool the tenant's queue holds (its nominal quota)."""
     cpu: int
     """vCPUs for work without GPUs (the `cpu` flavor), and the namespace's cap."""
     memory_gib: int
+    unlent_gpus: dict[str, int] = field(default_factory=dict)
+    """GPUs per pool of `gpu_quota` the queue never lends to the cohort (the model servers'
+    `serving_gpus`: a replica KEDA adds must not wait for a borrower's preemption)."""
 
 
 def flavor_name(pool: str) -> str:
@@ -295,27 +299,43 @@ def _group(
     cpu: int,
     memory_gib: int,
     cpu_flavor: str = CPU_FLAVOR,
+    unlent: dict[str, int] | None = None,
 ) -> list[ResourceGroup]:
     """One group covering cpu, memory and every GPU resource: the `cpu` flavor first (no
-    GPUs, so GPU work moves on to a pool flavor), then a flavor per pool."""
+    GPUs, so GPU work moves on to a pool flavor), then a flavor per pool. `unlent`: GPUs
+    per pool the queue keeps from the cohort (a lending limit on the pool's GPUs)."""
     gpu_resources = sorted({p.gpu_resource for p in pools})
     covered = ["cpu", "memory", *gpu_resources]
+    kept = unlent or {}
 
-    def quotas(cpu_q: str, mem_q: str, gpu: dict[str, int]) -> list[ResourceQuota]:
+    def quotas(
+        cpu_q: str, mem_q: str, gpu: dict[str, int], lend: dict[str, int] | None = None
+    ) -> list[ResourceQuota]:
         return [
             ResourceQuota(name="cpu", nominal_quota=cpu_q),
             ResourceQuota(name="memory", nominal_quota=mem_q),
-            *(ResourceQuota(name=r, nominal_quota=str(gpu.get(r, 0))) for r in gpu_resources),
+            *(
+                ResourceQuota(
+                    name=r,
+                    nominal_quota=str(gpu.get(r, 0)),
+                    lending_limit=str(lend[r]) if lend and r in lend else None,
+                )
+                for r in gpu_resources
+            ),
         ]
 
     flavors = [FlavorQuotas(name=cpu_flavor, resources=quotas(str(cpu), f"{memory_gib}Gi", {}))]
     for p in pools:
         n = gpus.get(p.name, 0)
+        keep = min(kept.get(p.name, 0), n)
         flavors.append(
             FlavorQuotas(
                 name=p.flavor,
                 resources=quotas(
-                    _cpu(n * p.cpu_per_gpu), _gib(n * p.memory_gib_per_gpu), {p.gpu_resource: n}
+                    _cpu(n * p.cpu_per_gpu),
+                    _gib(n * p.memory_gib_per_gpu),
+                    {p.gpu_resource: n},
+                    {p.gpu_resource: n - keep} if keep else None,
                 ),
             )
         )
@@ -399,7 +419,12 @@ def tenant_cluster_queue(
             # Only the tenant's own namespace may point a LocalQueue at it.
             namespace_selector={"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
             resource_groups=_group(
-                pools, tenant.gpu_quota, tenant.cpu, tenant.memory_gib, names.cpu_flavor
+                pools,
+                tenant.gpu_quota,
+                tenant.cpu,
+                tenant.memory_gib,
+                names.cpu_flavor,
+                tenant.unlent_gpus,
             ),
             preemption=Preemption(
                 reclaim_within_cohort="Any",
@@ -542,7 +567,8 @@ class PodSet:
 def pod_sets(manifest: dict[str, Any]) -> list[PodSet]:
     """The pod sets Kueue makes of a workload: a PyTorchJob's replica types (count =
     replicas), a batch/v1 Job's pods (count = parallelism), one LeaderWorkerSet
-    group's leader and workers, or a RayJob's head, worker groups and submitter."""
+    group's leader and workers, a RayJob's head, worker groups and submitter, or the one
+    pod of a Pod or of a Deployment's replica."""
     kind, spec = manifest.get("kind"), manifest.get("spec") or {}
     if kind == "PyTorchJob":
         replicas = spec.get("pytorchReplicaSpecs") or {}
@@ -566,6 +592,12 @@ def pod_sets(manifest: dict[str, Any]) -> list[PodSet]:
         ]
     if kind == "RayJob":
         return ray_job_pod_sets(spec)
+    if kind == "Deployment":
+        # Kueue's pod integration admits each replica's pod as a workload of its own (a
+        # model server in a tenant namespace, where every pod is Kueue's).
+        return [PodSet(name="main", count=1, template=spec["template"])]
+    if kind == "Pod":
+        return [PodSet(name="main", count=1, template={"spec": spec})]
     raise AdmissionError(f"{kind} is not a kind this platform submits to Kueue")
 
 

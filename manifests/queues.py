@@ -20,14 +20,12 @@ def pool_capacities(cfg: PlatformConfig, team: str = "") -> list[kueue.PoolCapac
         if kind is None or itype.accelerator is None:
             continue
         count = itype.accelerator.count
-        serving = sum(t.serving_gpus.get(name, 0) for t in cfg.tenants.values())
         out.append(
             kueue.PoolCapacity(
                 name=name,
                 gpu_resource=kind.resource,
                 taint_key=kind.taint_key,
-                # GPUs held by services outside Kueue are not the queues' to give.
-                gpus=count * pool.max_size - serving,
+                gpus=count * pool.max_size,
                 cpu_per_gpu=itype.vcpus / count,
                 memory_gib_per_gpu=itype.memory_gib / count,
                 elastic=pool.elastic,
@@ -38,10 +36,20 @@ def pool_capacities(cfg: PlatformConfig, team: str = "") -> list[kueue.PoolCapac
 
 
 def tenant_shares(cfg: PlatformConfig, prefix: str = "") -> list[kueue.TenantShare]:
-    """Each tenant's guaranteed share, for its ClusterQueue (named as its namespace)."""
+    """Each tenant's guaranteed share, for its ClusterQueue (named as its namespace). The
+    model servers' `serving_gpus` are in it too, never lent: Kueue's pod integration admits
+    every pod in a tenant namespace, a model server's among them (the namespace's LocalQueue
+    `default` names its queue), so the GPUs those pods use are the queue's to hold."""
     return [
         kueue.TenantShare(
-            name=f"{prefix}{name}", gpu_quota=t.gpu_quota, cpu=t.cpu, memory_gib=t.memory_gib
+            name=f"{prefix}{name}",
+            gpu_quota={
+                pool: t.gpu_quota.get(pool, 0) + t.serving_gpus.get(pool, 0)
+                for pool in dict.fromkeys([*t.gpu_quota, *t.serving_gpus])
+            },
+            cpu=t.cpu,
+            memory_gib=t.memory_gib,
+            unlent_gpus=dict(t.serving_gpus),
         )
         for name, t in cfg.tenants.items()
     ]

@@ -457,8 +457,9 @@ class PlatformConfig(Section):
     def _serving_quota(self, serving: ServingConfig) -> None:
         """The replicas of a pool's models fit in the `serving` tenant's GPUs of that pool.
 
-        Model servers are Deployments in the `serving` namespace, outside Kueue:
-        its ResourceQuota (serving_gpus) would refuse the pods beyond it at run time.
+        Model servers are Deployments in the `serving` namespace; Kueue admits their pods
+        from serving_gpus (the queue's, unlent), and the namespace's ResourceQuota
+        (serving_gpus) would refuse the pods beyond it at run time.
         """
         queued = self.tenants["serving"].gpu_quota
         for pool_name, (_, need, models) in self._serving_demand(serving, True).items():

@@ -74,8 +74,9 @@ class TenantConfig(Section):
     serving_gpus: dict[str, int] = Field(
         default_factory=dict,
         description=(
-            "GPUs per node pool for services outside Kueue (model servers): in the namespace "
-            "quota, and kept out of the queues' capacity."
+            "GPUs per node pool for model servers (Deployments): in the namespace quota and "
+            "the tenant's Kueue queue, which admits every pod of the namespace and never "
+            "lends these to another queue."
         ),
     )
     cpu: int = Field(ge=1, description="vCPUs the namespace may request in total.")

@@ -88,7 +88,7 @@ def test_quota_sums_the_tenant_gpus_per_accelerator_resource(plans) -> None:
         {"scopeName": "PriorityClass", "operator": "In", "values": ["llmp-serving"]}
     ]
     serving = quota(plans("inference"), "serving")["hard"]
-    assert serving["requests.nvidia.com/gpu"] == "64"  # serving GPUs, outside Kueue
+    assert serving["requests.nvidia.com/gpu"] == "64"  # serving GPUs
 
 
 def test_default_deny_then_narrow_allows(plans) -> None:

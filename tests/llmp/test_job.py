@@ -199,7 +199,8 @@ def test_a_namespace_without_the_fsx_claim_is_refused(tmp_path: Path) -> None:
 
 def test_a_job_kueue_would_never_admit_is_refused() -> None:
     raw = load_stack_file(str(REPO_ROOT / "stacks" / "Pulumi.finetune.yaml"))
-    # Model servers hold one H100 node outside Kueue: the queues own only the other one.
+    # Model servers hold one H100 node, which their queue lends to none: the other queues
+    # own only the other one.
     raw["llm-platform:tenants"]["code"]["gpu_quota"]["h100"] = 0
     raw["llm-platform:tenants"]["code"]["serving_gpus"] = {"h100": 8}
     cfg = load_config(raw)

@@ -475,3 +475,40 @@ def test_a_data_job_above_the_tenants_cpu_quota_is_refused_with_the_reason() -> 
     assert problem.startswith("workers: no flavor of ClusterQueue team fits")
     # 20 workers x 13 vCPUs against 256 less the head's 2 (placed first).
     assert "cpu: cpu 260 > 254" in problem
+
+
+def test_every_model_server_replica_is_admitted_by_the_serving_queue_up_to_its_gpus(
+    plans,
+) -> None:
+    """Kueue's pod webhook gives every pod of a tenant namespace the LocalQueue `default`
+    (components/addons.py: manageJobsWithoutQueueName), a model server's too: its GPUs are
+    the serving queue's nominal quota, which it lends to no one."""
+    from tests.conftest import raw_stack
+
+    plan = plans("inference")
+    cfg = load_config(raw_stack("inference"))
+    flavors, queues = kueue.platform_queues(pool_capacities(cfg), tenant_shares(cfg))
+    serving = next(q for q in queues if q.metadata.name == "serving")
+    models = {m.name: m for m in cfg.serving.models} if cfg.serving else {}
+    checked = []
+    for r in plan.by_type("kubernetes:apps/v1:Deployment"):
+        name = r.inputs["metadata"]["name"]
+        if r.inputs["metadata"]["namespace"] != "serving" or name not in models:
+            continue
+        (pod,) = kueue.pod_sets(r.inputs)
+        gpus = int(pod.requests(kueue.EXCLUDED_RESOURCE_PREFIXES)["nvidia.com/gpu"])
+        pool = models[name].node_pool
+        fit = cfg.tenants["serving"].serving_gpus[pool] // gpus
+        replicas = kueue.PodSet(name="main", count=fit, template=pod.template)
+        admitted = kueue.admit([replicas], serving, flavors, cohort=queues)
+        assert admitted.admitted, (name, admitted.problems)
+        one_more = kueue.PodSet(name="main", count=fit + 1, template=pod.template)
+        assert not kueue.admit([one_more], serving, flavors, cohort=queues).admitted
+        checked.append(name)
+    assert sorted(checked) == ["llama-70b", "llama-8b"]
+    # What the serving queue holds for its model servers is lent to no other queue.
+    for group in serving.spec.resource_groups:
+        for fq in group.flavors:
+            for rq in fq.resources:
+                if rq.name == "nvidia.com/gpu" and rq.nominal_quota != "0":
+                    assert rq.lending_limit == "0", fq.name
