@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,18 @@ def key_path(path: Iterable[str | int]) -> str:
             text = visible(part, 40)
             out += f".{text}" if out else text
     return out or "(top level)"
+
+
+_USERINFO = re.compile(r"(?<=//)[^/?#]*@")
+_SECRET_PARAM = re.compile(r"(?i)([?&](?:[^=&#]*(?:key|token|secret|passw|auth)[^=&#]*)=)[^&#]*")
+
+
+def redact_url(url: str) -> str:
+    """`url` without its credentials: the userinfo (`user:password@`) and the values of
+    query parameters named like a secret (`api_key=`, `token=`) shown as `***`. For any URL
+    a report prints or writes."""
+    text = _USERINFO.sub("***@", url)
+    return _SECRET_PARAM.sub(r"\1***", text)
 
 
 # --------------------------------------------------------------------------- files
@@ -214,17 +227,21 @@ def parse_json(
         )
     except json.JSONDecodeError as exc:
         raise ReadError(
-            source, f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+            source, f"not JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
     except _Refused as exc:
-        raise ReadError(source, f"not accepted JSON ({exc.problem})") from None
+        raise ReadError(source, f"not accepted JSON: {exc.problem}") from None
     except RecursionError:
-        raise ReadError(source, f"JSON nested deeper than {max_depth} levels") from None
+        raise ReadError(source, _too_deeply(max_depth)) from None
     except ValueError as exc:  # a number Python cannot hold
-        raise ReadError(source, f"not accepted JSON ({clip(str(exc), 120)})") from None
+        raise ReadError(source, f"not accepted JSON: {clip(str(exc), 120)}") from None
     if _too_deep(doc, max_depth):
-        raise ReadError(source, f"JSON nested deeper than {max_depth} levels")
+        raise ReadError(source, _too_deeply(max_depth))
     return doc
+
+
+def _too_deeply(limit: int) -> str:
+    return f"JSON nested too deeply (more than {limit} levels)"
 
 
 def _too_deep(doc: Any, limit: int) -> bool:

@@ -98,7 +98,9 @@ from typing import Any
 
 import numpy as np
 
+from spec.errors import show
 from spec.promql import ImpossibleValue, sample_value, selector
+from spec.readers import redact_url
 from workloads.diagnosis import prometheus
 from workloads.diagnosis.evidence import Evidence, describe, query_evidence, read_evidence
 from workloads.diagnosis.prometheus import SourceUnavailable
@@ -182,25 +184,34 @@ def _matrix(
             f"Prometheus {url}: expected a matrix, got {data.get('resultType')}"
         )
     # What the query did not ask for is not counted, whoever answered (a proxy, a cache).
+    result = data.get("result") or []
+    if not isinstance(result, list):
+        raise SourceUnavailable(f"Prometheus {redact_url(url)}: a result that is no list of series")
     return [
         s
-        for s in data.get("result") or []
+        for s in result
         if isinstance(s, dict)
-        and all((s.get("metric") or {}).get(k) == v for k, v in labels.items())
+        and isinstance(s.get("metric"), dict)
+        and all(s["metric"].get(k) == v for k, v in labels.items())
     ]
 
 
 def _values(series: dict[str, Any], what: str) -> list[tuple[float, float]]:
     """(timestamp, value) of a matrix series; BadInput for a sample that is no number."""
     out = []
-    for sample in series.get("values") or []:
+    samples = series.get("values") or []
+    if not isinstance(samples, list):
+        raise BadInput(f"{what}: values that are no list of [time, value] pairs: {show(samples)}")
+    for sample in samples:
         try:
             ts, raw = sample
             out.append((float(ts), sample_value(raw, what)))
         except ImpossibleValue as exc:
             raise BadInput(str(exc)) from None
-        except (TypeError, ValueError):
-            raise BadInput(f"{what}: a sample that is no [time, value] pair: {sample!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise BadInput(
+                f"{what}: a sample that is no [time, value] pair: {show(sample)}"
+            ) from None
     return out
 
 
@@ -235,8 +246,10 @@ def query_prometheus(
         found = series.get("metric") or {}
         try:
             rank = int(found["rank"])
-        except (KeyError, ValueError):
-            raise BadInput(f"{METRIC} series without an integer rank label: {found}") from None
+        except (KeyError, TypeError, ValueError):
+            raise BadInput(
+                f"{METRIC} series without an integer rank label: {show(found)}"
+            ) from None
         node[rank] = str(found.get("node") or f"rank-{rank}")
         for ts, value in _values(series, f"{METRIC} of rank {rank}"):
             by_time[ts][rank] = value
@@ -249,7 +262,7 @@ def query_prometheus(
             continue
         try:
             rank = int(found["rank"])
-        except (KeyError, ValueError):
+        except (KeyError, TypeError, ValueError):
             continue
         for ts, value in _values(series, f"{PHASE_METRIC} of rank {rank}"):
             phase_at[ts][(found["phase"], rank)] = value
@@ -278,7 +291,7 @@ def query_prometheus(
         seconds,
         [node[r] for r in ranks],
         {p: np.array(v) for p, v in phases.items()},
-        source=f"{url} namespace={namespace} job={job} range={range_}",
+        source=f"{redact_url(url)} namespace={namespace} job={job} range={range_}",
     )
 
 
@@ -406,6 +419,15 @@ class _Groups:
     safe: np.ndarray  # (groups, k): members' rank indices (padding: 0, never present)
 
 
+@dataclass
+class _Sorted:
+    """Each step of a block sorted once: the values, each rank's position, the count."""
+
+    xs: np.ndarray  # (steps, ranks) ascending, NaN last
+    pos: np.ndarray  # (steps, ranks) int32: rank j's position in its sorted step
+    n: np.ndarray  # (steps,) int32: values present
+
+
 def _middle(sorted_: np.ndarray, count: np.ndarray, axis: int) -> np.ndarray:
     """The median of the first `count` values along `axis` of an ascending array
     ((a + a) / 2 == a, so odd and even counts share the formula; NaN where count is 0)."""
@@ -416,11 +438,7 @@ def _middle(sorted_: np.ndarray, count: np.ndarray, axis: int) -> np.ndarray:
     return np.where(count > 0, out, np.nan)
 
 
-def _groups(x: np.ndarray, members: np.ndarray) -> _Groups:
-    """x: (steps, ranks), NaN where missing; members: (groups, k) rank indices, -1 padding.
-
-    Positions are int32 and every temporary goes as soon as it is used: at 10,240 ranks
-    x 200 steps each (steps, ranks) array is 16 MB in float64."""
+def _sort(x: np.ndarray) -> _Sorted:
     n_ranks = x.shape[1]
     order = np.argsort(x, axis=1).astype(np.int32)  # NaN last; ties in any order
     xs = np.take_along_axis(x, order, axis=1)
@@ -428,9 +446,18 @@ def _groups(x: np.ndarray, members: np.ndarray) -> _Groups:
     np.put_along_axis(
         pos, order, np.broadcast_to(np.arange(n_ranks, dtype=np.int32), x.shape), axis=1
     )
-    del order
     n = np.count_nonzero(~np.isnan(x), axis=1).astype(np.int32)
+    return _Sorted(xs, pos, n)
 
+
+def _groups(x: np.ndarray, members: np.ndarray, srt: _Sorted | None = None) -> _Groups:
+    """x: (steps, ranks), NaN where missing; members: (groups, k) rank indices, -1 padding;
+    `srt`: x's steps sorted (`_sort(x)`), when the caller has them.
+
+    Positions are int32 and every temporary goes as soon as it is used."""
+    n_ranks = x.shape[1]
+    srt = srt or _sort(x)
+    xs, n = srt.xs, srt.n
     valid = members >= 0
     safe = np.where(valid, members, 0)
     values = x[:, safe]  # (steps, groups, k)
@@ -440,18 +467,20 @@ def _groups(x: np.ndarray, members: np.ndarray) -> _Groups:
     values.sort(axis=2)
     mine = _middle(values, inside, axis=2)
     del values
-    # members' positions in the sorted row, ascending; absent members past every value
-    mpos = pos[:, safe]
-    del pos
-    mpos[~present] = n_ranks
-    if mpos.shape[2] > 1:
+    # Members' positions in the sorted row, ascending, absent ones past every value. The
+    # j-th smallest of the others is at j + #{i: q[i] <= j}, q[i] = mpos[i] - i being the
+    # number of others before member i (non-decreasing in i).
+    k = members.shape[1]
+    mpos = srt.pos[:, safe]
+    mpos[~present] = n_ranks + k
+    if k > 1:
         mpos.sort(axis=2)
+    mpos -= np.arange(k, dtype=np.int32)
     outside = n[:, None] - inside
 
     def kth_outside(j: np.ndarray) -> np.ndarray:
         p = j.astype(np.int32)
-        for k in range(mpos.shape[2]):
-            p += mpos[:, :, k] <= p
+        p += (mpos <= p[:, :, None]).sum(axis=2, dtype=np.int32)
         np.clip(p, 0, n_ranks - 1, out=p)
         return np.take_along_axis(xs, p, axis=1)
 
@@ -468,27 +497,124 @@ def _groups(x: np.ndarray, members: np.ndarray) -> _Groups:
     return _Groups(ref, outside_max, mine, inside > 0, present, safe)
 
 
-def _scores(
-    x: np.ndarray, actual: np.ndarray, g: _Groups, threshold: float, persist: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(lost seconds, slow fraction, median ratio, flagged) per group."""
-    lost = np.where(g.seen, actual[:, None] - np.maximum(g.ref, g.outside_max), 0.0).sum(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(g.ref > 0, g.mine / g.ref, 1.0)
-    slow = g.seen & (g.mine > g.ref * (1 + threshold))
-    seen = g.seen.sum(axis=0)
-    fraction = np.where(seen > 0, slow.sum(axis=0) / np.maximum(seen, 1), 0.0)
-    ratios = np.sort(np.where(g.seen, ratio, np.nan), axis=0)
-    median_ratio = np.where(seen > 0, _middle(ratios, seen, axis=0), 1.0)
-    return lost, fraction, median_ratio, (seen > 0) & (fraction >= persist)
+CHUNK_CELLS = 1 << 16
+"""Cells of one dense block (steps x ranks of the block) the analysis may build beyond
+four per cell the input holds: a dense trace is one block, a sparse one (ranks that come
+and go, far-apart steps) many small ones, so memory follows the input, not its grid."""
 
 
-def _cause_matrices(trace: Trace) -> Iterator[tuple[str, tuple[str, ...], np.ndarray]]:
+def _blocks(trace: Trace) -> Iterator[tuple[int, int]]:
+    """Ranges [a, b) of steps whose dense block (steps x the ranks present in them) holds at
+    most max(4 x its cells, CHUNK_CELLS) entries; a single step always fits (its ranks)."""
+    starts = trace.step_starts()
+    n_steps, n_cells = trace.n_steps, trace.n_cells
+    if n_steps * trace.n_ranks <= max(4 * n_cells, CHUNK_CELLS):
+        yield 0, n_steps
+        return
+    mark = np.zeros(trace.n_ranks, dtype=bool)
+    touched: list[np.ndarray] = []
+    a, union, cells = 0, 0, 0
+    for s in range(n_steps):
+        r = trace.rank[starts[s] : starts[s + 1]]
+        new = r[~mark[r]]
+        if s > a and (s - a + 1) * (union + len(new)) > max(4 * (cells + len(r)), CHUNK_CELLS):
+            yield a, s
+            for t in touched:
+                mark[t] = False
+            touched.clear()
+            a, union, cells = s, 0, 0
+            new = r
+        mark[new] = True
+        touched.append(new)
+        union += len(new)
+        cells += len(r)
+    yield a, n_steps
+
+
+def _buckets(sizes: np.ndarray) -> Iterator[np.ndarray]:
+    """Groups (indices into `sizes`) by size class, powers of two: padded to the class's
+    largest, a class's (groups, k) table is at most twice its members."""
+    classes = np.ceil(np.log2(np.maximum(sizes, 1))).astype(np.int64)
+    for c in np.unique(classes):
+        yield np.flatnonzero(classes == c)
+
+
+def _member_table(ranks_of: list[np.ndarray]) -> np.ndarray:
+    k = max(len(r) for r in ranks_of)
+    table = np.full((len(ranks_of), k), -1, dtype=np.int64)
+    for i, r in enumerate(ranks_of):
+        table[i, : len(r)] = r
+    return table
+
+
+class _Tally:
+    """What the report needs of each group (rank or node), summed over the blocks."""
+
+    def __init__(self, n: int) -> None:
+        self.lost = np.zeros(n)
+        self.slow = np.zeros(n, dtype=np.int64)
+        self.seen = np.zeros(n, dtype=np.int64)
+        self.late = np.zeros(n)
+        self.ratio_group: list[np.ndarray] = []
+        self.ratio_value: list[np.ndarray] = []
+        self.excess: dict[str, np.ndarray] = {}
+        self.saved: dict[str, np.ndarray] = {}
+
+    def add(self, gid: np.ndarray, actual: np.ndarray, g: _Groups, threshold: float) -> None:
+        lost = np.where(g.seen, actual[:, None] - np.maximum(g.ref, g.outside_max), 0.0)
+        np.add.at(self.lost, gid, lost.sum(axis=0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(g.ref > 0, g.mine / g.ref, 1.0)
+        slow = g.seen & (g.mine > g.ref * (1 + threshold))
+        np.add.at(self.slow, gid, slow.sum(axis=0))
+        np.add.at(self.seen, gid, g.seen.sum(axis=0))
+        np.add.at(self.late, gid, np.where(g.seen, g.mine - g.ref, 0.0).sum(axis=0))
+        at = np.nonzero(g.seen)
+        self.ratio_group.append(gid[at[1]])
+        self.ratio_value.append(ratio[at])
+
+    def add_cause(self, cause: str, gid: np.ndarray, excess: np.ndarray, saved: np.ndarray) -> None:
+        n = len(self.lost)
+        np.add.at(self.excess.setdefault(cause, np.zeros(n)), gid, excess)
+        np.add.at(self.saved.setdefault(cause, np.zeros(n)), gid, saved)
+
+    def scores(self, persist: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(lost seconds, slow fraction, median ratio, flagged) per group."""
+        seen = self.seen
+        fraction = np.where(seen > 0, self.slow / np.maximum(seen, 1), 0.0)
+        median_ratio = np.ones(len(seen))
+        if self.ratio_group:
+            group = np.concatenate(self.ratio_group)
+            value = np.concatenate(self.ratio_value)
+            order = np.lexsort((value, group))
+            group, value = group[order], value[order]
+            starts = np.searchsorted(group, np.arange(len(seen) + 1))
+            count = np.diff(starts)
+            has = count > 0
+            lo = starts[:-1] + (np.maximum(count, 1) - 1) // 2
+            hi = starts[:-1] + np.maximum(count, 1) // 2
+            last = max(len(value) - 1, 0)
+            mid = (value[np.minimum(lo, last)] + value[np.minimum(hi, last)]) / 2
+            median_ratio = np.where(has, mid, 1.0)
+        return self.lost, fraction, median_ratio, (seen > 0) & (fraction >= persist)
+
+
+def _dense(values: np.ndarray, where: tuple[Any, np.ndarray, np.ndarray, slice]) -> np.ndarray:
+    """The block of `values` (one per cell): (shape, row and column of each cell, cells)."""
+    shape, rows, columns, cells = where
+    out = np.full(shape, np.nan)
+    out[rows, columns] = values[cells]
+    return out
+
+
+def _cause_matrices(
+    seconds: np.ndarray, phases: dict[str, np.ndarray]
+) -> Iterator[tuple[str, tuple[str, ...], np.ndarray]]:
     """(cause, its phases, (steps, ranks) seconds in it; NaN where none of them is known),
     one at a time; `other` last, the rest of `seconds`."""
-    known = np.zeros_like(trace.seconds)
-    for cause, phases in CAUSES.items():
-        carried = [trace.phases[p] for p in phases if p in trace.phases]
+    known = np.zeros_like(seconds)
+    for cause, names in CAUSES.items():
+        carried = [phases[p] for p in names if p in phases]
         if not carried:
             continue
         total = carried[0].copy()
@@ -497,46 +623,56 @@ def _cause_matrices(trace: Trace) -> Iterator[tuple[str, tuple[str, ...], np.nda
             total[both] = 0.0
             total += np.nan_to_num(more)
         known += np.nan_to_num(total)
-        yield cause, phases, total
-    if trace.phases:
+        yield cause, names, total
+    if phases:
         known *= -1
-        known += trace.seconds
+        known += seconds
         yield "other", (), known
 
 
-def _explain(
-    trace: Trace,
-    members: np.ndarray,
-    totals: _Groups,
+def _block_causes(
+    x: np.ndarray,
+    phases: dict[str, np.ndarray],
+    node_sets: list[tuple[np.ndarray, np.ndarray, _Groups]],
     actual: np.ndarray,
-    lost: np.ndarray,
-    nodes: list[int],
-) -> dict[int, list[Cause]]:
-    """Cause split and per-cause what-if of `nodes` (index -> causes), computed for all
-    nodes at once: a node's reference needs the whole step anyway."""
-    per_cause: list[tuple[str, tuple[str, ...], np.ndarray, np.ndarray]] = []
-    for cause, phases, matrix in _cause_matrices(trace):
-        g = _groups(matrix, members)
-        diff = g.mine - g.ref
-        excess = np.where(totals.seen & np.isfinite(diff), diff, 0.0).sum(axis=0)
+    tally: _Tally,
+) -> None:
+    """Per cause and node of a block: its excess over the others and the job seconds saved
+    if it went away on that node alone (see the module docstring)."""
+    for cause, _, matrix in _cause_matrices(x, phases):
+        srt = _sort(matrix)
+        for gid, members, totals in node_sets:
+            g = _groups(matrix, members, srt)
+            diff = g.mine - g.ref
+            excess = np.where(totals.seen & np.isfinite(diff), diff, 0.0).sum(axis=0)
+            over = np.maximum(matrix[:, totals.safe] - g.ref[:, :, None], 0.0)
+            shortened = x[:, totals.safe] - np.nan_to_num(over)
+            own_max = np.where(totals.present, shortened, -np.inf).max(axis=2)
+            step = np.maximum(totals.outside_max, own_max)
+            saved = np.where(totals.seen, actual[:, None] - step, 0.0).sum(axis=0)
+            tally.add_cause(cause, gid, excess, saved)
+            del g, diff, over, shortened, own_max, step
+        del srt, matrix
+
+
+def _causes_of(tally: _Tally, lost: np.ndarray, nodes: list[int]) -> dict[int, list[Cause]]:
+    """Cause split of `nodes` (index -> causes, largest share first)."""
+    per_cause = []
+    for cause, phases in [*CAUSES.items(), ("other", ())]:
+        if cause not in tally.excess:
+            continue
+        excess = tally.excess[cause].copy()
         # `other` is a difference of sums: rounding leaves ~1e-16 s a step, not a cause
-        excess[np.abs(excess) < 1e-9 * np.maximum(totals.seen.sum(axis=0), 1)] = 0.0
-        over = np.maximum(matrix[:, totals.safe] - g.ref[:, :, None], 0.0)
-        shortened = trace.seconds[:, totals.safe] - np.nan_to_num(over)
-        own_max = np.where(totals.present, shortened, -np.inf).max(axis=2)
-        step = np.maximum(totals.outside_max, own_max)
-        saved = np.where(totals.seen, actual[:, None] - step, 0.0).sum(axis=0)
-        per_cause.append((cause, phases, excess, saved))
-        del g, diff, over, shortened, own_max, step, matrix
+        excess[np.abs(excess) < 1e-9 * np.maximum(tally.seen, 1)] = 0.0
+        per_cause.append((cause, phases, excess, tally.saved[cause]))
     positive = sum(np.maximum(e, 0.0) for _, _, e, _ in per_cause)
-    late = np.where(totals.seen, totals.mine - totals.ref, 0.0).sum(axis=0)
     out: dict[int, list[Cause]] = {}
     for i in nodes:
         causes = []
         for cause, phases, excess, saved in per_cause:
             # Only a node slower than the others has a cause: a fast one's excess is time
             # spent waiting for the slow ones (collective), not lost by it.
-            explains = positive[i] > 0 and late[i] > 0
+            explains = positive[i] > 0 and tally.late[i] > 0
             share = max(float(excess[i]), 0.0) / float(positive[i]) if explains else 0.0
             causes.append(
                 Cause(
@@ -564,29 +700,50 @@ def analyse(
 ) -> Report:
     """The report; with phases in the trace, the first `explain` nodes by lost time and
     every flagged node carry their causes, and their `evidence` where given."""
-    x = trace.seconds
-    if x.size == 0 or np.isnan(x).all():
+    if trace.n_cells == 0:
         raise BadInput("no step times")
-    n_ranks = trace.n_ranks
-    by_rank_index = np.arange(n_ranks).reshape(-1, 1)
-    counts = np.bincount(trace.node, minlength=len(trace.node_names))
-    members = np.full((len(trace.node_names), int(counts.max())), -1, dtype=np.int64)
-    fill = np.zeros(len(trace.node_names), dtype=np.int64)
-    for j, g in enumerate(trace.node):  # one entry per rank
-        members[g, fill[g]] = j
-        fill[g] += 1
+    n_ranks, n_nodes = trace.n_ranks, len(trace.node_names)
+    by_node_ranks = np.argsort(trace.node, kind="stable")
+    node_starts = np.searchsorted(trace.node[by_node_ranks], np.arange(n_nodes + 1))
+    rank_tally, node_tally = _Tally(n_ranks), _Tally(n_nodes)
+    starts = trace.step_starts()
+    actual_s = at_median_s = 0.0
+    for a, b in _blocks(trace):
+        lo, hi = int(starts[a]), int(starts[b])
+        present, local = np.unique(trace.rank[lo:hi], return_inverse=True)
+        cell_step = trace.step[lo:hi] - a
 
-    xs = np.sort(x, axis=1)
-    n = np.count_nonzero(~np.isnan(x), axis=1)
-    actual = np.nanmax(x, axis=1)
-    at_median = _middle(xs, n, axis=1)
-    slowdown = float(actual.sum() - at_median.sum())
+        where = (b - a, len(present)), cell_step, local, slice(lo, hi)
+        x = _dense(trace.seconds, where)
+        srt = _sort(x)
+        actual = srt.xs[np.arange(b - a), srt.n - 1]
+        actual_s += float(actual.sum())
+        at_median_s += float(_middle(srt.xs, srt.n, axis=1).sum())
+        rank_tally.add(
+            present, actual, _groups(x, np.arange(len(present)).reshape(-1, 1), srt), threshold
+        )
+        # The nodes of the block, by size class, their members as the block's columns.
+        node_ids, column_node = np.unique(trace.node[present], return_inverse=True)
+        columns = np.argsort(column_node, kind="stable")
+        bounds = np.searchsorted(column_node[columns], np.arange(len(node_ids) + 1))
+        node_sets = []
+        for bucket in _buckets(np.diff(bounds)):
+            members = _member_table([columns[bounds[i] : bounds[i + 1]] for i in bucket])
+            g = _groups(x, members, srt)
+            node_tally.add(node_ids[bucket], actual, g, threshold)
+            node_sets.append((node_ids[bucket], members, g))
+        del srt
+        if trace.phases:
+            phases = {p: _dense(v, where) for p, v in trace.phases.items()}
+            _block_causes(x, phases, node_sets, actual, node_tally)
+        del x, node_sets
+
+    slowdown = actual_s - at_median_s
 
     def share(lost: float) -> float:
         return lost / slowdown if slowdown > 0 else 0.0
 
-    ranks = _groups(x, by_rank_index)
-    lost_r, frac_r, ratio_r, flag_r = _scores(x, actual, ranks, threshold, persist)
+    lost_r, frac_r, ratio_r, flag_r = rank_tally.scores(persist)
     by_rank = [
         Score(
             str(int(trace.ranks[j])),
@@ -600,12 +757,11 @@ def analyse(
         )
         for j in range(n_ranks)
     ]
-    nodes = _groups(x, members)
-    lost_n, frac_n, ratio_n, flag_n = _scores(x, actual, nodes, threshold, persist)
+    lost_n, frac_n, ratio_n, flag_n = node_tally.scores(persist)
     by_node = [
         Score(
             name,
-            [int(trace.ranks[j]) for j in members[i] if j >= 0],
+            sorted(int(trace.ranks[j]) for j in by_node_ranks[node_starts[i] : node_starts[i + 1]]),
             name,
             float(lost_n[i]),
             share(float(lost_n[i])),
@@ -624,7 +780,7 @@ def analyse(
     by_node.sort(key=order)
     chosen = [s for k, s in enumerate(by_node) if k < explain or s.flagged]
     if trace.phases:
-        causes = _explain(trace, members, nodes, actual, lost_n, [index[s.name] for s in chosen])
+        causes = _causes_of(node_tally, lost_n, [index[s.name] for s in chosen])
         for s in chosen:
             s.causes = causes[index[s.name]]
     for s in chosen:
@@ -635,9 +791,9 @@ def analyse(
         steps=trace.n_steps,
         ranks=n_ranks,
         nodes=len(trace.node_names),
-        incomplete_steps=int((n < n_ranks).sum()),
-        actual_s=float(actual.sum()),
-        at_median_s=float(at_median.sum()),
+        incomplete_steps=int((np.diff(starts) < n_ranks).sum()),
+        actual_s=actual_s,
+        at_median_s=at_median_s,
         threshold=threshold,
         persist=persist,
         by_rank=by_rank,

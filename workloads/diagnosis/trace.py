@@ -1,10 +1,12 @@
 """Per-rank step times as arrays, and the readers that build them from files.
 
-A `Trace` is columnar: `seconds[i, j]` is the time of step `steps[i]` on rank `ranks[j]`
-(NaN where that rank has no row for that step), `node[j]` indexes `node_names`, and
-`phases[name]` holds the optional per-phase seconds the same way. Memory is a few
-arrays the size of the input, never a Python object per sample: 10,240 ranks x 200 steps
-is 16 MB of float64 per matrix.
+A `Trace` is sparse and columnar: one cell per (step, rank) the input holds, sorted by
+step then rank; `step[c]` indexes `steps`, `rank[c]` indexes `ranks`, `seconds[c]` is
+the time, and `phases[name][c]` the optional per-phase seconds (NaN: absent). `node[j]`
+indexes `node_names` for rank `ranks[j]`. Memory is a few arrays the size of the input,
+never a Python object per sample and never a steps x ranks grid: a file holding 70,000
+rows of 70,000 distinct steps and ranks is 70,000 cells, not 4.9 billion (the analysis
+builds dense blocks of a bounded size, `stragglers.CHUNK_CELLS`).
 
 Files, by suffix: `.parquet` (or a file starting with Parquet's magic), `.csv` (or, with
 no JSON suffix, a first line that is not `{`), else JSON lines. Rows carry `step`, `rank`,
@@ -22,7 +24,6 @@ written `"3"` or `3.0`), reads it.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -32,6 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from spec.errors import show
+from spec.readers import ReadError, parse_json, unprintable, visible
+
 PHASES: tuple[str, ...] = ("data_wait", "compute", "collective", "optimizer", "checkpoint")
 """The phases of one training step, each written as `<phase>_s` beside `seconds` (the
 step's total) in a step-times line, and as `llmp_train_phase_seconds{phase=...}`."""
@@ -39,6 +43,8 @@ step's total) in a step-times line, and as `llmp_train_phase_seconds{phase=...}`
 PHASE_COLUMNS: tuple[str, ...] = tuple(f"{p}_s" for p in PHASES)
 _JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 _PARQUET_MAGIC = b"PAR1"
+MAX_LINE_CHARS = 1 << 20
+"""One JSON line of step times is under 300 characters; a megabyte is no step time."""
 
 
 class BadInput(ValueError):
@@ -47,14 +53,16 @@ class BadInput(ValueError):
 
 @dataclass(frozen=True)
 class Trace:
-    """Step times as a steps x ranks matrix; build one with `Trace.from_columns`."""
+    """Step times, one cell per (step, rank) given; build one with `Trace.from_columns`."""
 
-    seconds: np.ndarray  # (steps, ranks) float64, NaN where missing
+    step: np.ndarray  # (cells,) int64 index into steps, ascending (then rank)
+    rank: np.ndarray  # (cells,) int64 index into ranks
+    seconds: np.ndarray  # (cells,) float64
     steps: np.ndarray  # (steps,) int64, ascending
     ranks: np.ndarray  # (ranks,) int64, ascending
     node: np.ndarray  # (ranks,) int64 index into node_names
     node_names: tuple[str, ...]
-    phases: dict[str, np.ndarray] = field(default_factory=dict)  # phase -> (steps, ranks)
+    phases: dict[str, np.ndarray] = field(default_factory=dict)  # phase -> (cells,)
     source: str = ""
 
     @classmethod
@@ -96,11 +104,26 @@ class Trace:
 
     @property
     def n_steps(self) -> int:
-        return int(self.seconds.shape[0])
+        return len(self.steps)
 
     @property
     def n_ranks(self) -> int:
-        return int(self.seconds.shape[1])
+        return len(self.ranks)
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.seconds)
+
+    def step_starts(self) -> np.ndarray:
+        """(steps + 1,): the cells of step i are [starts[i], starts[i + 1])."""
+        return np.searchsorted(self.step, np.arange(self.n_steps + 1))
+
+    def matrix(self, values: np.ndarray | None = None) -> np.ndarray:
+        """`values` (seconds by default) as a dense steps x ranks matrix, NaN where no cell
+        is: for small traces (tests, a report's example), never for a whole input."""
+        out = np.full((self.n_steps, self.n_ranks), np.nan)
+        out[self.step, self.rank] = self.seconds if values is None else values
+        return out
 
     def node_of(self, rank: int) -> str:
         """The node of rank number `rank`."""
@@ -162,24 +185,18 @@ def build(
         raise BadInput(f"{source}: no step times" if source else "no step times")
     steps, si = _index(step)
     ranks, ri = _index(rank)
-    n_steps, n_ranks = len(steps), len(ranks)
-    cell = si * n_ranks + ri
+    n_ranks = len(ranks)
+    # One cell per (step, rank), sorted: a (step, rank) given twice counts once, the last
+    # row (a stable sort keeps the rows of one cell in input order).
+    key = si * n_ranks + ri
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    last_of_run = np.ones(len(key), dtype=bool)
+    last_of_run[:-1] = key[1:] != key[:-1]
+    keep = order[last_of_run]
+    del key, order, last_of_run
+    cell_step, cell_rank = si[keep], ri[keep]
     del si
-    # A (step, rank) given twice counts once, the last row: numpy leaves the order of
-    # repeated indices in one assignment open, ufunc.at does not.
-    last: np.ndarray | None = None
-    if int(np.bincount(cell, minlength=n_steps * n_ranks).max()) > 1:
-        last = np.full(n_steps * n_ranks, -1, dtype=np.int64)
-        np.maximum.at(last, cell, np.arange(len(cell)))
-
-    def matrix(values: np.ndarray) -> np.ndarray:
-        out = np.full(n_steps * n_ranks, np.nan)
-        if last is None:
-            out[cell] = values
-        else:
-            filled = last >= 0
-            out[filled] = values[last[filled]]
-        return out.reshape(n_steps, n_ranks)
 
     # A rank's node: the last row naming one; ranks no row names are their own node.
     named = np.flatnonzero(node_codes >= 0)
@@ -192,23 +209,33 @@ def build(
         row = int(by_rank[j])
         name = node_dictionary[node_codes[row]] if row >= 0 else f"rank-{int(ranks[j])}"
         node[j] = index.setdefault(name, len(index))
+    names = tuple(index)
+    for name in node_dictionary:  # every name the input holds, kept or not
+        bad = unprintable(name)
+        if bad is not None:
+            raise BadInput(
+                f"{source}: node {visible(name, 60)} holds the character {bad}: a node name "
+                "is printable text (Kubernetes names one with letters, digits, '-' and '.')"
+            )
     seconds = column("seconds")
     _check("seconds", seconds, True, step, rank)
-    times = matrix(seconds)
+    times = seconds[keep]
     del seconds
     carried: dict[str, np.ndarray] = {}
     for p in phases:
         values = column(p)
         _check(p, values, False, step, rank)
         if not np.isnan(values).all():
-            carried[p] = matrix(values)
+            carried[p] = values[keep]
         del values
     return Trace(
+        step=cell_step,
+        rank=cell_rank,
         seconds=times,
         steps=steps.astype(np.int64),
         ranks=ranks.astype(np.int64),
         node=node,
-        node_names=tuple(index),
+        node_names=names,
         phases={p: carried[p] for p in PHASES if p in carried},
         source=source,
     )
@@ -252,14 +279,18 @@ class _Rows:
         rank = _field(row, "rank", where, int)
         seconds = _field(row, "seconds", where, float)
         if not math.isfinite(seconds) or seconds < 0:
-            raise BadInput(f"{where}: 'seconds' must be a finite number >= 0: {row['seconds']!r}")
+            raise BadInput(
+                f"{where}: 'seconds' must be a finite number >= 0: {show(row['seconds'])}"
+            )
         values = []
         for col in PHASE_COLUMNS:
             v = math.nan
             if row.get(col) not in (None, ""):
                 v = _field(row, col, where, float)
                 if not math.isfinite(v) or v < 0:
-                    raise BadInput(f"{where}: {col!r} must be a finite number >= 0: {row[col]!r}")
+                    raise BadInput(
+                        f"{where}: {col!r} must be a finite number >= 0: {show(row[col])}"
+                    )
             values.append(v)
         try:
             self.step.append(step)
@@ -297,9 +328,9 @@ def _field(row: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
     try:
         value = kind(row[key])
     except (TypeError, ValueError, OverflowError):
-        raise BadInput(f"{where}: {key!r} is not a {kind.__name__}: {row[key]!r}") from None
+        raise BadInput(f"{where}: {key!r} is not a {kind.__name__}: {show(row[key])}") from None
     if kind is int and isinstance(row[key], float) and not float(row[key]).is_integer():
-        raise BadInput(f"{where}: {key!r} is not an int: {row[key]!r}")
+        raise BadInput(f"{where}: {key!r} is not an int: {show(row[key])}")
     return value
 
 
@@ -307,8 +338,10 @@ def _lines(path: Path) -> Iterator[str]:
     try:
         with path.open(encoding="utf-8") as f:
             yield from f
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: cannot read: {e}") from None
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not UTF-8 text (byte {e.start} of a line)") from None
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e.strerror or e}") from None
 
 
 def _jsonl_by_line(path: Path) -> Trace:
@@ -316,10 +349,15 @@ def _jsonl_by_line(path: Path) -> Trace:
     for n, line in enumerate(_lines(path), 1):
         if not line.strip():
             continue
+        if len(line) > MAX_LINE_CHARS:
+            raise BadInput(f"{path}:{n}: a line of over {MAX_LINE_CHARS:,} characters")
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise BadInput(f"{path}:{n}: not a JSON line") from None
+            row = parse_json(line, f"{path}:{n}")
+        except ReadError as e:
+            problem = e.problem
+            if problem.startswith("not JSON: line 1, "):
+                problem = f"not a JSON line ({problem.removeprefix('not JSON: line 1, ')})"
+            raise BadInput(f"{path}:{n}: {problem}") from None
         if not isinstance(row, dict):
             raise BadInput(f"{path}:{n}: not a JSON object")
         rows.add(row, f"{path}:{n}")
@@ -328,12 +366,15 @@ def _jsonl_by_line(path: Path) -> Trace:
 
 def _csv_by_line(path: Path) -> Trace:
     reader = csv.DictReader(_lines(path))
-    missing = {"step", "rank", "seconds"} - set(reader.fieldnames or [])
-    if missing:
-        raise BadInput(f"{path}: CSV header lacks {', '.join(sorted(missing))}")
-    rows = _Rows()
-    for row in reader:
-        rows.add(row, f"{path}:{reader.line_num}")
+    try:
+        missing = {"step", "rank", "seconds"} - set(reader.fieldnames or [])
+        if missing:
+            raise BadInput(f"{path}: CSV header lacks {', '.join(sorted(missing))}")
+        rows = _Rows()
+        for row in reader:
+            rows.add(row, f"{path}:{reader.line_num}")
+    except csv.Error as e:
+        raise BadInput(f"{path}:{reader.line_num}: not CSV: {e}") from None
     return rows.trace(str(path))
 
 
@@ -417,7 +458,10 @@ def _read_csv(path: Path) -> Trace:
         import pyarrow.csv as pc
     except ImportError:
         return _csv_by_line(path)
-    header = next(csv.reader(_lines(path)), [])
+    try:
+        header = next(csv.reader(_lines(path)), [])
+    except csv.Error as e:
+        raise BadInput(f"{path}:1: not a CSV header: {e}") from None
     if {"step", "rank", "seconds"} - set(header):
         return _csv_by_line(path)  # which says what the header lacks
     schema = _arrow_schema(header)

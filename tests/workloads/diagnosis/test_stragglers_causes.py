@@ -286,7 +286,7 @@ def test_prometheus_evidence_is_joined_to_the_trace_nodes(tmp_path: Path) -> Non
         ("[1]", "expected"),
         ('{"node-0": 3}', "expected {metric: number}"),
         ('{"node-0": {"x": "hot"}}', "node-0.x: not a number"),
-        ('{"node-0": ', ":1: not JSON"),
+        ('{"node-0": ', ": not JSON: line 1, column 12"),
     ],
 )
 def test_bad_evidence_exits_2_with_one_line(tmp_path: Path, content: str, message: str) -> None:
@@ -336,7 +336,7 @@ def test_what_pyarrow_is_stricter_about_is_still_read(tmp_path: Path) -> None:
     )
     trace = st.read_file(path)
     assert trace.ranks.tolist() == [0, 1] and trace.node_names == ("7",)
-    assert trace.seconds.tolist() == [[1.0, 1.5]]
+    assert trace.matrix().tolist() == [[1.0, 1.5]]
 
 
 def test_a_repeated_row_counts_once_the_last_one(tmp_path: Path) -> None:
@@ -349,7 +349,7 @@ def test_a_repeated_row_counts_once_the_last_one(tmp_path: Path) -> None:
         ],
     )
     trace = st.read_file(path)
-    assert trace.seconds.tolist() == [[2.0, 1.0]]
+    assert trace.matrix().tolist() == [[2.0, 1.0]]
     assert [trace.node_of(r) for r in (0, 1)] == ["b", "rank-1"]
 
 
