@@ -7,6 +7,8 @@ import sys
 
 from rich.console import Console
 
+from spec.errors import one_line
+
 
 class _PipeConsole(Console):
     """stdout that a reader may close early (`llmp cost pretrain | head`): the rest of
@@ -26,7 +28,13 @@ err = Console(stderr=True)
 
 
 def line(text: str, *, to: Console | None = None) -> None:
-    """One line as it is (no markup, no highlighting, no wrapping), on stdout by default."""
+    """One line as it is (no markup, no highlighting, no wrapping), on stdout by default.
+    Control characters (an ANSI escape, a bidi override from a file or a server) are shown
+    escaped (`\\x1b`), never sent to the terminal; line breaks and tabs stay."""
+    if not text.isprintable():
+        text = "\n".join(
+            "\t".join(one_line(cell) for cell in part.split("\t")) for part in text.split("\n")
+        )
     (to or out).print(text, markup=False, highlight=False, soft_wrap=True)
 
 

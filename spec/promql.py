@@ -18,6 +18,8 @@ import math
 import re
 from collections.abc import Mapping
 
+from spec.errors import show
+
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -75,11 +77,11 @@ def sample_value(raw: object, what: str) -> float:
     `"+Inf"`); ImpossibleValue for anything that is not a number (NaN and infinities are
     numbers here: the caller decides what it can take)."""
     if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-        raise ImpossibleValue(f"{what}: {raw!r} is not a number")
+        raise ImpossibleValue(f"{what}: {show(raw)} is not a number")
     try:
         return float(raw)
-    except ValueError:
-        raise ImpossibleValue(f"{what}: {raw!r} is not a number") from None
+    except (ValueError, OverflowError):
+        raise ImpossibleValue(f"{what}: {show(raw)} is not a number") from None
 
 
 def checked(value: float, what: str, *, low: float = 0.0, high: float = math.inf) -> float:

@@ -12,6 +12,7 @@ import typer
 from llmp import console
 from llmp.commands import options
 from llmp.errors import BadInput, Failed, prefixed
+from spec.readers import summary, visible
 
 if TYPE_CHECKING:
     from llmp.diagnosis.quarantine import QuarantineReport, Target
@@ -244,7 +245,7 @@ def quarantine_lines(report: Report, isolated: QuarantineReport | None) -> list[
     if not targets:
         return [*lines, "quarantine: no node is persistently slow; nothing to do"]
     if isolated is None:
-        names = ", ".join(t.node for t in targets)
+        names = summary([t.node for t in targets], 10)
         return [
             *lines,
             f"quarantine: would cordon {names}, taint {QUARANTINE_TAINT}={SLOW}:NoSchedule, "
@@ -261,7 +262,8 @@ def render(report: Report, top: int = 10) -> Iterable[Any]:
     from rich.text import Text
 
     yield Text(
-        f"{report.source}: {report.steps} steps, {report.ranks} ranks on {report.nodes} nodes"
+        f"{visible(report.source)}: {report.steps} steps, {report.ranks} ranks on "
+        f"{report.nodes} nodes"
         + (f" ({report.incomplete_steps} steps missing ranks)" if report.incomplete_steps else "")
         + (f"; phases: {', '.join(report.phases)}" if report.phases else "")
         + f"\nstep time {report.actual_s:.2f} s actual, {report.at_median_s:.2f} s if every rank"
@@ -288,7 +290,7 @@ def render(report: Report, top: int = 10) -> Iterable[Any]:
         for column in ("lost s", "share", "x median", "slow"):
             table.add_column(column, justify="right", overflow="fold")
         for s in scores[:top]:
-            row = [s.name] + ([s.node] if title == "ranks" else [])
+            row = [cell(s.name)] + ([cell(s.node)] if title == "ranks" else [])
             row += [
                 f"{s.lost_s:.2f}",
                 f"{s.share:.1%}",
@@ -298,6 +300,14 @@ def render(report: Report, top: int = 10) -> Iterable[Any]:
             table.add_row(*row)
         yield table
     yield from render_causes(report, top)
+
+
+def cell(text: str) -> Any:
+    """A table cell of text from a file or a server (a node name, evidence): never rich
+    markup, its unprintable characters escaped (each line of it)."""
+    from rich.text import Text
+
+    return Text("\n".join(visible(line) for line in text.split("\n")))
 
 
 EXPLAIN_SHARE = 0.1
@@ -311,7 +321,7 @@ def render_causes(report: Report, top: int = 10) -> Iterable[Any]:
     from rich.text import Text
 
     for note in report.notes:
-        yield Text(f"note: {note}")
+        yield Text(f"note: {visible(note, 400)}")
     if not report.phases:
         given = [s for s in report.by_node if s.evidence][:top]
         if given:
@@ -320,7 +330,7 @@ def render_causes(report: Report, top: int = 10) -> Iterable[Any]:
                 table.add_column(column, overflow="fold")
             for s in given:
                 for k, e in enumerate(s.evidence):
-                    table.add_row(s.name if k == 0 else "", e.cause, e.meaning)
+                    table.add_row(cell(s.name) if k == 0 else "", e.cause, cell(e.meaning))
             yield table
         return
     nodes = [s for s in report.explained if s.flagged or s.share >= EXPLAIN_SHARE][:top]
@@ -354,12 +364,12 @@ def render_causes(report: Report, top: int = 10) -> Iterable[Any]:
         names = {c.name for c in shown}
         for k, c in enumerate(shown):
             notes = [e.meaning for e in s.evidence if e.cause == c.name]
-            row = [s.name if k == 0 else "", c.name]
+            row = [cell(s.name) if k == 0 else "", c.name]
             row += [f"{c.excess_s:.2f}", f"{c.lost_s:.2f}", f"{c.saved_s:.2f}"]
-            table.add_row(*row, *(["\n".join(notes)] if with_evidence else []))
+            table.add_row(*row, *([cell("\n".join(notes))] if with_evidence else []))
         rest = [e.meaning for e in s.evidence if e.cause not in names]
         if rest:
-            table.add_row("", "(other evidence)", "", "", "", "\n".join(rest))
+            table.add_row("", "(other evidence)", "", "", "", cell("\n".join(rest)))
     yield table
 
 

@@ -42,6 +42,7 @@ import yaml
 
 from llmp.errors import BadInput, Failed
 from llmp.serving.promote import KEY, SERVING_KEY, key_line
+from spec.errors import show
 from spec.promql import ImpossibleValue, checked, sample_value
 
 EXIT_ROLLBACK = 1
@@ -161,7 +162,7 @@ def _scalar(data: dict[str, Any], what: str) -> float | None:
         raise ImpossibleValue(f"{what}: {len(result)} series, not one")
     sample = result[0].get("value") if isinstance(result[0], dict) else None
     if not isinstance(sample, list) or len(sample) != 2:
-        raise ImpossibleValue(f"{what}: a malformed sample: {sample!r}")
+        raise ImpossibleValue(f"{what}: a malformed sample: {show(sample)}")
     value = sample_value(sample[1], what)
     if math.isnan(value):
         raise ImpossibleValue(f"{what}: NaN, not a number")

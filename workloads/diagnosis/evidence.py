@@ -26,12 +26,13 @@ node's value is the OR over its GPUs.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spec.errors import show
+from spec.readers import ReadError, key_path, load_json_file, unprintable
 from workloads.diagnosis import prometheus
 from workloads.diagnosis.trace import BadInput
 
@@ -149,28 +150,31 @@ def describe(metric: str, value: float) -> Evidence:
 
 
 def read_evidence(path: Path) -> dict[str, dict[str, float]]:
-    """`--evidence FILE`: {node: {metric: number}}."""
+    """`--evidence FILE`: {node: {metric: number}}, read as spec.readers reads every file
+    (size, depth, number length, duplicate keys); names must be printable text."""
     try:
-        body = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: cannot read: {e}") from None
-    except json.JSONDecodeError as e:
-        raise BadInput(f"{path}:{e.lineno}: not JSON: {e.msg}") from None
+        body = load_json_file(path)
+    except ReadError as e:
+        raise BadInput(str(e)) from None
     if not isinstance(body, dict):
         raise BadInput(
             f'{path}: expected {{"node": {{"metric": value}}}}, got a {type(body).__name__}'
         )
     out: dict[str, dict[str, float]] = {}
     for node, metrics in body.items():
+        where = key_path([node])
+        if (bad := unprintable(node)) is not None:
+            raise BadInput(f"{path}: {where}: a node name holds the character {bad}")
         if not isinstance(metrics, dict):
-            raise BadInput(f"{path}: {node}: expected {{metric: number}}, got {metrics!r}")
+            raise BadInput(f"{path}: {where}: expected {{metric: number}}, got {show(metrics)}")
         for metric, value in metrics.items():
+            where = key_path([node, metric])
+            if (bad := unprintable(metric)) is not None:
+                raise BadInput(f"{path}: {where}: a metric name holds the character {bad}")
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise BadInput(f"{path}: {node}.{metric}: not a number: {value!r}")
+                raise BadInput(f"{path}: {where}: not a number: {show(value)}")
             if not math.isfinite(value):
-                raise BadInput(f"{path}: {node}.{metric}: not a finite number: {value!r}")
+                raise BadInput(f"{path}: {where}: not a finite number: {show(value)}")
             out.setdefault(str(node), {})[str(metric)] = float(value)
     return out
 
