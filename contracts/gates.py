@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from spec import readers
 from spec.errors import validation_line
 
 Results = Mapping[str, Mapping[str, float]]
@@ -73,13 +73,9 @@ def load_thresholds(path: str | Path) -> Thresholds:
     """Parse a thresholds YAML file; every failure is a one-line ThresholdsError."""
     p = Path(path)
     try:
-        raw: Any = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ThresholdsError(f"{p}: cannot read ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ThresholdsError(f"{p}: not valid YAML{at}") from None
+        raw: Any = readers.parse_yaml(readers.read_text(p), str(p))
+    except readers.ReadError as e:  # size, UTF-8, YAML, depth, numbers, aliases, duplicates
+        raise ThresholdsError(str(e)) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

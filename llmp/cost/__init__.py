@@ -28,6 +28,7 @@ from llmp.errors import BadInput, Failed
 from llmp.plan import Plan
 from program.cost import CATALOG_PRICES, PriceBook
 from program.ledger import Declared
+from spec import readers
 
 REQUIRED_KEYS = (
     "usd_per_hour",
@@ -140,20 +141,17 @@ def load_cost_file(path: Path, expect: str | None = None) -> tuple[str, dict[str
     """(label, cost) of a plan.json or a `pulumi stack output --json` file; `expect`
     ("plan" or "outputs") refuses the other kind."""
     try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CostSourceError(f"no file {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CostSourceError(
-            f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise CostSourceError(
-            f"{path} is not JSON (line {exc.lineno}: {exc.msg}); give a plan.json of "
-            "`llmp synth` or the output of `pulumi stack output --json`"
-        ) from None
-    except RecursionError:
-        raise CostSourceError(f"{path} is JSON nested too deeply to be a plan or outputs") from None
+        data = readers.read_bytes(path, max_bytes=readers.MAX_FILE_BYTES * 16)
+        doc = readers.parse_json(data, str(path), max_bytes=readers.MAX_FILE_BYTES * 16)
+    except readers.ReadError as exc:
+        if exc.problem == "no such file":
+            raise CostSourceError(f"no file {path}") from None
+        hint = (
+            "; give a plan.json of `llmp synth` or the output of `pulumi stack output --json`"
+            if exc.problem.startswith("not JSON")
+            else ""
+        )
+        raise CostSourceError(f"{exc}{hint}") from None
     if not isinstance(doc, dict):
         raise CostSourceError(f"{path} holds no JSON object; expected a plan or stack outputs")
     is_plan = "resources" in doc and "outputs" in doc

@@ -35,6 +35,7 @@ from llmp.errors import BadInput, Failed
 from llmp.jobs.state import Snapshot, State, is_ray, state_of
 from manifests.jobs.jobfile import CONFIG_KEY, JOB_LABEL, config_map_name
 from manifests.volumes import LUSTRE_CLAIM
+from spec import readers
 
 FIELD_MANAGER: Final = "llmp"
 KUBEFLOW: Final = ("kubeflow.org", "v1", "pytorchjobs")
@@ -188,9 +189,9 @@ def last_step(log: bytes | None) -> dict[str, Any] | None:
     """The last `step` event of rank 0's JSON-lines log."""
     found = None
     for raw in (log or b"").splitlines():
-        try:
-            event = json.loads(raw)
-        except ValueError:
+        try:  # a pod's log is the tenant's: deep, huge or repeated keys are no event
+            event = readers.parse_json(raw, "log line", max_bytes=1 << 20)
+        except readers.ReadError:
             continue
         if isinstance(event, dict) and event.get("event") == "step":
             found = event

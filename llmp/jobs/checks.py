@@ -13,10 +13,8 @@ one the tenant has a quota on (`check_gpu_quota`) and the queue is the namespace
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from llmp.errors import BadInput
@@ -24,6 +22,7 @@ from manifests import kueue
 from manifests.jobs.jobfile import REQUIRED_HERE, JobFile
 from manifests.jobs.pod import FSX_MOUNT
 from manifests.volumes import LUSTRE_CLAIM
+from spec import readers
 from spec.errors import MISSING, clip, closest, one_line, show, sorted_names
 from spec.platform import PlatformConfig
 from spec.tenancy import MODELS_BUCKET, s3_grants
@@ -56,16 +55,9 @@ def validation_error(path: str, exc: ValidationError, prefix: str = "") -> JobFi
 def load_job_file(path: str) -> JobFile:
     """The job file at `path`, validated on its own: JobFileError on anything wrong."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise JobFileError(f"cannot read job file {path}: {one_line(str(exc))}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise JobFileError(f"job file {path}: not YAML{where}: {problem}") from None
+        raw = readers.load_file(path, f"job file {path}")
+    except readers.ReadError as exc:
+        raise JobFileError(str(exc)) from None
     if not isinstance(raw, dict):
         raise JobFileError(
             f"job file {path}: a mapping of keys (name, stack, tenant, pool, ...) expected, "
@@ -75,6 +67,8 @@ def load_job_file(path: str) -> JobFile:
         return JobFile.model_validate(raw)
     except ValidationError as exc:
         raise validation_error(path, exc) from None
+    except RecursionError:  # past readers' depth only for a model nested deeper than it
+        raise JobFileError(f"job file {path}: nested too deeply to be a job file") from None
 
 
 def names_or_none(names: Any) -> str:

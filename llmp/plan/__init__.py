@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmp.errors import BadInput
+from spec import readers
 
 SECRET = "[secret]"
 """What a secret's value becomes in a plan (the synthesis redacts it)."""
@@ -211,11 +212,9 @@ def read_json(path: Path, what: str, error: type[BadInput] = BadInput) -> Any:
     except ValueError as exc:  # a path with a NUL byte
         raise error(f"not a file name: {path!r} ({exc})") from None
     try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise error(f"{what} {path} is not JSON: {exc}") from None
-    except RecursionError:
-        raise error(f"{what} {path} is JSON nested too deeply to read") from None
+        return readers.parse_json(text, f"{what} {path}", max_bytes=readers.MAX_FILE_BYTES * 16)
+    except readers.ReadError as exc:  # not JSON, too deep, a key twice, a number too long
+        raise error(f"{what} {path} is {exc.problem}") from None
 
 
 def parse_plan(doc: Any, source: str = "plan") -> Plan:

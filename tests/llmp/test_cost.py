@@ -130,7 +130,7 @@ def test_as_exported_reads_like_a_stack_output() -> None:
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        ("{not json", "is not JSON (line 1"),
+        ("{not json", ": not JSON: line 1, column 2"),
         ("[1, 2]", "holds no JSON object"),
         ('{"kubeconfig": "[secret]"}', "has no `cost`"),
         ('{"cost": {"usd_per_hour": {"min": 1, "desired": 1, "max": 1}}}', "lacks"),

@@ -211,7 +211,7 @@ def test_a_job_kueue_would_never_admit_is_refused() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("name: [", "not YAML (line 1)"),
+        ("name: [", "not valid YAML (line 2, column 1"),
         ("- a\n- b\n", "a mapping of keys"),
     ],
 )
@@ -226,7 +226,7 @@ def test_a_file_that_is_not_a_job_file(tmp_path: Path, text: str, expected: str)
 def test_a_missing_job_file_exits_2() -> None:
     result = CliRunner().invoke(app, ["job", "submit", "no-such.yaml", "--dry-run"])
     assert result.exit_code == 2
-    assert result.stderr.startswith("cannot read job file no-such.yaml")
+    assert result.stderr.startswith("job file no-such.yaml: no such file")
 
 
 # --- on a cluster: the fake API server --------------------------------------------------------

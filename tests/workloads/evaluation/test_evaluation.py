@@ -322,7 +322,7 @@ def test_nan_never_passes() -> None:
         ("tasks:\n  llmp_arith: {}\n", "task 'llmp_arith' names no metric"),
         ("max_perplexity: 0.5\n", "a perplexity is a finite number >= 1"),
         ("- 1\n- 2\n", "expected a mapping"),
-        ("tasks: [\n", "not valid YAML at line 2"),
+        ("tasks: [\n", "not valid YAML (line 2"),
     ],
 )
 def test_thresholds_files_fail_in_one_line(tmp_path: Path, text: str, message: str) -> None:
