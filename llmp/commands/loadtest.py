@@ -15,6 +15,7 @@ import typer
 
 from llmp import console
 from llmp.errors import Failed, prefixed
+from spec.readers import visible
 
 if TYPE_CHECKING:
     from llmp.loadtest import Report
@@ -174,9 +175,10 @@ def _fmt(v: float | None) -> str:
 
 def render(report: Report) -> Any:
     """A rich Table of the report."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"loadtest {report.url}")
+    table = Table(title=escape(f"loadtest {visible(report.url)}"))
     table.add_column("metric")
     table.add_column("p50", justify="right")
     table.add_column("p99", justify="right")
@@ -211,9 +213,11 @@ def render(report: Report) -> Any:
 def render_sweep(reports: Sequence[Report]) -> Any:
     """One row per rate of a sweep (times in ms), narrow enough for 80 columns."""
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"loadtest sweep {reports[0].url if reports else ''}", box=box.SIMPLE)
+    shown = visible(reports[0].url) if reports else ""
+    table = Table(title=escape(f"loadtest sweep {shown}"), box=box.SIMPLE)
     for col in ("rate/s", "sent", "shed", "err", "TTFT p50", "TTFT p99", "ITL p50",
                 "ITL p99", "tok/s", "good"):  # fmt: skip
         table.add_column(col, justify="right")

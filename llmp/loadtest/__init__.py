@@ -52,6 +52,7 @@ from urllib.parse import urlsplit, urlunsplit
 from llmp import errors
 from llmp.loadtest import routing
 from llmp.loadtest.request import Sample, one_request
+from spec.readers import redact_url, visible
 
 MAX_REQUESTS = 1_000_000
 MAX_DURATION_S = 24 * 3600.0
@@ -168,19 +169,42 @@ def parse_goodput(text: str) -> dict[str, float]:
 def endpoint_url(url: str, chat: bool) -> str:
     """The request URL: a full `.../completions` URL as given, else the OpenAI path
     appended to a base (`http://host:8000`, `http://host:8000/v1`)."""
-    parts = urlsplit(url.strip())
+    shown = visible(redact_url(url), 120)
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:  # an unclosed IPv6 bracket, say
+        raise BadInput(f"not a URL: {shown} ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadInput(f"not an http(s) URL: {url!r}")
+        raise BadInput(f"not an http(s) URL: {shown}; give one like http://host:8000")
     try:
         parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
-        raise BadInput(f"bad port in URL: {url!r}") from None
+        raise BadInput(f"bad port in URL: {shown}; a port is 1 to 65535") from None
+    problem = host_problem(parts.hostname)
+    if problem is not None:
+        raise BadInput(f"not a host name in URL {shown}: {problem}")
     path = parts.path.rstrip("/")
     if not path.endswith("/completions"):
         if not path.endswith("/v1"):
             path += "/v1"
         path += "/chat/completions" if chat else "/completions"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` (a URL's) cannot be connected to, or None: DNS allows 253 characters,
+    63 a label, and IDNA encoding must take it (an IPv6 literal is checked by urlsplit)."""
+    if ":" in host:
+        return None
+    if len(host) > 253:
+        return f"{len(host)} characters; a host name has at most 253"
+    if any(len(label) > 63 for label in host.split(".")):
+        return "a label (between dots) of over 63 characters"
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        return f"not encodable as a DNS name ({exc})"
+    return None
 
 
 def validate(opts: Options) -> None:
@@ -446,7 +470,7 @@ def summarize(opts: Options, url: str, samples: list[Sample], wall_s: float) -> 
     if opts.goodput_ms:
         good = sum(1 for s in samples if is_good(s, opts.goodput_ms))
     report = Report(
-        url=url,
+        url=redact_url(url),  # a password in a URL is neither printed nor saved
         concurrency=opts.concurrency if opts.rate is not None else opts.concurrency or 1,
         requests=len(samples),
         errors=errors,

@@ -15,10 +15,49 @@ by a concurrency guard).
 from __future__ import annotations
 
 import contextlib
-import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from spec.readers import ReadError, parse_json
+
+MAX_LINE_BYTES = 1 << 20
+"""One Server-Sent Events line: a chunk of a few tokens is a few hundred bytes."""
+MAX_RESPONSE_BYTES = 256 << 20
+"""One streamed response (a million tokens at ~200 bytes a chunk); past it the request is
+an error, and nothing more of it is read."""
+
+
+class TooLarge(Exception):
+    """A line or a response past its cap: `kind` says which."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+async def lines_of(
+    chunks: AsyncIterator[bytes],
+    max_line: int = MAX_LINE_BYTES,
+    max_total: int = MAX_RESPONSE_BYTES,
+) -> AsyncIterator[str]:
+    """The lines of a byte stream, each at most `max_line` bytes and all of them at most
+    `max_total` (TooLarge past either): memory is one line, whatever the server sends."""
+    buffer = b""
+    total = 0
+    async for chunk in chunks:
+        total += len(chunk)
+        if total > max_total:
+            raise TooLarge("response too large")
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+        if len(buffer) > max_line:
+            raise TooLarge("SSE line too long")
+    if buffer:
+        yield buffer.rstrip(b"\r").decode("utf-8", "replace")
 
 
 @dataclass
@@ -38,12 +77,25 @@ class Sample:
 
 
 def _chunk_text(chunk: dict[str, Any], chat: bool) -> str:
+    """The text a chunk carries; ValueError for a chunk whose choices are not as the
+    OpenAI API sends them (a list of objects, text as strings)."""
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list):
+        raise ValueError("choices is no list")
     texts = []
-    for choice in chunk.get("choices") or []:
+    for choice in choices:
+        if not isinstance(choice, dict):
+            raise ValueError("a choice is no object")
         if chat:
-            texts.append((choice.get("delta") or {}).get("content") or "")
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise ValueError("a delta is no object")
+            text = delta.get("content") or ""
         else:
-            texts.append(choice.get("text") or "")
+            text = choice.get("text") or ""
+        if not isinstance(text, str):
+            raise ValueError("a text is no string")
+        texts.append(text)
     return "".join(texts)
 
 
@@ -70,12 +122,11 @@ async def one_request(client: Any, url: str, body: dict[str, Any], chat: bool) -
     done = False
     try:
         async with client.stream("POST", url, json=body) as resp:
-            if resp.status_code // 100 != 2:
-                await resp.aread()
+            if resp.status_code // 100 != 2:  # its body is not read: it could be endless
                 sample.error = f"HTTP {resp.status_code}"
                 sample.shed = resp.status_code == 429
                 return sample
-            async for line in resp.aiter_lines():
+            async for line in lines_of(resp.aiter_bytes()):
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
@@ -83,11 +134,11 @@ async def one_request(client: Any, url: str, body: dict[str, Any], chat: bool) -
                     done = True
                     break
                 try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    sample.error = "bad SSE payload"
-                    return sample
-                if not isinstance(chunk, dict):
+                    chunk = parse_json(data, "SSE chunk", max_bytes=MAX_LINE_BYTES)
+                    if not isinstance(chunk, dict):
+                        raise ValueError("not an object")
+                    text = _chunk_text(chunk, chat)
+                except (ReadError, ValueError):
                     sample.error = "bad SSE payload"
                     return sample
                 if chunk.get("error"):
@@ -96,7 +147,7 @@ async def one_request(client: Any, url: str, body: dict[str, Any], chat: bool) -
                 usage = chunk.get("usage")
                 if isinstance(usage, dict):
                     _read_usage(sample, usage)
-                if _chunk_text(chunk, chat):
+                if text:
                     now = time.perf_counter()
                     if last is None:
                         sample.ttft_s = now - t0
@@ -104,6 +155,9 @@ async def one_request(client: Any, url: str, body: dict[str, Any], chat: bool) -
                         sample.itl_s.append(now - last)
                     last = now
                     chunks += 1
+    except TooLarge as exc:
+        sample.error = exc.kind
+        return sample
     except httpx.TimeoutException:
         sample.error = "timeout"
         return sample

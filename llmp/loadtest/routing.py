@@ -117,6 +117,7 @@ class EndpointPicker:
         return choice
 
     def observe(self, i: int, metrics_text: str) -> None:
+        """The two gauges the picker scores by, from a replica's /metrics text."""
         for line in metrics_text.splitlines():
             name, _, value = line.rpartition(" ")
             try:
@@ -135,10 +136,10 @@ class EndpointPicker:
             while True:
                 for i, url in enumerate(urls):
                     try:
-                        resp = await client.get(f"{url}/metrics", timeout=1.0)
-                        if resp.status_code == 200:
-                            self.observe(i, resp.text)
-                    except httpx.HTTPError:  # a missed scrape keeps the old values
+                        text = await _metrics_text(client, f"{url}/metrics")
+                        if text is not None:
+                            self.observe(i, text)
+                    except (httpx.HTTPError, TimeoutError):  # a missed scrape keeps the old
                         pass
                 await asyncio.sleep(METRICS_INTERVAL_S)
 
@@ -156,3 +157,21 @@ def make_router(policy: str, n: int, seed: int = 0) -> RoundRobin | EndpointPick
     if policy == "endpoint-picker":
         return EndpointPicker(n, seed=seed)
     raise ValueError(f"unknown routing policy {policy!r}; one of {', '.join(POLICIES)}")
+
+
+MAX_METRICS_BYTES = 4 << 20
+"""A replica's /metrics page (vLLM's is tens of kB); a longer one is not scraped."""
+
+
+async def _metrics_text(client: Any, url: str) -> str | None:
+    """The /metrics text of a replica within a second and MAX_METRICS_BYTES; None when it
+    answers otherwise (not 200, too long): the old values stay."""
+    async with asyncio.timeout(1.0), client.stream("GET", url, timeout=1.0) as resp:
+        if resp.status_code != 200:
+            return None
+        body = b""
+        async for chunk in resp.aiter_bytes():
+            body += chunk
+            if len(body) > MAX_METRICS_BYTES:
+                return None
+        return body.decode("utf-8", "replace")
