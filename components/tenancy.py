@@ -333,6 +333,10 @@ def role_args(namespace: pulumi.Input[str]) -> RoleInitArgs:
             ),
             PolicyRuleArgs(api_groups=["batch"], resources=["jobs", "cronjobs"], verbs=edit),
             PolicyRuleArgs(api_groups=["kubeflow.org"], resources=["pytorchjobs"], verbs=edit),
+            # The data jobs (`llmp job submit` of a data kind): the RayJob, and the RayCluster
+            # KubeRay makes of it to read.
+            PolicyRuleArgs(api_groups=["ray.io"], resources=["rayjobs"], verbs=edit),
+            PolicyRuleArgs(api_groups=["ray.io"], resources=["rayclusters"], verbs=read),
             PolicyRuleArgs(
                 api_groups=["kueue.x-k8s.io"], resources=["localqueues", "workloads"], verbs=read
             ),

@@ -176,7 +176,9 @@ def network_access(plan: Any, attacker: str, victim: str) -> bool:
 # --- RBAC --------------------------------------------------------------------------
 
 
-def rbac_allows(plan: Any, group: str, ns: str, verb: str, resource: str) -> bool:
+def rbac_allows(
+    plan: Any, group: str, ns: str, verb: str, resource: str, api_group: str = ""
+) -> bool:
     roles = {r.inputs["metadata"]["name"]: r.inputs for r in plan.by_type(ROLE) if _ns(r) == ns}
     for b in plan.by_type(BINDING):
         if _ns(b) != ns:
@@ -185,7 +187,11 @@ def rbac_allows(plan: Any, group: str, ns: str, verb: str, resource: str) -> boo
             continue
         role = roles[b.inputs["roleRef"]["name"]]
         for rule in role["rules"]:
-            if "" in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+            if (
+                api_group in rule["apiGroups"]
+                and resource in rule["resources"]
+                and verb in rule["verbs"]
+            ):
                 return True
     return False
 
@@ -393,3 +399,12 @@ def test_the_s3_endpoint_refuses_buckets_that_are_not_the_platforms(plan) -> Non
         "arn:aws:s3:::acme-llm-pretrain-checkpoints/x",
     ):
         assert not permitted("s3:PutObject", outside), outside
+
+
+def test_each_tenant_submits_training_and_data_jobs_in_its_own_namespace_only(plan) -> None:
+    kinds = [("kubeflow.org", "pytorchjobs"), ("ray.io", "rayjobs"), ("batch", "jobs")]
+    for a in TENANTS:
+        for b in TENANTS:
+            for api_group, resource in kinds:
+                allowed = rbac_allows(plan, f"llmp:tenant:{a}", b, "create", resource, api_group)
+                assert allowed == (a == b), (a, b, resource)
