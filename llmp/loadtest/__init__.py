@@ -169,7 +169,7 @@ def parse_goodput(text: str) -> dict[str, float]:
 def endpoint_url(url: str, chat: bool) -> str:
     """The request URL: a full `.../completions` URL as given, else the OpenAI path
     appended to a base (`http://host:8000`, `http://host:8000/v1`)."""
-    shown = visible(redact_url(url), 120)
+    shown = visible(redact_url(url), 60)
     try:
         parts = urlsplit(url.strip())
     except ValueError as exc:  # an unclosed IPv6 bracket, say
