@@ -79,10 +79,8 @@ def refuse(path: Path, *, force: bool, what: str, own_stack: str | None = None) 
     it (`--output`, `--to`)."""
     owner = stack_of_file(path)
     if owner is not None and owner != own_stack:
-        whose = "a stack file" if owner == "*" else f"the stack file of stack {owner}"
-        raise FileRefused(
-            f"{what} {path}: {whose}; never overwritten, even with --force: name another file"
-        )
+        whose = "a stack file" if owner == "*" else f"{owner}'s stack file"
+        raise FileRefused(f"{what} {path} is {whose}: never overwritten, even with --force")
     if path.is_dir():
         raise FileRefused(f"{what} {path}: a directory; name a file")
     if not force and (path.exists() or path.is_symlink()):

@@ -126,7 +126,7 @@ def dr_plan_command(
 
         wrong = outputs_mismatch(outputs, load_config(source_raw), source)
         if wrong is not None:
-            raise BadInput(f"--outputs: {outputs_file}: {wrong} (pulumi stack output -s {source})")
+            raise BadInput(f"--outputs {outputs_file} {wrong}")
     options = RecoveryOptions(
         source_stack=source,
         region=region,

@@ -230,8 +230,8 @@ def refuse_overwrite(
     stack_path, runbook_path = plan_file_paths(stack, out_dir)
     if source_file is not None and _same_file(stack_path, source_file):
         raise DrError(
-            f"--out {out_dir}: {stack_path} is the stack file of {source_stack or 'the source'}"
-            ", never overwritten, even with --force: name another --stack or --out"
+            f"--out {out_dir}: {stack_path.name} is {source_stack or 'the source'}'s stack "
+            "file, kept even with --force; name another --stack"
         )
     try:
         refuse(stack_path, force=force, what="--out", own_stack=stack)
@@ -245,8 +245,8 @@ def refuse_overwrite(
             head = ""
         if not head.startswith(RECOVERY_HEADER.format(source=source_stack)):
             raise DrError(
-                f"--out {out_dir}: {stack_path} is a stack file llmp dr did not write for "
-                f"{source_stack}; never overwritten, even with --force: name another --stack"
+                f"--out {out_dir}: {stack_path.name} is another stack's file, kept even with "
+                "--force; name another --stack"
             )
 
 

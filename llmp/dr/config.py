@@ -608,7 +608,7 @@ def outputs_mismatch(
     for key, want in expected.items():
         got = found[key]
         if got is not None and got != want:
-            return f"{key} {got}, not {source_stack}'s {want}: another stack's outputs"
+            return f"is not {source_stack}'s: {key} {got}, {source_stack}'s is {want}"
     if all(found[k] is None for k in ("stack", "region", "cluster_name")):
-        return f"no region or cluster_name: cannot tell they are {source_stack}'s"
+        return f"has no region or cluster_name: cannot tell it is {source_stack}'s"
     return None

@@ -56,7 +56,7 @@ def test_a_link_to_a_stack_file_is_a_stack_file(tmp_path: Path) -> None:
     link = tmp_path / "report.json"
     link.symlink_to(PRETRAIN)
     assert stack_of_file(link) == "pretrain"
-    with pytest.raises(FileRefused, match="the stack file of stack pretrain"):
+    with pytest.raises(FileRefused, match="is pretrain's stack file"):
         write_file(link, "{}", force=True, what="--output")
 
 
