@@ -12,6 +12,7 @@ what the components hand each other (ids, providers), passed explicitly.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -79,8 +80,16 @@ def s3_endpoint_buckets(cfg: PlatformConfig) -> list[str]:
     own: list[str] = []
     storage = cfg.storage
     if storage is not None:
-        own.append(f"{storage.bucket_name_prefix}-*")
-        own += [storage.bucket_name(key) for key in storage.buckets if storage.adopted(key)]
+        pattern = f"{storage.bucket_name_prefix}-*"
+        own.append(pattern)
+        # An adopted bucket outside the pattern by its name (a recovery stack's replicas,
+        # `<prefix>-<key>-<region>`, are inside it).
+        own += [
+            name
+            for key in storage.buckets
+            if storage.adopted(key)
+            and not fnmatch.fnmatchcase(name := storage.bucket_name(key), pattern)
+        ]
     return list(dict.fromkeys([*own, *cfg.network.s3_endpoint_buckets]))
 
 

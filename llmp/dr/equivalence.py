@@ -37,7 +37,8 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
     STACK_RULE: "the stack name (the `stack` tag, names derived from it, URNs)",
     BUCKET_RULE: "bucket names: adopted replicas keep theirs, new buckets take a new prefix",
     ADOPTION_RULE: "import ids, protect and retain_on_delete of the adopted buckets, their key "
-    "and settings; the `llm-platform/adopted` tag; the logs bucket admitting the adopted names",
+    "and settings; the `llm-platform/adopted` tag; the logs bucket and the S3 endpoint "
+    "admitting the adopted names",
     REPLICATION_RULE: "replication: the DR provider, replica buckets and key, the replication "
     "role and rules (off in the recovery stack, or to another target)",
     CAPACITY_BLOCK_RULE: "capacity-block pools left out, with their Kueue flavors and quotas",
@@ -434,6 +435,7 @@ class _Comparison:
             if not rules and (
                 (x is MISSING and path == f"tags.{_ADOPTED_TAG}" and _adopted(b))
                 or self._logs_admit_adopted(a, path, x, y, left, right, translate)
+                or self._endpoint_admits_adopted(a, path, x, y)
             ):
                 rules = {ADOPTION_RULE}
             if not rules and self._quota_of_dropped_pools(a, path, x, y):
@@ -483,6 +485,17 @@ class _Comparison:
             adopted = {f"arn:aws:s3:::{name}" for name in self.adopted_buckets}
             return y in adopted or (isinstance(original, str) and translate.text(original) == y)
         return False
+
+
+    def _endpoint_admits_adopted(self, a: Resource, path: str, x: Any, y: Any) -> bool:
+        """The S3 gateway endpoint's policy naming an adopted bucket (and its objects)
+        beside the stack's own prefix: a recovery stack's replicas keep their names."""
+        if a.type != "aws:ec2/vpcEndpoint:VpcEndpoint" or "policy<json>" not in path:
+            return False
+        if x is not MISSING or not isinstance(y, str):
+            return False
+        adopted = {f"arn:aws:s3:::{name}" for name in self.adopted_buckets}
+        return y.removesuffix("/*") in adopted
 
 
 def _zones(resources: list[Resource]) -> list[str]:
