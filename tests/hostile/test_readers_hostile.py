@@ -177,6 +177,21 @@ def test_a_hostile_job_file_is_one_line_naming_it(tmp_path: Path, case: str) -> 
     assert line.startswith(f"job file {path}: ") and problem in line, line
 
 
+@FUZZ
+@given(YAMLISH)
+def test_a_job_file_of_anything_is_a_job_or_one_line(
+    tmp_path_factory: pytest.TempPathFactory, text: str
+) -> None:
+    from llmp.jobs.checks import JobFileError, load_job_file
+
+    path = tmp_path_factory.mktemp("job") / "job.yaml"
+    path.write_text(text)
+    try:
+        load_job_file(str(path))
+    except JobFileError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(f"job file {path}")
+
+
 def test_a_json_job_file_with_a_key_twice_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "job.json"
     path.write_text('{"name": "x", "tenant": "chat", "tenant": "code"}')
@@ -314,15 +329,14 @@ def test_the_sparse_analysis_is_the_dense_one_block_by_block(tmp_path: Path) -> 
         {p: [x.get(f"{p}_s") for x in rows] for p in ("compute", "collective")},
     )
     whole = sa.analyse(trace, explain=5).as_dict()
-    blocks = sa._blocks
-    try:
-        for k in (1, 5):
-            sa._blocks = lambda t, k=k: ((a, min(a + k, t.n_steps)) for a in range(0, t.n_steps, k))  # type: ignore[assignment]
-            assert sa.analyse(trace, explain=5).as_dict() == pytest.approx(whole) or _close(
-                sa.analyse(trace, explain=5).as_dict(), whole
-            )
-    finally:
-        sa._blocks = blocks  # type: ignore[assignment]
+    for k in (1, 5):
+
+        def blocks(t: Any, k: int = k) -> Iterator[tuple[int, int]]:
+            return ((a, min(a + k, t.n_steps)) for a in range(0, t.n_steps, k))
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sa, "_blocks", blocks)
+            assert _close(sa.analyse(trace, explain=5).as_dict(), whole)
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -342,6 +356,29 @@ EVIDENCE = {
     "ansi-metric": ('{"n0": {"m\\u001b[31m": 1}}', "n0.m\\x1b[31m: a metric name holds"),
     "long-value": ('{"n0": {"m": "' + "x" * 5000 + '"}}', "n0.m: not a number: 'xxx"),
 }
+
+
+@FUZZ
+@given(JSONISH)
+def test_evidence_of_anything_is_metrics_or_one_line(
+    tmp_path_factory: pytest.TempPathFactory, text: str
+) -> None:
+    from workloads.diagnosis.evidence import read_evidence
+    from workloads.diagnosis.trace import BadInput
+
+    path = tmp_path_factory.mktemp("evidence") / "evidence.json"
+    path.write_text(text)
+    try:
+        read_evidence(path)
+    except BadInput as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(str(path))
+
+
+def test_a_csv_column_named_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("step,rank,seconds,seconds\n1,0,1.0,9.0\n")
+    line = one_line(invoke("stragglers", str(path)))
+    assert line == f"stragglers: {path}:1: column 'seconds' is named twice in the header; keep one"
 
 
 @pytest.mark.parametrize("case", sorted(EVIDENCE))

@@ -367,6 +367,7 @@ def _jsonl_by_line(path: Path) -> Trace:
 def _csv_by_line(path: Path) -> Trace:
     reader = csv.DictReader(_lines(path))
     try:
+        _check_header(path, reader.fieldnames or [])
         missing = {"step", "rank", "seconds"} - set(reader.fieldnames or [])
         if missing:
             raise BadInput(f"{path}: CSV header lacks {', '.join(sorted(missing))}")
@@ -376,6 +377,15 @@ def _csv_by_line(path: Path) -> Trace:
     except csv.Error as e:
         raise BadInput(f"{path}:{reader.line_num}: not CSV: {e}") from None
     return rows.trace(str(path))
+
+
+def _check_header(path: Path, names: Sequence[str]) -> None:
+    """A column named twice would be read as one of the two, silently: refused."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise BadInput(f"{path}:1: column {show(name)} is named twice in the header; keep one")
+        seen.add(name)
 
 
 def _arrow_schema(names: Iterable[str]) -> Any:
@@ -462,6 +472,7 @@ def _read_csv(path: Path) -> Trace:
         header = next(csv.reader(_lines(path)), [])
     except csv.Error as e:
         raise BadInput(f"{path}:1: not a CSV header: {e}") from None
+    _check_header(path, header)
     if {"step", "rank", "seconds"} - set(header):
         return _csv_by_line(path)  # which says what the header lacks
     schema = _arrow_schema(header)
