@@ -119,6 +119,22 @@ def redact_url(url: str) -> str:
     return _SECRET_PARAM.sub(r"\1***", text)
 
 
+def host_problem(host: str) -> str | None:
+    """Why `host` (a URL's) cannot be connected to, or None: DNS allows 253 characters,
+    63 a label, and IDNA encoding must take it (an IPv6 literal is checked by urlsplit)."""
+    if ":" in host:
+        return None
+    if len(host) > 253:
+        return f"{len(host)} characters; a host name has at most 253"
+    if any(len(label) > 63 for label in host.split(".")):
+        return "a label (between dots) of over 63 characters"
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        return f"not encodable as a DNS name ({exc})"
+    return None
+
+
 # --------------------------------------------------------------------------- files
 
 

@@ -52,7 +52,7 @@ from urllib.parse import urlsplit, urlunsplit
 from llmp import errors
 from llmp.loadtest import routing
 from llmp.loadtest.request import Sample, one_request
-from spec.readers import redact_url, visible
+from spec.readers import host_problem, redact_url, visible
 
 MAX_REQUESTS = 1_000_000
 MAX_DURATION_S = 24 * 3600.0
@@ -189,22 +189,6 @@ def endpoint_url(url: str, chat: bool) -> str:
             path += "/v1"
         path += "/chat/completions" if chat else "/completions"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-
-def host_problem(host: str) -> str | None:
-    """Why `host` (a URL's) cannot be connected to, or None: DNS allows 253 characters,
-    63 a label, and IDNA encoding must take it (an IPv6 literal is checked by urlsplit)."""
-    if ":" in host:
-        return None
-    if len(host) > 253:
-        return f"{len(host)} characters; a host name has at most 253"
-    if any(len(label) > 63 for label in host.split(".")):
-        return "a label (between dots) of over 63 characters"
-    try:
-        host.encode("idna")
-    except UnicodeError as exc:
-        return f"not encodable as a DNS name ({exc})"
-    return None
 
 
 def validate(opts: Options) -> None:

@@ -477,7 +477,9 @@ def test_a_prometheus_answer_past_its_cap_is_refused(prometheus: type[_Answer]) 
         p.query(prometheus.url, "query", {"query": "up"}, max_bytes=1000)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("url", ["http://[::1", "http://user:pw@[::1:9090"])
+@pytest.mark.parametrize(
+    "url", ["http://[::1", "http://user:pw@[::1:9090", "http://" + "a" * 300 + ":9090"]
+)
 def test_a_malformed_prometheus_url_is_one_line(url: str) -> None:
     line = one_line(invoke("stragglers", "--prometheus", url, "--namespace", "a", "--job", "b"))
     assert "pw" not in line, line

@@ -12,7 +12,14 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from spec.readers import MAX_ANSWER_BYTES, ReadError, parse_json, redact_url, visible
+from spec.readers import (
+    MAX_ANSWER_BYTES,
+    ReadError,
+    host_problem,
+    parse_json,
+    redact_url,
+    visible,
+)
 from workloads.diagnosis.trace import BadInput
 
 
@@ -32,13 +39,16 @@ def query(
     An answer is input: over `max_bytes`, or not all there within `timeout` seconds (a
     trickle resets a socket's timeout at every byte), it is refused (SourceUnavailable);
     its JSON is read by spec.readers (depth, numbers, duplicate keys)."""
-    shown = redact_url(url)
+    shown = visible(redact_url(url), 80)
     full = url.rstrip("/") + f"/api/v1/{api}?" + urllib.parse.urlencode(params)
     deadline = time.monotonic() + timeout
     try:
         request = urllib.request.Request(full)
+        problem = host_problem(urllib.parse.urlsplit(url).hostname or "")
     except ValueError as e:  # a malformed URL: an unclosed IPv6 bracket, no scheme
-        raise BadInput(f"Prometheus URL {visible(shown)}: {visible(e)}") from None
+        problem = visible(e)
+    if problem is not None:
+        raise BadInput(f"Prometheus URL {shown}: {problem}")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             raw = _read(resp, shown, max_bytes, deadline)
