@@ -36,6 +36,13 @@ after `expire_days` (a rule on the prefix); the WAF's logs go into their own buc
 log delivery statements name this account's id, read from the storage key's ARN (no
 provider look-up while the program runs).
 
+Revision signing (stacks with a `models` bucket): an asymmetric KMS key (SIGN_VERIFY,
+ECC_NIST_P256) under `alias/<models bucket>-revisions` (`contracts.revisions`). The
+promotion job signs each revision's `COMPLETE` with it (the tenants' workload roles get
+kms:Sign on it, ECDSA_SHA_256 over a digest only); `llmp promote` has KMS verify it. Its
+private half never leaves KMS, so whoever can write the models bucket cannot forge a
+seal. Asymmetric keys do not rotate.
+
 Storage stands beside the cluster: nothing here waits for EKS, and EKS waits
 for nothing here, so both are created in parallel after a disaster.
 """
@@ -50,6 +57,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import policy_document, service_trust
+from contracts.revisions import signing_key_alias
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,8 @@ class Storage(pulumi.ComponentResource):
     kms_key_id: pulumi.Output[str]
     replica_kms_key_arn: pulumi.Output[str] | None
     """The key of the replicas in the DR region (what a recovery stack adopts with them)."""
+    signing_key_arn: pulumi.Output[str] | None
+    """The key that signs the models bucket's revisions (None: no `models` bucket)."""
     alb_logs: AlbLogTarget | None
     """Where the serving Ingress sends ALB access logs (request_logs set)."""
     waf_logs_arn: pulumi.Output[str] | None
@@ -263,6 +273,25 @@ class Storage(pulumi.ComponentResource):
                 name, args.region, args, args.replication, replicated, key.arn, args.dr_provider
             )
 
+        self.signing_key_arn = None
+        if "models" in args.buckets:
+            models = args.buckets["models"].name
+            signing = aws.kms.Key(
+                f"{name}-revisions",
+                description=f"Signs the revisions published to {models} (promotion)",
+                key_usage="SIGN_VERIFY",
+                customer_master_key_spec="ECC_NIST_P256",
+                deletion_window_in_days=30,
+                opts=child,
+            )
+            aws.kms.Alias(
+                f"{name}-revisions",
+                name=signing_key_alias(models),
+                target_key_id=signing.key_id,
+                opts=child,
+            )
+            self.signing_key_arn = signing.arn
+
         self.kms_key_arn = key.arn
         self.kms_key_id = key.key_id
         self.register_outputs(
@@ -271,6 +300,7 @@ class Storage(pulumi.ComponentResource):
                 "replicas": {k: b.name for k, b in self.replicas.items()},
                 "kms_key_arn": self.kms_key_arn,
                 "replica_kms_key_arn": self.replica_kms_key_arn,
+                "signing_key_arn": self.signing_key_arn,
                 "waf_logs_arn": self.waf_logs_arn,
             }
         )

@@ -389,14 +389,31 @@ def s3_policy(
     kms_key_arn: str | None,
     region: str,
     models: tuple[str, list[str]] | None = None,
+    signing_key_arn: str | None = None,
 ) -> dict[str, Any]:
     """List, read and write under the tenant's prefixes of the named buckets, and under its
-    `models` prefixes of the models bucket (ARN, prefixes), nothing more."""
+    `models` prefixes of the models bucket (ARN, prefixes), nothing more; with `models`,
+    sign revisions with the stack's signing key (ECDSA_SHA_256 over a digest only)."""
     statements: list[dict[str, Any]] = []
     if buckets and prefixes:
         statements += _prefix_statements("OwnPrefixes", buckets, prefixes)
     if models is not None:
         statements += _prefix_statements("OwnModelPrefixes", [models[0]], models[1])
+    if models is not None and signing_key_arn:
+        statements.append(
+            {
+                "Sid": "SignRevisions",
+                "Effect": "Allow",
+                "Action": "kms:Sign",
+                "Resource": signing_key_arn,
+                "Condition": {
+                    "StringEquals": {
+                        "kms:SigningAlgorithm": "ECDSA_SHA_256",
+                        "kms:MessageType": "DIGEST",
+                    }
+                },
+            }
+        )
     if kms_key_arn:
         statements.append(
             {
@@ -413,11 +430,13 @@ def s3_policy(
 def _s3_policy_json(
     prefixes: list[str], models_prefixes: list[str], region: str, values: list[Any]
 ) -> str:
-    """`values`: the KMS key ARN (or None), the models bucket's ARN (or None), then the
-    tenant buckets' ARNs (none when the tenant has no `prefixes` in them)."""
-    kms, models_arn, buckets = values[0], values[1], list(values[2:])
+    """`values`: the KMS key ARN (or None), the models bucket's ARN (or None), the revision
+    signing key's ARN (or None), then the tenant buckets' ARNs (none when the tenant has
+    no `prefixes` in them)."""
+    kms, models_arn, signing, buckets = values[0], values[1], values[2], list(values[3:])
     models = (models_arn, models_prefixes) if models_arn and models_prefixes else None
-    return json.dumps(s3_policy(buckets if prefixes else [], prefixes, kms, region, models))
+    chosen = buckets if prefixes else []
+    return json.dumps(s3_policy(chosen, prefixes, kms, region, models, signing))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -427,6 +446,8 @@ class TenantBuckets:
     kms_key_arn: pulumi.Input[str] | None
     models_arn: pulumi.Input[str] | None = None
     """The models bucket's ARN, when the stack has one."""
+    signing_key_arn: pulumi.Input[str] | None = None
+    """The key that signs the models bucket's revisions (`Storage.signing_key_arn`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -562,7 +583,10 @@ class Tenancy(pulumi.ComponentResource):
             models = bool(b is not None and b.models_arn is not None and cfg.models_prefixes)
             if b is not None and (own or models):
                 s3_access = pulumi.Output.all(
-                    b.kms_key_arn, b.models_arn if models else None, *(b.arns if own else [])
+                    b.kms_key_arn,
+                    b.models_arn if models else None,
+                    b.signing_key_arn if models else None,
+                    *(b.arns if own else []),
                 ).apply(
                     # Bound now (a closure would see the loop's last tenant).
                     functools.partial(

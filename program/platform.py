@@ -294,6 +294,7 @@ def _tenancy(site: Site, buckets: Storage | None, addons: Addons) -> Tenancy:
                 models_arn=buckets.buckets[MODELS_BUCKET].arn
                 if MODELS_BUCKET in buckets.buckets
                 else None,
+                signing_key_arn=buckets.signing_key_arn,
             )
             if buckets is not None
             else None,

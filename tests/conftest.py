@@ -179,6 +179,19 @@ def reset_moto(url: str) -> str:
     return url
 
 
+def create_signing_key(url: str, bucket: str) -> str:
+    """In the moto server at `url`: the revision-signing key of the models bucket `bucket`
+    (ECC P-256, SIGN_VERIFY) under its alias, as the stack declares it; its ARN."""
+    import boto3
+
+    from contracts.revisions import signing_key_alias
+
+    kms = boto3.client("kms", endpoint_url=url)
+    key = kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256")["KeyMetadata"]
+    kms.create_alias(AliasName=signing_key_alias(bucket), TargetKeyId=key["KeyId"])
+    return str(key["Arn"])
+
+
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Dummy credentials for one test (`use_dummy_credentials`); a module that talks to

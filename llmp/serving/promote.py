@@ -8,8 +8,10 @@ Two ways in:
   checks, evaluates and publishes, here.
 - From a revision already published (by the promotion job in the cluster): its
   `COMPLETE` marker and `manifest.json` are read back from the bucket (read-only), the
-  marker must seal that manifest, and the manifest's architecture must be one the
-  pinned vLLM serves.
+  marker must seal that manifest (KMS verifies its signature with the stack's
+  revision-signing key, `alias/<models bucket>-revisions`: a bare sha256, which anyone
+  who can write the prefix can compute, is refused), and the manifest's architecture
+  must be one the pinned vLLM serves.
 
 Then `serving.models[<model>].revision` changes in the stack file, and nothing else:
 one line is rewritten in place (comments and layout stay), and the file is parsed again
@@ -243,10 +245,13 @@ def published(target: Target, revision: str, endpoint_url: str | None) -> dict[s
 
     key = revisions.key_prefix(target.prefix, revision)
     where = f"s3://{target.bucket}/{key}"
+    signing_key = revisions.signing_key_alias(target.bucket)
     s3 = boto3.client("s3", endpoint_url=endpoint_url)
+    kms = boto3.client("kms", endpoint_url=endpoint_url)
     try:
         body = s3.get_object(Bucket=target.bucket, Key=key + revisions.MANIFEST)["Body"].read()
         seal = s3.get_object(Bucket=target.bucket, Key=key + revisions.COMPLETE)["Body"].read()
+        untrusted = revisions.check_seal(kms, signing_key, body, seal)
     except boto_errors.NoCredentialsError:
         raise BadInput(NO_CREDENTIALS) from None
     except boto_errors.ClientError as exc:
@@ -257,11 +262,15 @@ def published(target: Target, revision: str, endpoint_url: str | None) -> dict[s
             ) from None
         if code == "NoSuchBucket":
             raise BadInput(f"no bucket {target.bucket}") from None
+        if code in ("NotFoundException", "DisabledException", "InvalidKeyUsageException"):
+            raise Failed(
+                f"{where}: cannot verify its seal: the stack's signing key {signing_key}: {code}"
+            ) from None
         raise Failed(f"reading {where}: {exc}") from None
     except boto_errors.BotoCoreError as exc:
         raise BadInput(f"reading {where}: {exc}") from None
-    if not revisions.sealed(body, seal):
-        raise Failed(f"{where}COMPLETE does not seal its manifest.json: not trusted")
+    if untrusted is not None:
+        raise Failed(f"{where}: {untrusted}: not trusted")
     manifest: dict[str, Any] = json.loads(body)
     reason = vllm_architectures.unsupported_reason(str(manifest.get("architecture")))
     if reason is not None:

@@ -318,6 +318,15 @@ def storage(f: Facts, estimate: dict[str, Any], usage: Usage) -> Component:
             prices.platform_prices.kms_key_usd_per_month,
         )
     )
+    if f.signing_keys:
+        lines.append(
+            priced(
+                "KMS key (signs the models' revisions)",
+                f.signing_keys,
+                "key-month",
+                prices.platform_prices.kms_key_usd_per_month,
+            )
+        )
     missing = [
         NotEstimated(
             "S3 and KMS requests, S3 data transfer out",

@@ -168,6 +168,8 @@ class Facts:
     cluster_keys: int = 0
     node_groups: list[NodeGroup] = field(default_factory=list)
     storage_keys: int = 0
+    signing_keys: int = 0
+    """Asymmetric (SIGN_VERIFY) keys: the models bucket's revision signing key."""
     monitoring_keys: int = 0
     """The alert topics' key."""
     alert_topics: int = 0
@@ -309,7 +311,9 @@ def facts(declared: Iterable[Declared]) -> Facts:
         elif t == "aws:eks/nodeGroup:NodeGroup":
             out.node_groups.append(_node_group(r, templates))
         elif t == "aws:kms/key:Key":
-            if r.component == "storage":
+            if inputs.get("keyUsage") == "SIGN_VERIFY":
+                out.signing_keys += 1
+            elif r.component == "storage":
                 out.storage_keys += 1
             elif r.component == "monitoring":
                 out.monitoring_keys += 1

@@ -227,6 +227,28 @@ def test_storage_and_the_cluster_do_not_wait_on_each_other(plans) -> None:
     assert not any(set(r.dependencies) & storage_urns for r in cluster)
 
 
+def test_the_models_bucket_has_a_signing_key_under_the_alias_promotion_uses(plans) -> None:
+    from contracts.revisions import signing_key_alias
+
+    for stack in ("pretrain", "finetune", "inference"):
+        plan = plans(stack)
+        key = plan.one("aws:kms/key:Key", "storage-revisions")
+        assert key.inputs["keyUsage"] == "SIGN_VERIFY"
+        assert key.inputs["customerMasterKeySpec"] == "ECC_NIST_P256"
+        assert "enableKeyRotation" not in key.inputs  # asymmetric keys do not rotate
+        alias = plan.one("aws:kms/alias:Alias", "storage-revisions")
+        assert alias.inputs["name"] == signing_key_alias(f"acme-llm-{stack}-models")
+        assert key.urn in alias.dependencies
+
+
+def test_without_a_models_bucket_there_is_no_signing_key(synth) -> None:
+    raw = with_section("pretrain", "storage", {})
+    buckets = raw["llm-platform:storage"]["buckets"]
+    raw["llm-platform:storage"]["buckets"] = {k: v for k, v in buckets.items() if k != "models"}
+    plan = synth(raw)
+    assert not [r for r in plan.by_type("aws:kms/key:Key") if r.name.endswith("-revisions")]
+
+
 # ---------------------------------------------------------------------------
 # Adoption: a recovery stack takes over existing buckets (llmp dr plan writes this)
 # ---------------------------------------------------------------------------

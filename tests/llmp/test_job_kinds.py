@@ -321,10 +321,32 @@ def test_the_program_grants_what_the_rule_says(plans: Any) -> None:
         "ReadWriteOwnPrefixes",
         "ListOwnModelPrefixes",
         "ReadWriteOwnModelPrefixes",
+        "SignRevisions",
         "UseBucketKeyThroughS3",
     ]
     model_rw = policy["Statement"][3]["Resource"]
     assert len(model_rw) == 1 and model_rw[0].endswith("-models/revisions/llama-8b/*")
+    # The promotion job seals what it publishes with the stack's signing key, and only that.
+    sign = policy["Statement"][4]
+    (key,) = [
+        r for r in plan.resources if r.type == "aws:kms/key:Key" and r.name.endswith("-revisions")
+    ]
+    assert key.inputs["keyUsage"] == "SIGN_VERIFY"
+    assert key.inputs["customerMasterKeySpec"] == "ECC_NIST_P256"
+    assert sign["Action"] == "kms:Sign" and sign["Resource"].endswith(f":key/{key.name}")
+    assert sign["Condition"] == {
+        "StringEquals": {"kms:SigningAlgorithm": "ECDSA_SHA_256", "kms:MessageType": "DIGEST"}
+    }
+    others = [
+        json.loads(r.inputs["policy"])
+        for r in plan.resources
+        if r.type == "aws:iam/rolePolicy:RolePolicy"
+        and r.name.endswith("-workload-s3")
+        and "chat-workload" not in r.name
+    ]
+    assert others and all(
+        "SignRevisions" not in {st["Sid"] for st in o["Statement"]} for o in others
+    )  # tenants without models prefixes publish no revision
 
 
 # --- what is refused, in one line naming the key --------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from contracts import revisions
 from llmp.cli import app
 from llmp.errors import BadInput
 from llmp.serving import promote as p
 from llmp.stacks import REPO_ROOT
+from tests.conftest import create_signing_key
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -88,17 +91,51 @@ def test_a_revision_that_is_not_a_path_is_refused(tmp_path: Path) -> None:
         p.change_revision(_target(tmp_path), "../etc", write=False)
 
 
-def _publish(endpoint: str, manifest: dict[str, Any], seal: str | None = None) -> None:
+def _publish(
+    endpoint: str,
+    manifest: dict[str, Any],
+    seal: Callable[[Any, bytes], bytes] | None = None,
+    *,
+    signing_key: bool = True,
+) -> None:
+    """The revision as the promotion job publishes it: COMPLETE signed by the stack's key
+    (`seal`: what a forger writes instead, from a KMS client and the manifest's body)."""
     s3 = boto3.client("s3", endpoint_url=endpoint)
+    kms = boto3.client("kms", endpoint_url=endpoint)
     s3.create_bucket(Bucket=BUCKET)
+    if signing_key:
+        create_signing_key(endpoint, BUCKET)
     body = json.dumps(manifest).encode()
     key = f"revisions/{REVISION}/"
     s3.put_object(Bucket=BUCKET, Key=key + "manifest.json", Body=body)
-    s3.put_object(
-        Bucket=BUCKET,
-        Key=key + "COMPLETE",
-        Body=(seal or hashlib.sha256(body).hexdigest()).encode(),
-    )
+    if seal is None:
+        complete = revisions.seal(kms, revisions.signing_key_alias(BUCKET), body)
+    else:
+        complete = seal(kms, body)
+    s3.put_object(Bucket=BUCKET, Key=key + "COMPLETE", Body=complete)
+
+
+def _unkeyed(kms: Any, body: bytes) -> bytes:
+    """The seal as it was: a sha256 anyone who can write the prefix computes."""
+    return hashlib.sha256(body).hexdigest().encode()
+
+
+def _own_key(kms: Any, body: bytes) -> bytes:
+    """Signed by a key of the forger's own."""
+    key = kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256")["KeyMetadata"]
+    return revisions.seal(kms, key["KeyId"], body)
+
+
+def _other_manifest(kms: Any, body: bytes) -> bytes:
+    """A genuine seal, of another manifest."""
+    return revisions.seal(kms, revisions.signing_key_alias(BUCKET), body + b" ")
+
+
+def _digest_swapped(kms: Any, body: bytes) -> bytes:
+    """A genuine seal of another manifest, its sha256 rewritten to this one's."""
+    doc = json.loads(_other_manifest(kms, body))
+    doc["sha256"] = hashlib.sha256(body).hexdigest()
+    return json.dumps(doc).encode()
 
 
 MANIFEST = {
@@ -138,7 +175,11 @@ def test_serving_a_published_revision(
 @pytest.mark.parametrize(
     ("manifest", "seal", "code", "message"),
     [
-        (MANIFEST, "0" * 64, 1, "COMPLETE does not seal its manifest.json"),
+        (MANIFEST, lambda kms, body: b"0" * 64, 1, "COMPLETE holds no signed seal"),
+        (MANIFEST, _unkeyed, 1, "COMPLETE holds no signed seal (an unkeyed sha256 anyone"),
+        (MANIFEST, _own_key, 1, f"COMPLETE's signature is not alias/{BUCKET}-revisions's"),
+        (MANIFEST, _other_manifest, 1, "COMPLETE seals another manifest.json"),
+        (MANIFEST, _digest_swapped, 1, "COMPLETE's signature is not alias/"),
         ({**MANIFEST, "architecture": "GPT"}, None, 1, "'GPT' is not a text-generation model"),
     ],
 )
@@ -147,7 +188,7 @@ def test_an_untrusted_revision_is_not_served(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     manifest: dict[str, Any],
-    seal: str | None,
+    seal: Callable[[Any, bytes], bytes] | None,
     code: int,
     message: str,
 ) -> None:
@@ -160,6 +201,24 @@ def test_an_untrusted_revision_is_not_served(
     )
     assert result.exit_code == code
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert target.stack_file.read_text() == STACK_FILE.read_text()
+
+
+def test_a_stack_without_its_signing_key_serves_nothing(
+    endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _publish(endpoint, MANIFEST, _own_key, signing_key=False)
+    target = _target(tmp_path)
+    monkeypatch.setattr(p, "target", lambda stack, model: target)
+    result = CliRunner().invoke(
+        app,
+        ["promote", "inference", "llama-8b", "--revision", REVISION, "--endpoint-url", endpoint],
+    )
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"s3://{BUCKET}/revisions/{REVISION}/: cannot verify its seal: the stack's signing "
+        f"key alias/{BUCKET}-revisions: NotFoundException\n"
+    )
     assert target.stack_file.read_text() == STACK_FILE.read_text()
 
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from contracts import architectures as vllm_architectures
-from tests.conftest import reset_moto, use_dummy_credentials
+from tests.conftest import create_signing_key, reset_moto, use_dummy_credentials
 from tests.workloads.hf import tiny_base_model
 from tests.workloads.training.harness import Run, kill_all
 from workloads.jobs import promotion
@@ -113,6 +113,7 @@ def endpoint(moto_server: str, root: Path) -> Iterator[str]:
         use_dummy_credentials(mp, root)
         reset_moto(moto_server)
         boto3.client("s3", endpoint_url=moto_server).create_bucket(Bucket=BUCKET)
+        create_signing_key(moto_server, BUCKET)
         yield moto_server
 
 
@@ -402,6 +403,7 @@ def test_llmp_promote_publishes_and_points_the_server_at_the_revision(
 
     bucket = "acme-llm-inference-models"
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    create_signing_key(endpoint, bucket)
     stack_file = REPO_ROOT / "stacks" / "Pulumi.inference.yaml"
     before = stack_file.read_text()
     args = [

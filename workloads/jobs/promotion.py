@@ -330,11 +330,21 @@ def build_manifest(
 
 
 def publish(
-    s3: Any, bucket: str, key_prefix: str, exported: Exported, manifest: dict[str, Any]
+    s3: Any,
+    bucket: str,
+    key_prefix: str,
+    exported: Exported,
+    manifest: dict[str, Any],
+    *,
+    kms: Any,
+    signing_key: str | None = None,
 ) -> None:
-    """Upload the files, then manifest.json, then COMPLETE (last). On failure remove what
-    this call wrote, so no half revision is left behind (it could not be trusted anyway:
-    it has no COMPLETE)."""
+    """Upload the files, then manifest.json, then COMPLETE (last): the manifest's digest
+    signed by the stack's revision-signing key (`signing_key`, default the models bucket's
+    `revisions.signing_key_alias`; `kms`: a KMS client). On failure remove what this call
+    wrote, so no half revision is left behind (it could not be trusted anyway: it has no
+    COMPLETE)."""
+    key_id = signing_key or revisions.signing_key_alias(bucket)
     existing = s3.list_objects_v2(Bucket=bucket, Prefix=key_prefix, MaxKeys=1)
     if existing.get("KeyCount", 0):
         raise PromotionFailed(f"s3://{bucket}/{key_prefix} already exists")
@@ -352,7 +362,8 @@ def publish(
             Bucket=bucket, Key=key_prefix + MANIFEST, Body=body, ContentType="application/json"
         )
         written.append(key_prefix + MANIFEST)
-        s3.put_object(Bucket=bucket, Key=key_prefix + COMPLETE, Body=revisions.seal(body).encode())
+        complete = revisions.seal(kms, key_id, body)
+        s3.put_object(Bucket=bucket, Key=key_prefix + COMPLETE, Body=complete)
     except BaseException:
         for key in written:
             with contextlib.suppress(Exception):
@@ -364,6 +375,12 @@ def s3_client(endpoint_url: str | None) -> Any:
     import boto3
 
     return boto3.client("s3", endpoint_url=endpoint_url)
+
+
+def kms_client(endpoint_url: str | None) -> Any:
+    import boto3
+
+    return boto3.client("kms", endpoint_url=endpoint_url)
 
 
 # ---------------------------------------------------------------------------
@@ -399,7 +416,9 @@ def load_eval_config(path: str | None, max_perplexity: float | None) -> EvalConf
     return config
 
 
-def promote(args: argparse.Namespace, s3: Any | None = None) -> dict[str, Any]:
+def promote(
+    args: argparse.Namespace, s3: Any | None = None, kms: Any | None = None
+) -> dict[str, Any]:
     import botocore.exceptions as boto_errors
 
     chosen = ckpt.select_resume(args.checkpoints)
@@ -435,7 +454,11 @@ def promote(args: argparse.Namespace, s3: Any | None = None) -> dict[str, Any]:
         )
         client = s3 if s3 is not None else s3_client(args.endpoint_url)
         try:
-            publish(client, args.bucket, key_prefix, exported, manifest)
+            signer = kms if kms is not None else kms_client(args.endpoint_url)
+            publish(
+                client, args.bucket, key_prefix, exported, manifest,
+                kms=signer, signing_key=args.signing_key,
+            )  # fmt: skip
         except (boto_errors.BotoCoreError, boto_errors.ClientError) as exc:
             bad, line = s3io.classify(exc, args.bucket) or (False, str(exc))
             failure = BadInput(line) if bad else PromotionFailed(f"publishing failed: {line}")
@@ -467,6 +490,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-perplexity", type=float, default=None, help="gate: fail above this")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="served weights")
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint other than AWS's (moto)")
+    p.add_argument(
+        "--signing-key",
+        default=None,
+        help="KMS key that signs COMPLETE (default: alias/<bucket>-revisions, the stack's)",
+    )
     p.add_argument("--bin-dtype", choices=("uint16", "uint32"), default=None)
     p.add_argument("--out", default=None, help="keep the exported files here (default: temp)")
     return p.parse_args(argv)
@@ -476,7 +504,7 @@ def _error(message: str) -> None:
     print(f"promotion: {' '.join(message.split())}", file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None, s3: Any | None = None) -> int:
+def main(argv: list[str] | None = None, s3: Any | None = None, kms: Any | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     args = parse_args(argv)
@@ -488,7 +516,7 @@ def main(argv: list[str] | None = None, s3: Any | None = None) -> int:
         _error("--max-perplexity must be a positive number")
         return EXIT_BAD_INPUT
     try:
-        result = promote(args, s3)
+        result = promote(args, s3, kms)
     except BadInput as exc:
         _error(str(exc))
         return EXIT_BAD_INPUT

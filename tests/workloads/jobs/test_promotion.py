@@ -19,7 +19,8 @@ import boto3
 import pytest
 import torch
 
-from tests.conftest import reset_moto
+from contracts import revisions
+from tests.conftest import create_signing_key, reset_moto
 from tests.workloads.hf import tiny_tokenizer
 from tests.workloads.training.harness import Run, job_config, kill_all
 from workloads.evaluation import heldout_perplexity
@@ -69,6 +70,7 @@ def endpoint(moto_server: str) -> str:
     """The moto server emptied, with the models bucket."""
     reset_moto(moto_server)
     boto3.client("s3", endpoint_url=moto_server).create_bucket(Bucket=BUCKET)
+    create_signing_key(moto_server, BUCKET)
     return moto_server
 
 
@@ -177,6 +179,13 @@ def test_promotes_newest_complete_checkpoint_as_a_directory_transformers_loads(
     for name in set(names) - {"COMPLETE", "manifest.json"}:
         assert manifest["files"][name]["sha256"] == promotion.sha256_of(down / name)
         assert manifest["files"][name]["bytes"] == (down / name).stat().st_size
+    # COMPLETE is the manifest's digest signed by the stack's key, which KMS verifies.
+    kms = boto3.client("kms", endpoint_url=endpoint)
+    complete = (down / "COMPLETE").read_bytes()
+    body = (down / "manifest.json").read_bytes()
+    alias = revisions.signing_key_alias(BUCKET)
+    assert revisions.check_seal(kms, alias, body, complete) is None
+    assert revisions.check_seal(kms, alias, body + b" ", complete) is not None
     assert manifest["step"] == 4 and manifest["source_checkpoint"] == "step-4"
     assert manifest["architecture"] == "LlamaForCausalLM" and manifest["dtype"] == "float32"
     config = json.loads((down / "config.json").read_text())
