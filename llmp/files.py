@@ -84,7 +84,7 @@ def refuse(path: Path, *, force: bool, what: str, own_stack: str | None = None) 
     if path.is_dir():
         raise FileRefused(f"{what} {path}: a directory; name a file")
     if not force and (path.exists() or path.is_symlink()):
-        raise FileRefused(f"{what} {path} exists; pass --force to overwrite it, or name another")
+        raise FileRefused(f"{what} {path} exists; pass --force to overwrite it")
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -100,7 +100,7 @@ def test_dr_plan_keeps_an_existing_runbook_without_force(tmp_path: Path) -> None
         "dr", "plan", "--from", "pretrain", "--region", "us-west-2", "--out", str(tmp_path)
     )
     line = refusal(result)
-    assert line == f"--out {runbook} exists; pass --force to overwrite it, or name another"
+    assert line == f"--out {runbook} exists; pass --force to overwrite it"
     assert runbook.read_text() == "my notes\n"
 
 
@@ -201,7 +201,7 @@ def test_loadtest_keeps_an_existing_output_without_force(tmp_path: Path) -> None
     )  # fmt: skip
     line = refusal(result)
     assert line == (
-        f"loadtest: --output {report} exists; pass --force to overwrite it, or name another"
+        f"loadtest: --output {report} exists; pass --force to overwrite it"
     )
     assert report.read_text() == "earlier run\n"
 
@@ -225,7 +225,7 @@ def test_policy_write_config_keeps_an_existing_file_without_force(tmp_path: Path
     target = tmp_path / "policy-config.json"
     target.write_text("{}\n")
     line = refusal(invoke("policy", "--write-config", "inference", "--to", str(target)))
-    assert line == f"--to {target} exists; pass --force to overwrite it, or name another"
+    assert line == f"--to {target} exists; pass --force to overwrite it"
     assert target.read_text() == "{}\n"
     result = invoke("policy", "--write-config", "inference", "--to", str(target), "--force")
     assert result.exit_code == 0, result.output
@@ -244,5 +244,5 @@ def test_diff_keeps_an_existing_markdown_file_before_synthesizing(tmp_path: Path
     comment = tmp_path / "comment.md"
     comment.write_text("posted\n")
     line = refusal(invoke("diff", "--base", "HEAD", "pretrain", "--markdown", str(comment)))
-    assert line == f"--markdown {comment} exists; pass --force to overwrite it, or name another"
+    assert line == f"--markdown {comment} exists; pass --force to overwrite it"
     assert comment.read_text() == "posted\n"

@@ -32,7 +32,7 @@ def test_an_existing_file_is_refused_without_force_and_kept(tmp_path: Path) -> N
     with pytest.raises(FileRefused) as refused:
         write_file(path, "new", force=False, what="--output")
     assert str(refused.value) == (
-        f"--output {path} exists; pass --force to overwrite it, or name another"
+        f"--output {path} exists; pass --force to overwrite it"
     )
     assert path.read_text() == "mine"
     path.chmod(0o640)
