@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pulumi
@@ -90,12 +90,12 @@ def interface_endpoints(
     subnet_ids: Sequence[pulumi.Input[str]],
     region: str,
     parent: pulumi.Resource,
-) -> list[aws.ec2.VpcEndpoint]:
+) -> dict[str, aws.ec2.VpcEndpoint]:
     """An interface endpoint per service in every private subnet, with private DNS (the
     SDKs' usual hostnames resolve to it) and a security group that admits HTTPS from the
     VPC only."""
     if not services:
-        return []
+        return {}
     child = pulumi.ResourceOptions(parent=parent)
     group = aws.ec2.SecurityGroup(
         f"{name}-endpoints",
@@ -114,8 +114,8 @@ def interface_endpoints(
         description="HTTPS from the VPC",
         opts=child,
     )
-    return [
-        aws.ec2.VpcEndpoint(
+    return {
+        service: aws.ec2.VpcEndpoint(
             f"{name}-{service.replace('.', '-')}",
             vpc_id=vpc_id,
             service_name=f"com.amazonaws.{region}.{service}",
@@ -127,7 +127,30 @@ def interface_endpoints(
             opts=child,
         )
         for service in services
-    ]
+    }
+
+
+def endpoint_addresses(
+    endpoint: aws.ec2.VpcEndpoint, parent: pulumi.Resource
+) -> pulumi.Output[list[str]]:
+    """The private addresses of an interface endpoint's network interfaces (one per
+    subnet), read once it exists: a NetworkPolicy can admit exactly these, and no other
+    address of the VPC."""
+    opts = pulumi.InvokeOutputOptions(parent=parent)
+
+    def read(ids: list[str] | None) -> pulumi.Output[list[str]]:
+        found = [
+            aws.ec2.get_network_interface_output(id=i, opts=opts).private_ip for i in ids or []
+        ]
+        return pulumi.Output.all(*found).apply(lambda ips: sorted(str(ip) for ip in ips))
+
+    return endpoint.network_interface_ids.apply(read)
+
+
+TENANT_ENDPOINTS = ("kms",)
+"""The interface endpoints tenant pods may reach (HTTPS to their addresses only): KMS, for
+the promotion job's signature of a revision. Every other endpoint serves the nodes and
+the platform's own pods."""
 
 
 class Network(pulumi.ComponentResource):
@@ -136,6 +159,9 @@ class Network(pulumi.ComponentResource):
     """AZ -> private subnet id."""
     public_subnet_ids: dict[str, pulumi.Output[str]]
     efa_security_group_id: pulumi.Output[str]
+    endpoint_addresses: dict[str, pulumi.Output[list[str]]]
+    """Service -> the addresses of its interface endpoint, for the TENANT_ENDPOINTS the
+    network has."""
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmp:network:Network", name, None, opts)
@@ -242,7 +268,7 @@ class Network(pulumi.ComponentResource):
                 tags={"Name": f"{name}-s3"},
                 opts=child,
             )
-        interface_endpoints(
+        endpoints = interface_endpoints(
             name,
             args.interface_endpoints,
             vpc_id=vpc.id,
@@ -251,6 +277,12 @@ class Network(pulumi.ComponentResource):
             region=args.region,
             parent=self,
         )
+        # What tenant pods may call inside the VPC: KMS, where the promotion job signs.
+        self.endpoint_addresses = {
+            service: endpoint_addresses(endpoints[service], self)
+            for service in TENANT_ENDPOINTS
+            if service in endpoints
+        }
 
         efa_security_group_id = efa_security_group(name, vpc.id, parent=self)
 
@@ -281,6 +313,9 @@ class AdoptedNetworkArgs:
     (the VPC has one)."""
     s3_endpoint_buckets: Sequence[str] = ()
     """What the stack's own S3 endpoint admits (`NetworkArgs.s3_endpoint_buckets`)."""
+    endpoint_addresses: Mapping[str, pulumi.Input[Sequence[str]]] = field(default_factory=dict)
+    """Service -> the addresses of the VPC's interface endpoint for it (the owner's, from
+    config or a shared stack's outputs), for the TENANT_ENDPOINTS tenant pods call."""
     region: str
 
 
@@ -297,6 +332,7 @@ class AdoptedNetwork(pulumi.ComponentResource):
     private_subnet_ids: dict[str, pulumi.Output[str]]
     public_subnet_ids: dict[str, pulumi.Output[str]]
     efa_security_group_id: pulumi.Output[str]
+    endpoint_addresses: dict[str, pulumi.Output[list[str]]]
     created: list[str]
     """What the component created, one phrase each (the preview's `adopted` output)."""
 
@@ -321,6 +357,10 @@ class AdoptedNetwork(pulumi.ComponentResource):
         self.efa_security_group_id = efa_security_group(name, args.vpc_id, parent=self)
         self.created.append(f"EFA security group {name}-efa")
 
+        self.endpoint_addresses = {
+            service: pulumi.Output.from_input(addresses).apply(list)
+            for service, addresses in args.endpoint_addresses.items()
+        }
         self.vpc_id = pulumi.Output.from_input(args.vpc_id)
         self.private_subnet_ids = {
             z: pulumi.Output.from_input(s) for z, s in args.private_subnet_ids.items()

@@ -193,10 +193,13 @@ def network_policies(
     tenant: str,
     s3_ranges: pulumi.Input[Sequence[str]],
     metrics_ports: Sequence[int] = METRICS_PORTS,
+    kms_addresses: pulumi.Input[Sequence[str]] = (),
 ) -> dict[str, NetworkPolicyInitArgs]:
     """Default deny, then the few flows a training namespace needs. Outside the VPC, its
     pods reach S3's address ranges in the region (`s3_ranges`, its prefix list) on HTTPS
-    and nothing else: the S3 gateway endpoint's policy then names the buckets."""
+    and nothing else: the S3 gateway endpoint's policy then names the buckets. Inside it,
+    the KMS interface endpoint's addresses (`kms_addresses`), where the promotion job
+    signs a revision."""
     every_pod = LabelSelectorArgs()
     own = NetworkPolicyPeerArgs(
         namespace_selector=LabelSelectorArgs(match_labels={METADATA: tenant})
@@ -298,10 +301,12 @@ def network_policies(
                         to=[NetworkPolicyPeerArgs(ip_block=IPBlockArgs(cidr=POD_IDENTITY_AGENT))],
                         ports=[NetworkPolicyPortArgs(protocol="TCP", port=80)],
                     ),
-                    # S3 over HTTPS, through the gateway endpoint: no other address
-                    # outside the VPC, and none inside it.
+                    # HTTPS to S3, through the gateway endpoint (no other address outside
+                    # the VPC), and to the KMS endpoint's addresses (no other inside it).
                     NetworkPolicyEgressRuleArgs(
-                        to=pulumi.Output.from_input(s3_ranges).apply(_ip_blocks),
+                        to=pulumi.Output.all(s3_ranges, kms_addresses).apply(
+                            lambda v: _https_peers(v[0], v[1])
+                        ),
                         ports=[NetworkPolicyPortArgs(protocol="TCP", port=443)],
                     ),
                 ],
@@ -312,6 +317,14 @@ def network_policies(
 
 def _ip_blocks(cidrs: Sequence[str]) -> list[NetworkPolicyPeerArgs]:
     return [NetworkPolicyPeerArgs(ip_block=IPBlockArgs(cidr=c)) for c in cidrs]
+
+
+def _https_peers(s3: Sequence[str], kms: Sequence[str]) -> list[NetworkPolicyPeerArgs]:
+    """S3's ranges, then each KMS endpoint address as a /32. Never empty: a rule whose `to`
+    is empty admits every destination, so an empty prefix list stops the deployment."""
+    if not s3:
+        raise ValueError("S3's prefix list came back empty: refusing an egress rule to anywhere")
+    return _ip_blocks([*s3, *(f"{a}/32" for a in kms)])
 
 
 def role_args(namespace: pulumi.Input[str]) -> RoleInitArgs:
@@ -461,6 +474,9 @@ class TenancyArgs:
     s3_ranges: pulumi.Input[Sequence[str]]
     """S3's address ranges in the region: tenant pods reach them and nothing else outside
     the VPC."""
+    kms_addresses: pulumi.Input[Sequence[str]] = ()
+    """The KMS interface endpoint's addresses, the one endpoint tenant pods reach (the
+    promotion job signs revisions); empty: none."""
     buckets: TenantBuckets | None = None
     """None: no storage, so no workload S3 access."""
     kueue_ready: list[pulumi.Resource] = field(default_factory=list)
@@ -542,7 +558,9 @@ class Tenancy(pulumi.ComponentResource):
                 volumes.limit_range(namespace=ns_name, quota=volumes.NamespaceQuota()),
                 opts=child,
             )
-            for policy, policy_args in network_policies(ns_name, ns_key, args.s3_ranges).items():
+            for policy, policy_args in network_policies(
+                ns_name, ns_key, args.s3_ranges, kms_addresses=args.kms_addresses
+            ).items():
                 k8s.networking.v1.NetworkPolicy(f"{prefix}-{policy}", policy_args, opts=child)
             k8s.rbac.v1.Role(f"{prefix}-role", role_args(ns_name), opts=child)
             k8s.rbac.v1.RoleBinding(

@@ -126,12 +126,14 @@ def network(
         def subnet(ids: pulumi.Output[Any], zone: str) -> pulumi.Output[str]:
             return ids.apply(lambda s: str((s or {}).get(zone) or ""))
 
+        kms = ref.get_output("kms_endpoint_addresses").apply(lambda a: list(a or []))
         return AdoptedNetwork(
             "network",
             AdoptedNetworkArgs(
                 vpc_id=ref.require_output("vpc_id"),
                 private_subnet_ids={z: subnet(private, z) for z in zones},
                 public_subnet_ids={z: subnet(public, z) for z in zones},
+                endpoint_addresses={"kms": kms},
                 region=cfg.region,
             ),
             opts,
@@ -151,6 +153,9 @@ def network(
             if creates_endpoint
             else (),
             s3_endpoint_buckets=args.s3_endpoint_buckets(cfg),
+            endpoint_addresses={"kms": existing.kms_endpoint_addresses}
+            if existing.kms_endpoint_addresses
+            else {},
             region=cfg.region,
         ),
         opts,

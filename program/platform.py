@@ -286,6 +286,7 @@ def _tenancy(site: Site, buckets: Storage | None, addons: Addons) -> Tenancy:
             cluster_name=cluster.name,
             region=cfg.region,
             s3_ranges=adoption.s3_ranges(cfg.region, site.aws_provider),
+            kms_addresses=site.network.endpoint_addresses.get("kms", []),
             buckets=TenantBuckets(
                 arns=[buckets.buckets[b].arn for b in TENANT_BUCKETS]
                 if all(b in buckets.buckets for b in TENANT_BUCKETS)
@@ -592,6 +593,8 @@ def _share(cfg: PlatformConfig, network: Network | AdoptedNetwork, cluster: Clus
     for name, value in adoption.shared_network(cfg).items():
         pulumi.export(name, value)
     pulumi.export("public_subnet_ids", network.public_subnet_ids)
+    # The KMS endpoint's addresses: a team stack's tenant pods reach them to sign revisions.
+    pulumi.export("kms_endpoint_addresses", network.endpoint_addresses.get("kms", []))
     pulumi.export("cluster_certificate_authority", cluster.certificate_authority)
     pulumi.export("cluster_security_group_id", cluster.security_group_id)
     pulumi.export("node_role_arn", cluster.node_role_arn)

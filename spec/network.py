@@ -88,6 +88,24 @@ class ExistingNetworkConfig(Section):
         description="Route tables of the private subnets, for the S3 endpoint the stack "
         "creates (their routes stay the owner's).",
     )
+    kms_endpoint_addresses: list[str] = Field(
+        default_factory=list,
+        description="Private addresses of the VPC's KMS interface endpoint (one per "
+        "subnet): tenant pods may reach these on HTTPS, so the promotion job can sign a "
+        "revision. Empty: no KMS in reach of tenant pods, and promotion fails to sign.",
+    )
+
+    @field_validator("kms_endpoint_addresses")
+    @classmethod
+    def _addresses(cls, v: list[str]) -> list[str]:
+        for i, address in enumerate(v):
+            try:
+                ip = ipaddress.ip_address(address)
+            except ValueError:
+                raise FieldError((i,), address, "an IPv4 address, e.g. 10.50.1.17") from None
+            if ip.version != 4 or not ip.is_private:
+                raise FieldError((i,), address, "a private IPv4 address inside the VPC")
+        return v
 
     @field_validator("private_route_table_ids")
     @classmethod
@@ -178,9 +196,11 @@ class NetworkConfig(Section):
         description="AWS services the private subnets reach through interface endpoints "
         "(PrivateLink, private DNS) instead of NAT, each one "
         f"of {', '.join(INTERFACE_ENDPOINTS)}. Left out: "
-        f"{', '.join(DEFAULT_INTERFACE_ENDPOINTS)}, and secretsmanager where serving is on; "
-        "`[]`: none. Priced per endpoint per AZ-hour. A stack in a VPC it adopts creates "
-        "none (the VPC's owner keeps its endpoints).",
+        f"{', '.join(DEFAULT_INTERFACE_ENDPOINTS)}, secretsmanager where serving is on, and "
+        "kms where there is a `models` bucket (tenant pods reach that one: the promotion "
+        "job signs revisions); `[]`: none. Priced per endpoint per AZ-hour. A stack in a "
+        "VPC it adopts creates none (the VPC's owner keeps its endpoints; see "
+        "`existing.kms_endpoint_addresses`).",
     )
     existing: ExistingNetworkConfig | None = Field(
         None,

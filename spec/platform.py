@@ -234,13 +234,18 @@ class PlatformConfig(Section):
     def interface_endpoints(self) -> list[str]:
         """The services the stack's own VPC reaches through interface endpoints: none in a
         VPC it adopts (its owner's); `network.interface_endpoints`, else the defaults and,
-        where the stack serves, Secrets Manager (the gateway keys)."""
+        where the stack serves, Secrets Manager (the gateway keys), and where it has a
+        `models` bucket or shares its network, KMS (the promotion job signs revisions)."""
         if self.adopts_network:
             return []
         if self.network.interface_endpoints is not None:
             return list(self.network.interface_endpoints)
         serving = ["secretsmanager"] if self.serving is not None else []
-        return [*DEFAULT_INTERFACE_ENDPOINTS, *serving]
+        storage = self.storage
+        # A shared stack's too: its team stacks' promotion jobs sign through it.
+        promotes = storage is not None and MODELS_BUCKET in storage.buckets
+        signing = ["kms"] if promotes or self.share_outputs else []
+        return [*DEFAULT_INTERFACE_ENDPOINTS, *serving, *signing]
 
     @property
     def adopts_cluster(self) -> bool:

@@ -55,6 +55,9 @@ ADOPTED_CLUSTER_READ = "aws:eks/getCluster:getCluster"
 S3_RANGES_READ = "aws:ec2/getPrefixList:getPrefixList"
 """The other: the address ranges of S3 in the region (its AWS-managed prefix list), the
 only addresses outside the VPC that tenant pods may reach."""
+ENI_READ = "aws:ec2/getNetworkInterface:getNetworkInterface"
+"""And the addresses of an interface endpoint's network interfaces (tenant pods reach the
+KMS endpoint's)."""
 STAND_IN_S3_RANGES = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 """Offline, S3's ranges are unknown: the documentation ranges (RFC 5737) stand in, so a
 preview shows where they go and no real address is implied."""
@@ -94,6 +97,8 @@ class _PlanMocks(pulumi_mocks.Mocks):
         self.region = region
         self.shared_outputs = dict(shared_outputs or {})
         """The outputs a StackReference reads (a shared stack's, from a file or its plan)."""
+        self.interfaces: dict[str, int] = {}
+        """Network interface id -> its stand-in address's index."""
         self.invokes: list[str] = []
         """The provider functions the program called (refused: a preview must not look up)."""
         self.provider_regions: dict[str, str] = {}
@@ -114,6 +119,12 @@ class _PlanMocks(pulumi_mocks.Mocks):
                 },
                 [],
             )
+        if args.token == ENI_READ:
+            # An interface endpoint's network interface: a stand-in address of RFC 2544's
+            # benchmarking range, one per interface, in the order they are read.
+            eni = str(args.args.get("id"))
+            index = self.interfaces.setdefault(eni, len(self.interfaces))
+            return ({"id": eni, "privateIp": f"198.18.{index // 250}.{index % 250 + 1}"}, [])
         if args.token == S3_RANGES_READ:
             name = str(args.args.get("name"))
             return (
@@ -166,6 +177,11 @@ class _PlanMocks(pulumi_mocks.Mocks):
         elif typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state["dnsName"] = f"{resource_id}.fsx.{self.region}.amazonaws.com"
             state["mountName"] = f"{name}-mount"
+        elif typ == "aws:ec2/vpcEndpoint:VpcEndpoint" and inputs.get("vpcEndpointType") == (
+            "Interface"
+        ):
+            subnets = inputs.get("subnetIds") or []
+            state["networkInterfaceIds"] = [f"eni-{name}-{i}" for i in range(len(subnets))]
         elif typ == "aws:ecr/repository:Repository":
             state["repositoryUrl"] = f"{_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{state['name']}"
         return resource_id, state

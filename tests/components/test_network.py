@@ -90,8 +90,9 @@ def test_interface_endpoints_in_every_private_subnet_with_private_dns(plans) -> 
     plan = plans("inference")
     interface = [e for e in plan.by_type(ENDPOINT) if e.inputs["vpcEndpointType"] == "Interface"]
     services = sorted(e.inputs["serviceName"].rsplit(".", 1)[-1] for e in interface)
-    # ecr.api and ecr.dkr end in api and dkr; inference serves, so Secrets Manager too.
-    assert services == ["api", "dkr", "eks-auth", "logs", "secretsmanager", "sts"]
+    # ecr.api and ecr.dkr end in api and dkr; inference serves, so Secrets Manager too,
+    # and has a models bucket, so KMS (the promotion job signs revisions).
+    assert services == ["api", "dkr", "eks-auth", "kms", "logs", "secretsmanager", "sts"]
     private = {s.name + "-id" for s in plan.by_type(SUBNET) if "private" in s.name}
     group = plan.one("aws:ec2/securityGroup:SecurityGroup", "network-endpoints")
     for e in interface:

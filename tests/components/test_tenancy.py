@@ -109,8 +109,12 @@ def test_default_deny_then_narrow_allows(plans) -> None:
     }
     # HTTPS to S3's ranges (its prefix list; offline, the documentation ranges stand in)
     # and to no other address outside the VPC.
+    # Inside the VPC, the KMS interface endpoint's addresses only (its network interfaces,
+    # one per private subnet; offline, RFC 2544 stand-ins).
     https = by_name["allow-aws-apis"]["egress"][1]
-    assert [t["ipBlock"] for t in https["to"]] == [{"cidr": c} for c in STAND_IN_S3_RANGES]
+    blocks = [t["ipBlock"] for t in https["to"]]
+    assert blocks[:3] == [{"cidr": c} for c in STAND_IN_S3_RANGES]
+    assert [b["cidr"] for b in blocks[3:]] == ["198.18.0.1/32", "198.18.0.2/32", "198.18.0.3/32"]
     assert https["ports"] == [{"protocol": "TCP", "port": 443}]
 
 

@@ -370,8 +370,12 @@ def test_a_tenant_pod_reaches_s3_and_nothing_else_outside_the_vpc(plan) -> None:
         assert all(egress_allowed(plan, tenant, ip, 443) for ip in s3)
         assert not any(egress_allowed(plan, tenant, ip, 80) for ip in s3)
         assert not any(egress_allowed(plan, tenant, ip, p) for ip in elsewhere for p in (443, 80))
-        # Inside the VPC: the Pod Identity agent's port only, no other host.
+        # Inside the VPC: the Pod Identity agent's port and the KMS endpoint's addresses
+        # (RFC 2544 stand-ins offline), no other host.
         assert egress_allowed(plan, tenant, "169.254.170.23", 80)
+        assert egress_allowed(plan, tenant, "198.18.0.1", 443)
+        assert not egress_allowed(plan, tenant, "198.18.0.1", 80)
+        assert not egress_allowed(plan, tenant, "198.18.0.9", 443)
         assert not egress_allowed(plan, tenant, "10.60.0.10", 443)
 
 

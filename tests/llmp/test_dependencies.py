@@ -87,6 +87,12 @@ ORDERING_EDGES = {
         "-secrets-store-csi-driver",
     ): "the SecretProviderClass CRD comes with the driver's chart",
     (
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+        "aws:ec2/vpcEndpoint:VpcEndpoint",
+        "-kms",
+    ): "a tenant's egress admits the KMS endpoint's addresses, read from its network "
+    "interfaces (a look-up: the endpoint's own outputs hold only their ids)",
+    (
         "kubernetes:apps/v1:Deployment",
         "aws:eks/podIdentityAssociation:PodIdentityAssociation",
         "-model-server",

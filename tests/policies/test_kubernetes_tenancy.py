@@ -65,10 +65,13 @@ def test_egress_the_stacks_dns_and_s3_rules_are_checked_and_pass(plan) -> None:
     assert {port["port"] for port in dns["ports"]} == {53}
     pod_identity, s3 = _egress(p, AWS_APIS)
     assert pod_identity["to"] == [{"ipBlock": {"cidr": "169.254.170.23/32"}}]
+    # S3's ranges, then the KMS endpoint's addresses (stand-ins offline).
     assert [b["ipBlock"]["cidr"] for b in s3["to"]] == [
         "192.0.2.0/24",
         "198.51.100.0/24",
         "203.0.113.0/24",
+        "198.18.0.1/32",
+        "198.18.0.2/32",
     ]
     assert hits(p, EGRESS) == []
 

@@ -43,14 +43,22 @@ def test_an_interface_endpoint_listed_twice() -> None:
     assert "lists a service twice; list each once" in message
 
 
-def test_the_defaults_and_secrets_manager_where_the_stack_serves() -> None:
-    assert load_config(raw_stack("pretrain")).interface_endpoints() == list(
-        DEFAULT_INTERFACE_ENDPOINTS
-    )
+def test_the_defaults_secrets_manager_where_the_stack_serves_kms_where_it_promotes() -> None:
+    # Every stack file has a models bucket: the promotion job signs revisions with KMS.
+    assert load_config(raw_stack("pretrain")).interface_endpoints() == [
+        *DEFAULT_INTERFACE_ENDPOINTS,
+        "kms",
+    ]
     assert load_config(raw_stack("inference")).interface_endpoints() == [
         *DEFAULT_INTERFACE_ENDPOINTS,
         "secretsmanager",
+        "kms",
     ]
+    raw = raw_stack("pretrain")
+    storage = raw["llm-platform:storage"]
+    storage["buckets"] = {k: v for k, v in storage["buckets"].items() if k != "models"}
+    storage.pop("model_weights", None)
+    assert load_config(raw).interface_endpoints() == list(DEFAULT_INTERFACE_ENDPOINTS)
     assert load_config(network({"interface_endpoints": []})).interface_endpoints() == []
 
 

@@ -242,7 +242,10 @@ def test_the_team_stack_reports_the_shared_stack_s_cidrs_and_fences_with_them() 
     ]
     assert blocks
     assert all("except" not in b for b in blocks)
-    assert {b["cidr"] for b in blocks} <= {*STAND_IN_S3_RANGES, "169.254.170.23/32"}
+    kms = {f"{a}/32" for a in outputs["kms_endpoint_addresses"]}
+    assert {b["cidr"] for b in blocks} <= {*STAND_IN_S3_RANGES, *kms, "169.254.170.23/32"}
+    # The shared stack's KMS endpoint, from its outputs: the team's promotion signs there.
+    assert kms <= {b["cidr"] for b in blocks}
 
 
 def test_both_example_team_stacks_pass_and_keep_to_buckets_of_their_own() -> None:
