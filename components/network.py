@@ -138,9 +138,9 @@ def endpoint_addresses(
     address of the VPC."""
     opts = pulumi.InvokeOutputOptions(parent=parent)
 
-    def read(ids: list[str] | None) -> pulumi.Output[list[str]]:
+    def read(ids: Sequence[str]) -> pulumi.Output[list[str]]:
         found = [
-            aws.ec2.get_network_interface_output(id=i, opts=opts).private_ip for i in ids or []
+            aws.ec2.get_network_interface_output(id=i, opts=opts).private_ip for i in ids
         ]
         return pulumi.Output.all(*found).apply(lambda ips: sorted(str(ip) for ip in ips))
 
