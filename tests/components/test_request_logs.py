@@ -111,12 +111,13 @@ def test_the_log_writers_wait_for_the_policies_that_admit_them(plans) -> None:
 
 
 def test_a_newer_region_admits_the_log_delivery_principal_not_an_account() -> None:
-    zones = [f"ap-southeast-5{z}" for z in "abc"]
+    # A region opened after 2022-08 (no ELB account) that offers the stack's GPU types.
+    zones = [f"eu-south-2{z}" for z in "abc"]
     cert = (
-        "arn:aws:acm:ap-southeast-5:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
+        "arn:aws:acm:eu-south-2:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
     )
     newer = {
-        "aws:region": "ap-southeast-5",
+        "aws:region": "eu-south-2",
         "llm-platform:network": {"availability_zones": zones},
         "llm-platform:serving": {"certificate_arn": cert},
     }
