@@ -10,6 +10,7 @@ large or odd, to one bounded, printable line.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import reprlib
 from collections.abc import Iterable
@@ -80,34 +81,75 @@ class StackFileError(ConfigError):
 
 
 # Bounds that keep an error one readable line, whatever the config holds.
-_MAX_VALUE = 200
+_MAX_VALUE = 60  # the value part: the key and the reason around it are what the reader needs
 _MAX_KEY_PART = 64
 _MAX_EXPECTED = 1000
 _MAX_ERRORS = 50  # lines of one report: a file of 600 broken pools need not print 600
+_FEW = 3  # the items of a long list or map shown before `and N more`
 
 
 class _Repr(reprlib.Repr):
-    """reprlib's bounds, but maps keep the order they were written in."""
+    """reprlib's bounds, but a long list or map shows its first items and `and N more`
+    (`['a', 'b', 'c', and 9 more]`), and maps keep the order they were written in."""
+
+    def _items(self, shown: list[str], total: int, left: str, right: str) -> str:
+        if total > len(shown):
+            shown = [*shown, f"and {total - len(shown)} more"]
+        return left + ", ".join(shown) + right
+
+    def _sequence(self, x: Any, level: int, left: str, right: str) -> str:
+        if not x:
+            return left + right
+        if level <= 0:
+            return left + "..." + right
+        items = list(x)
+        if isinstance(x, (set, frozenset)):  # sorted where they sort, as reprlib shows them
+            with contextlib.suppress(TypeError):
+                items.sort()
+        shown = [self.repr1(item, level - 1) for item in items[: self.maxlist]]
+        return self._items(shown, len(items), left, right)
+
+    def repr_list(self, x: list[Any], level: int) -> str:
+        return self._sequence(x, level, "[", "]")
+
+    def repr_tuple(self, x: tuple[Any, ...], level: int) -> str:
+        if len(x) == 1:
+            return "(" + self.repr1(x[0], level - 1) + ",)"
+        return self._sequence(x, level, "(", ")")
+
+    def repr_set(self, x: set[Any], level: int) -> str:
+        return self._sequence(x, level, "{", "}") if x else "set()"
+
+    def repr_frozenset(self, x: frozenset[Any], level: int) -> str:
+        return self._sequence(x, level, "frozenset({", "})") if x else "frozenset()"
 
     def repr_dict(self, x: dict[Any, Any], level: int) -> str:
         if not x:
             return "{}"
         if level <= 0:
             return "{...}"
-        items = [
+        shown = [
             f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
-            for k, v in list(x.items())[: self.maxdict]
+            for k, v in list(x.items())[: self.maxlist]
         ]
-        if len(x) > self.maxdict:
-            items.append("...")
-        return "{" + ", ".join(items) + "}"
+        return self._items(shown, len(x), "{", "}")
 
 
-_REPR = _Repr()
-_REPR.maxlevel = 3
-_REPR.maxstring = _MAX_VALUE
-_REPR.maxother = _MAX_VALUE
-_REPR.maxlong = 60
+def _bounded(items: int, string: int) -> _Repr:
+    shown = _Repr()
+    shown.maxlevel = 3
+    shown.maxlist = items
+    shown.maxstring = string
+    shown.maxother = string
+    shown.maxlong = 60
+    return shown
+
+
+_SHAPES = [
+    _bounded(n, chars) for n, chars in [(_FEW, _MAX_VALUE), (_FEW, 24), (2, 20), (1, 24), (1, 12)]
+]
+"""The reprs `show` tries in turn, from the most shown, until the value fits its bound."""
+_ONE = _bounded(_FEW, _MAX_VALUE - 2)  # a value that is not a collection
 
 
 def clip(text: str, limit: int) -> str:
@@ -115,11 +157,20 @@ def clip(text: str, limit: int) -> str:
 
 
 def show(value: Any) -> str:
-    """A bounded repr: huge, deep or odd values (10**5000, [[[...]]]) stay short and safe."""
+    """A bounded repr, at most `_MAX_VALUE` characters: a long list or map as its first
+    items and `and N more`, a long string shortened in its middle; huge, deep or odd values
+    (10**5000, [[[...]]]) stay short and safe."""
     if value is SECRET_VALUE:
         return "[secret]"
     try:
-        text = _REPR.repr(value)
+        if isinstance(value, (list, tuple, set, frozenset, dict)):
+            text = ""
+            for shape in _SHAPES:
+                text = shape.repr(value)
+                if len(text) <= _MAX_VALUE:
+                    break
+        else:
+            text = _ONE.repr(value)
     except Exception:  # a repr that raises (ValueError for ints over 4300 digits, ...)
         if isinstance(value, int):
             text = f"<integer of about {int(value.bit_length() * 0.30103)} digits>"

@@ -95,7 +95,7 @@ def cost_command(
     if compare is not None:
         sources.append(costs.load_cost_source(compare, pricer))
     for warning in pricer.warnings if pricer else []:
-        console.line(warning, to=console.err)
+        console.notice(warning)
     if as_json:
         console.write(costs.to_json(sources) + "\n")
         return

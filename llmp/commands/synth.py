@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
 from llmp import console
 from llmp.commands import options
 from llmp.errors import BadInput
-from llmp.plan import Plan
+from llmp.plan import Plan, short_type
 
 
 def synth(
@@ -95,43 +96,64 @@ def synth(
     if cost:
         hourly = cost["usd_per_hour"]
         itemize = f"llmp cost {plan.stack}" + (f" --config {config}" if config else "")
-        console.out.print(
+        console.notice(
             f"cost: ${hourly['min']:,.2f}/h at min, ${hourly['desired']:,.2f}/h at desired, "
             f"${hourly['max']:,.2f}/h at max size; "
             f"${cost['usd_per_month_with_storage']:,.0f}/month at desired, storage included "
             f"(prices of {cost['prices_as_of']}, "
             f"{cost['price_region']}; `{itemize}` itemizes it)",
-            highlight=False,
+            to=console.out,
         )
     print_quotas(stack, config)
-    console.out.print(
-        f"wrote {target / 'plan.json'} and {len(plan.manifests())} manifests", highlight=False
+    console.notice(
+        f"wrote {target / 'plan.json'} and {len(plan.manifests())} manifests", to=console.out
     )
     if policy:
         run_policy(plan, overrides, stack_file=config)
 
 
+GUIDE = 4
+"""Columns a tree level adds in front of a label (`├── `, `│   `)."""
+
+
+def tree_label(name: str, type_: str, room: int) -> Text:
+    """A resource in the tree: its name and its short type on one line where both fit in
+    `room` columns, else the type on the line under the name; either broken where it
+    would not fit alone (`broken`), never cut."""
+    short = short_type(type_)
+    if len(name) + 1 + len(short) <= room:
+        return Text.assemble(name, " ", (short, "dim"))
+    label = Text("\n".join(console.broken(name, room, "-_.")))
+    label.append("\n")
+    label.append("\n".join(console.broken(short, room, "/:")), style="dim")
+    return label
+
+
 def print_tree(plan: Plan) -> None:
+    """The resources under their parents, each line within the console's width."""
     children: dict[str | None, list[str]] = {}
     for r in plan.resources:
         children.setdefault(r.parent, []).append(r.urn)
-    root = Tree(f"[bold]{plan.stack}[/bold]")
+    width = console.out.width
+    root = Tree(Text(plan.stack, style="bold"))
 
-    def add(node: Tree, parent: str | None) -> None:
+    def add(node: Tree, parent: str | None, depth: int) -> None:
         for urn in children.get(parent, []):
             r = plan.by_urn[urn]
-            add(node.add(f"{r.name} [dim]{r.type}[/dim]"), urn)
+            room = max(width - GUIDE * depth, 20)
+            add(node.add(tree_label(r.name, r.type, room)), urn, depth + 1)
 
     for parent in [p for p in children if p is None or p not in plan.by_urn]:
-        add(root, parent)
+        add(root, parent, 1)
     console.out.print(root)
 
 
 def print_counts(plan: Plan) -> None:
+    """How many resources of each type (its short type: `short_type`)."""
     table = Table(title="resources by type", title_justify="left")
     table.add_column("type", overflow="fold")
     table.add_column("count", justify="right", overflow="fold")
-    counts = Counter(r.type for r in plan.resources)
+    counts = Counter(short_type(r.type) for r in plan.resources)
     for type_, n in sorted(counts.items()):
         table.add_row(type_, str(n))
     table.add_row("[bold]total[/bold]", f"[bold]{sum(counts.values())}[/bold]")
@@ -177,21 +199,17 @@ def adopted_lines(plan: Plan) -> list[str]:
 
 
 def print_adopted(plan: Plan) -> None:
-    import textwrap
-
     for line in adopted_lines(plan):
-        console.line(textwrap.fill(line, width=80, subsequent_indent="  ", break_on_hyphens=False))
+        console.notice(line, to=console.out)
 
 
 def print_quotas(stack: str, config: Path | None) -> None:
     """The EC2 vCPU quotas the pools need at max size, one line each (llmp.plan.quotas)."""
-    import textwrap
-
     from llmp.plan.quotas import quota_lines
     from llmp.stacks import load_stack
 
     for line in quota_lines(load_stack(stack, config)):
-        console.line(textwrap.fill(line, width=80, subsequent_indent="  ", break_on_hyphens=False))
+        console.notice(line, to=console.out)
 
 
 def register(app: typer.Typer) -> None:

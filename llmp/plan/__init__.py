@@ -198,6 +198,23 @@ class Plan(BaseModel):
 # ---------------------------------------------------------------------------
 
 
+def short_type(token: str) -> str:
+    """A resource type as a narrow screen shows it: the package, the module and the class,
+    without what the token repeats. `aws:iam/rolePolicyAttachment:RolePolicyAttachment`
+    is `aws:iam/RolePolicyAttachment` (its file segment is the class again), the
+    `kubernetes` package is `k8s` (`k8s:batch/v1/CronJob`); `llmp:nodes:GpuNodePool` is
+    `llmp:nodes/GpuNodePool`. Anything not `package:module:Class` stays as it is."""
+    parts = token.split(":")
+    if len(parts) != 3 or not all(parts):
+        return token
+    package, module, cls = parts
+    path = module.split("/")
+    if len(path) > 1 and path[-1] == cls[:1].lower() + cls[1:]:
+        path.pop()
+    package = {"kubernetes": "k8s"}.get(package, package)
+    return f"{package}:{'/'.join([*path, cls])}"
+
+
 def read_json(path: Path, what: str, error: type[BadInput] = BadInput) -> Any:
     """The JSON document in `path`; `error` (one line) when it cannot be read or parsed.
     `what` names it in the message ("plan", "outputs", "policy config")."""

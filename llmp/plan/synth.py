@@ -21,6 +21,7 @@ import base64
 import datetime
 import hashlib
 import json
+import logging
 import runpy
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -75,6 +76,28 @@ class SynthError(Failed):
 # ---------------------------------------------------------------------------
 # Mock engine
 # ---------------------------------------------------------------------------
+
+
+class _Notices(logging.Handler):
+    """What the program logs (`pulumi.log.warn`: a secret not yet set) as the engine would
+    show it: each message a notice on stderr, wrapped at its width (`console.notice`).
+
+    Like logging's last resort: only where the process has set up no logging of its own
+    (the CLI). A process that has (a test's log capture, a tool around `synthesize`) gets
+    the records through the root logger instead, as it did before."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.getLogger().handlers:
+            return
+        from llmp import console
+
+        console.notice(record.getMessage())
+
+
+_ENGINE_LOG = logging.getLogger("llmp.program")
+"""The logger the mock engine writes the program's messages to."""
+_ENGINE_LOG.addHandler(_Notices())
+_ENGINE_LOG.setLevel(logging.WARNING)
 
 
 def autoname(name: str) -> str:
@@ -446,7 +469,9 @@ def run(
     monitor = _RecordingMonitor(mocks, plan)
     # One fresh mock state per run: set_mocks is global to the process.
     settings.ROOT.set(None)
-    pulumi_mocks.set_mocks(mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
+    pulumi_mocks.set_mocks(
+        mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor, logger=_ENGINE_LOG
+    )
     # Like the language host: a new root stack around `runpy.run_path(main)`.
     settings.ROOT.set(None)
     declared: dict[tuple[str, str], int] = {}

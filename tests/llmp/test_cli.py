@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from typer.testing import CliRunner
 from llmp import console as llmp_console
 from llmp import dr
 from llmp.cli import app
-from llmp.plan import synth
+from llmp.plan import short_type, synth
 from llmp.stacks import REPO_ROOT, STACKS_DIR
 from tests.conftest import raw_stack
 
@@ -173,11 +174,115 @@ def test_policy_violations_read_at_80_columns(narrow, plans, tmp_path: Path) -> 
     )
 
 
-def test_synth_reads_at_80_columns(narrow, cached_synth, plans, tmp_path: Path) -> None:
-    code, text = narrow("synth", "inference", "--out", str(tmp_path))
+@pytest.mark.parametrize("stack", ["inference", "pretrain"])
+def test_synth_reads_at_80_columns(narrow, cached_synth, plans, stack, tmp_path: Path) -> None:
+    """The tree too: every resource's name and short type whole, none cut at the edge."""
+    code, text = narrow("synth", stack, "--out", str(tmp_path))
     assert code == 0, text
-    top = [r.name for r in plans("inference").resources if r.parent is None]
-    assert_fits(text, *top, "resources by type", "cost: $", "policy: 0 mandatory")
+    resources = plans(stack).resources
+    top = [r.name for r in resources if r.parent is None]
+    assert_fits(
+        text,
+        *top,
+        *{r.name for r in resources},
+        *{short_type(r.type) for r in resources},
+        "resources by type",
+        "cost: $",
+        "policy: 0 mandatory",
+    )
+
+
+def test_a_resource_type_is_its_package_module_and_class() -> None:
+    assert short_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") == (
+        "aws:iam/RolePolicyAttachment"
+    )
+    assert short_type("kubernetes:batch/v1:CronJob") == "k8s:batch/v1/CronJob"
+    assert short_type("llmp:nodes:GpuNodePool") == "llmp:nodes/GpuNodePool"
+    assert short_type("pulumi:providers:aws") == "pulumi:providers/aws"
+    assert short_type("aws:s3/bucketV2:Bucket") == "aws:s3/bucketV2/Bucket"  # not a repeat
+    assert short_type("pulumi:pulumi:Stack:extra") == "pulumi:pulumi:Stack:extra"
+
+
+def test_a_tree_label_that_does_not_fit_puts_the_type_under_the_name() -> None:
+    from llmp.commands.synth import tree_label
+    from llmp.console import broken
+
+    fits = tree_label("logs", "aws:s3/bucket:Bucket", 40)
+    assert fits.plain == "logs aws:s3/Bucket"
+    under = tree_label(
+        "storage-datasets-encryption",
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+        60,
+    )
+    assert under.plain.splitlines() == [
+        "storage-datasets-encryption",
+        "aws:s3/BucketServerSideEncryptionConfiguration",
+    ]
+    # Narrower than the type: broken after a separator, never inside a word.
+    assert broken("k8s:admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", 40, "/:") == [
+        "k8s:admissionregistration.k8s.io/v1/",
+        "ValidatingAdmissionPolicy",
+    ]
+    assert broken("a-very-long-resource-name", 12, "-") == ["a-very-long-", "resource-", "name"]
+
+
+def test_a_notice_wraps_between_words_with_a_hanging_indent() -> None:
+    text = (
+        "monitoring: Grafana's login form is off: llm-platform-monitoring:grafanaAdminPassword "
+        "is not set; set it with `pulumi config set --secret x <password>`"
+    )
+    lines = llmp_console.wrap(text, WIDTH)
+    assert max(len(line) for line in lines) <= WIDTH
+    assert lines[0].startswith("monitoring: ") and all(line.startswith("  ") for line in lines[1:])
+    assert " ".join(line.strip() for line in lines) == text  # every word whole, in order
+    assert any("`pulumi config set --secret x <password>`" in line for line in lines)
+    # A word wider than the line stays whole rather than cut, a path is broken after a `/`.
+    assert llmp_console.wrap("key: " + "x" * 100, 40) == ["key:", "  " + "x" * 100]
+    path = "/" + "/".join(["a-directory"] * 6) + "/plan.json"
+    assert llmp_console.wrap(f"wrote {path} and 3 manifests", 40) == [
+        "wrote /a-directory/a-directory/",
+        "  a-directory/a-directory/a-directory/",
+        "  a-directory/plan.json and 3 manifests",
+    ]
+    # The console's width: a narrow one wraps narrower.
+    buffer = io.StringIO()
+    llmp_console.notice(text, to=Console(file=buffer, width=50, color_system=None))
+    assert max(len(line) for line in buffer.getvalue().splitlines()) <= 50
+
+
+ERROR_LINE = re.compile(r"^(config error|error|policy error): ")
+"""A line the CLI reports a failure with: one line, whatever its length (`llmp.cli`)."""
+
+
+def test_the_commands_read_at_80_columns_in_a_pipe_warnings_included(tmp_path: Path) -> None:
+    """What `COLUMNS=80 llmp ... 2>&1` shows, the program's warnings on stderr included:
+    no line over 80 columns but an error line (none here)."""
+    env = {**os.environ, "COLUMNS": "80"}
+    commands = [
+        ["synth", "pretrain", "--out", str(tmp_path / "out")],
+        ["synth", "inference", "--out", str(tmp_path / "out")],
+        ["dr", "plan", "--from", "pretrain", "--region", "us-west-2", "--out", str(tmp_path)],
+        ["diff", "pretrain", "--base", "HEAD"],
+    ]
+    for args in commands:
+        done = subprocess.run(
+            [sys.executable, "-m", "llmp.cli", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout
+        assert "Grafana's login form is off:" in done.stdout  # the program's warning shows
+        wide = [
+            line
+            for line in done.stdout.splitlines()
+            if len(line) > WIDTH and not ERROR_LINE.match(line)
+        ]
+        assert not wide, f"llmp {' '.join(args)}: {len(wide[0])} columns: {wide[0]!r}"
 
 
 # ---------------------------------------------------------------------------

@@ -187,7 +187,7 @@ def test_cli_prints_tree_counts_and_cost_and_writes_the_plan(tmp_path) -> None:
     result = run_cli("synth", "inference", "--out", str(tmp_path), cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
     assert "resources by type" in result.stdout
-    assert "aws:eks/nodeGroup:NodeGroup" in result.stdout
+    assert "aws:eks/NodeGroup" in result.stdout  # the short type (llmp.plan.short_type)
     assert "cost: $" in result.stdout
     plan = json.loads((tmp_path / "inference/plan.json").read_text())
     assert plan["stack"] == "inference"

@@ -494,8 +494,9 @@ def test_a_certificate_of_another_region_is_refused() -> None:
     raw = raw_stack("inference")
     arn = raw["llm-platform:serving"]["certificate_arn"].replace("us-east-1", "us-west-2")
     raw["llm-platform:serving"]["certificate_arn"] = arn
+    shown = "'arn:aws:acm:us-west-2:1234...0123-4567-89ab-0123456789ab'"  # its ends: 60 columns
     assert config_error_lines(raw) == [
-        f"config error: llm-platform:serving.certificate_arn = '{arn}': is a certificate of "
+        f"config error: llm-platform:serving.certificate_arn = {shown}: is a certificate of "
         "us-west-2; an ALB in us-east-1 takes an ACM certificate of its own region: request "
         "or import one in us-east-1"
     ]

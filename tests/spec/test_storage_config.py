@@ -111,7 +111,7 @@ def test_logs_bucket_is_required() -> None:
     del raw["llm-platform:storage"]["buckets"]["logs"]
     assert config_error(raw) == (
         "config error: llm-platform:storage.buckets = {'models': {'precious': True, "
-        "'initial_gb': 3000, 'daily_write_gb': 20}}: declare a `logs` bucket: every bucket "
+        "and 2 more}}: declare a `logs` bucket: every bucket "
         "sends its access logs there"
     )
 
