@@ -750,10 +750,11 @@ def test_a_new_vpc_cidr_replaces_the_network_and_what_lives_in_it(
     # The cluster cannot follow its subnets into a new VPC: a change `pulumi up` fails on.
     assert done.returncode == 1, done.stderr
     out = done.stdout
-    # The CPU pool data's node group and its 6 Auto Scaling group tags follow the subnets.
-    assert "PRECIOUS RESOURCES REPLACED: 5 (of 47 replaced)" in out
+    # The CPU pool data's node group and its 6 Auto Scaling group tags follow the subnets,
+    # and the 6 interface endpoints with their security group and its rule, the VPC.
+    assert "PRECIOUS RESOURCES REPLACED: 5 (of 55 replaced)" in out
     assert "REFUSED BY THE API: 1" in out
-    assert "47 to replace (5 precious)" in " ".join(out.split())
+    assert "55 to replace (5 precious)" in " ".join(out.split())
     assert max(len(line) for line in out.splitlines()) <= 80
     text = markdown.read_text()
     assert_well_formed_markdown(text)
@@ -765,10 +766,13 @@ def test_renaming_a_bucket_deletes_a_precious_bucket(repo: Path, stack_file: Pat
     markdown = repo / "out" / "rename.md"
     done = llmp(repo, "diff", "--base", "HEAD", "pretrain", "--markdown", str(markdown))
     assert done.returncode == 0, done.stderr  # loud, but only --fail-on-replace fails on it
-    assert "PRECIOUS RESOURCES REPLACED: 2" in done.stdout
+    # The two buckets, and the revisions' signing key: a stack without a `models` bucket
+    # signs nothing, so the key goes too.
+    assert "PRECIOUS RESOURCES REPLACED: 3" in done.stdout
     text = markdown.read_text()
     assert_well_formed_markdown(text)
     assert "> [!CAUTION]" in text
+    assert "`storage-revisions` (aws:kms/key:Key)" in text
     assert "> - `storage-models` (aws:s3/bucket:Bucket): renamed to storage-weights" in text
     assert (
         "> - `storage-models-replica` (aws:s3/bucket:Bucket): renamed to storage-weights-replica"

@@ -429,7 +429,7 @@ def _bad_inputs(model_dir: Path, tmp_path: Path) -> list[tuple[list[str], str]]:
         ([*m, "--heldout", str(tmp_path)], "--heldout and --seq-len go together"),
         ([*m, "--heldout", str(bare), "--seq-len", "8"], "no ('.npy', '.bin') token shards"),
         ([*m, "--limit", "0"], "--limit 0: expected a positive integer"),
-        ([*m, "--thresholds", str(tmp_path / "none.yaml")], "cannot read"),
+        ([*m, "--thresholds", str(tmp_path / "none.yaml")], "none.yaml: no such file"),
         ([*m, "--tasks", "llmp_arith", "--thresholds", str(unknown)], "limits llmp_copy"),
         ([*m, "--thresholds", str(ppl)], "max_perplexity needs --heldout"),
         ([*m, "--dtype", "int3"], "invalid choice: 'int3'"),
