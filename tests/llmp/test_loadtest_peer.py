@@ -25,12 +25,23 @@ def test_ttft_and_itl_agree_with_guidellm_within_5_percent() -> None:
     spec.loader.exec_module(bench)
     # Prompts of one length: with 8 requests, percentiles of lengths that vary would
     # depend on which requests each client counts (guidellm may leave some out).
-    rows = bench.peer_comparison(n=8, stdev=0)
-    assert [name for name, _, _ in rows][:2] == ["TTFT p50 (ms)", "TTFT p90 (ms)"]
-    for name, ours, theirs in rows:
-        # The medians and every inter-token percentile must agree within 5%. A TTFT tail
-        # percentile of 8 requests is one request: one scheduling stall of the shared test
-        # host moves it, so it is held to 15% here (bench/loadtest.py measures 30).
-        tail = name.startswith("TTFT") and "p50" not in name
-        limit = 0.15 if tail else 0.05
-        assert theirs > 0 and abs(ours - theirs) / theirs < limit, (name, ours, theirs)
+    # Two tries: the clients run one after the other on a host the rest of the suite
+    # shares, and a stall during one of them moves its percentiles; a client that measures
+    # differently disagrees on both tries.
+    misses: list[tuple[str, float, float]] = []
+    for _ in range(2):
+        rows = bench.peer_comparison(n=8, stdev=0)
+        assert [name for name, _, _ in rows][:2] == ["TTFT p50 (ms)", "TTFT p90 (ms)"]
+        misses = [(n, o, t) for n, o, t in rows if not _agrees(n, o, t)]
+        if not misses:
+            break
+    assert not misses, misses
+
+
+def _agrees(name: str, ours: float, theirs: float) -> bool:
+    # The medians and every inter-token percentile must agree within 5%. A TTFT tail
+    # percentile of 8 requests is one request: one scheduling stall of the shared test
+    # host moves it, so it is held to 15% here (bench/loadtest.py measures 30).
+    tail = name.startswith("TTFT") and "p50" not in name
+    limit = 0.15 if tail else 0.05
+    return theirs > 0 and abs(ours - theirs) / theirs < limit
