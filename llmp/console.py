@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import TextIO
 
 from rich.console import Console
 
+# Re-exported: commands lay text out with them through the console module.
+from llmp.wrapping import INDENT as INDENT
+from llmp.wrapping import broken as broken
+from llmp.wrapping import wrap
 from spec.errors import one_line
 
 
@@ -39,53 +42,6 @@ def _width(stream: TextIO) -> int | None:
 
 out = _PipeConsole(width=_width(sys.stdout))
 err = Console(stderr=True, width=_width(sys.stderr))
-
-INDENT = "  "
-"""The hanging indent of a wrapped notice: its second and later lines."""
-
-_CODE = re.compile(r"`[^`\n]+`")
-_KEEP = "\x00"  # a space inside a command kept on one line: no space to break at
-
-
-def broken(text: str, room: int, after: str = "/") -> list[str]:
-    """`text` in pieces of at most `room` columns, broken only after one of the characters
-    `after` (a path's `/`, a type's `:`, a name's `-`): never inside a word. A part with no
-    such break wider than `room` stays whole."""
-    parts = re.findall(rf"[^{re.escape(after)}]*[{re.escape(after)}]|[^{re.escape(after)}]+$", text)
-    pieces = [""]
-    for part in parts:
-        if pieces[-1] and len(pieces[-1]) + len(part) > room:
-            pieces.append("")
-        pieces[-1] += part
-    return pieces
-
-
-def wrap(text: str, width: int) -> list[str]:
-    """`text` as lines of at most `width` columns, the second and later indented by
-    `INDENT`: broken between words, a word wider than a line after its `/` (a path), never
-    inside a word (one with no `/` stays whole), and a `command` in backticks kept on one
-    line where it fits on one."""
-    room = max(width - len(INDENT), 1)
-    text = _CODE.sub(
-        lambda m: m.group(0).replace(" ", _KEEP) if len(m.group(0)) <= room else m.group(0),
-        text,
-    )
-    lines: list[str] = []
-    current = ""
-    for word in text.split():
-        word = word.replace(_KEEP, " ")
-        # A word wider than a line fills the line it starts on, up to one of its `/`.
-        for i, piece in enumerate([word] if len(word) <= room else broken(word, 1)):
-            glue = "" if i else " "  # the rest of a word goes on without a space
-            if not current:
-                current = (INDENT if lines else "") + piece
-            elif len(current) + len(glue) + len(piece) > width:
-                lines.append(current)
-                current = INDENT + piece
-            else:
-                current += glue + piece
-    return [*lines, current]
-
 
 def notice(text: str, *, to: Console | None = None) -> None:
     """A warning or any notice of more than one clause (`what: the value; why`), wrapped at

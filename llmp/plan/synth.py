@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import runpy
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ from llmp.stacks import (
     stack_name_problem,
     stack_path,
 )
+from llmp.wrapping import width_of, wrap
+from spec.errors import one_line
 from spec.keys import NAMESPACE, REGION_KEY
 from spec.platform import PlatformConfig
 from spec.stackfile import load_config
@@ -89,9 +92,11 @@ class _Notices(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if logging.getLogger().handlers:
             return
-        from llmp import console
-
-        console.notice(record.getMessage())
+        # `llmp.console.notice`'s layout, without rich: a program run the way the language
+        # host runs it loads nothing of the CLI's extra.
+        stream = sys.stderr
+        message = one_line(record.getMessage())
+        stream.write("\n".join(wrap(message, width_of(stream))) + "\n")
 
 
 _ENGINE_LOG = logging.getLogger("llmp.program")
