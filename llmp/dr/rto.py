@@ -299,24 +299,9 @@ class QuotaNeed:
 
 def quota_needs(cfg: PlatformConfig) -> tuple[list[QuotaNeed], list[str]]:
     """The quotas the pools need at their max sizes, and the capacity-block pools (whose
-    block is bought for them, outside any quota)."""
-    recovery = recovery_catalog()
-    needs: dict[str, QuotaNeed] = {}
-    unquoted: list[str] = []
-    system = cfg.system_pool
-    pools = [("system pool", system.instance_type, "ON_DEMAND", system.max_size)]
-    pools += [(n, p.instance_type, p.capacity_type, p.max_size) for n, p in cfg.node_pools.items()]
-    pools += [(n, p.instance_type, p.capacity_type, p.max_size) for n, p in cfg.cpu_pools.items()]
-    for name, instance_type, capacity, max_size in pools:
-        if capacity == "CAPACITY_BLOCK":
-            unquoted.append(name)
-            continue
-        _, quota = recovery.quota_for(instance_type)
-        spot = capacity == "SPOT"
-        code = quota.spot if spot else quota.on_demand
-        need = needs.get(code) or QuotaNeed(
-            code, quota.spot_name if spot else quota.on_demand_name, 0, []
-        )
-        vcpus = catalog().instance(instance_type).vcpus * max_size
-        needs[code] = QuotaNeed(code, need.name, need.vcpus + vcpus, [*need.pools, name])
-    return list(needs.values()), unquoted
+    block is bought for them, outside any quota): `llmp synth`'s count
+    (`llmp.plan.quotas`), which leaves out an adopted cluster's system pool."""
+    from llmp.plan.quotas import quota_demands
+
+    demands, unquoted = quota_demands(cfg)
+    return [QuotaNeed(d.code, d.name, d.vcpus, list(d.pools)) for d in demands], unquoted

@@ -52,3 +52,12 @@ def test_synth_prints_the_quota_lines_within_80_columns(tmp_path) -> None:
         "quota L-1216C47A Standard On-Demand: 64 vCPUs (4 x m7i.4xlarge)",
     ]
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_llmp_dr_leaves_an_adopted_clusters_system_pool_out_too() -> None:
+    from llmp.dr.rto import quota_needs
+
+    team = load_stack("team", EXAMPLES / "Pulumi.team.yaml")
+    needs, unquoted = quota_needs(team)
+    assert [(n.code, n.vcpus) for n in needs] == [("L-417A185B", 384)]
+    assert all("system pool" not in n.pools for n in needs) and unquoted == []
