@@ -81,6 +81,29 @@ def s3_endpoint_policy(buckets: Sequence[str], region: str) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": statements})
 
 
+def s3_gateway_endpoint(
+    name: str,
+    vpc_id: pulumi.Input[str],
+    route_table_ids: Sequence[pulumi.Input[str]],
+    buckets: Sequence[str],
+    region: str,
+    *,
+    parent: pulumi.Resource,
+) -> aws.ec2.VpcEndpoint:
+    """The S3 gateway endpoint on `route_table_ids`, with the policy that admits `buckets`
+    and ECR's layers only (`s3_endpoint_policy`)."""
+    return aws.ec2.VpcEndpoint(
+        f"{name}-s3",
+        vpc_id=vpc_id,
+        service_name=f"com.amazonaws.{region}.s3",
+        vpc_endpoint_type="Gateway",
+        route_table_ids=list(route_table_ids),
+        policy=s3_endpoint_policy(buckets, region),
+        tags={"Name": f"{name}-s3"},
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
 def interface_endpoints(
     name: str,
     services: Sequence[str],
@@ -258,15 +281,13 @@ class Network(pulumi.ComponentResource):
             private_rts.append(rt)
 
         if args.s3_gateway_endpoint:
-            aws.ec2.VpcEndpoint(
-                f"{name}-s3",
-                vpc_id=vpc.id,
-                service_name=f"com.amazonaws.{args.region}.s3",
-                vpc_endpoint_type="Gateway",
-                route_table_ids=[rt.id for rt in private_rts],
-                policy=s3_endpoint_policy(args.s3_endpoint_buckets, args.region),
-                tags={"Name": f"{name}-s3"},
-                opts=child,
+            s3_gateway_endpoint(
+                name,
+                vpc.id,
+                [rt.id for rt in private_rts],
+                args.s3_endpoint_buckets,
+                args.region,
+                parent=self,
             )
         endpoints = interface_endpoints(
             name,
@@ -340,18 +361,15 @@ class AdoptedNetwork(pulumi.ComponentResource):
         self, name: str, args: AdoptedNetworkArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("llmp:network:AdoptedNetwork", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         self.created = []
         if args.s3_endpoint_route_table_ids:
-            aws.ec2.VpcEndpoint(
-                f"{name}-s3",
-                vpc_id=args.vpc_id,
-                service_name=f"com.amazonaws.{args.region}.s3",
-                vpc_endpoint_type="Gateway",
-                route_table_ids=list(args.s3_endpoint_route_table_ids),
-                policy=s3_endpoint_policy(args.s3_endpoint_buckets, args.region),
-                tags={"Name": f"{name}-s3"},
-                opts=child,
+            s3_gateway_endpoint(
+                name,
+                args.vpc_id,
+                list(args.s3_endpoint_route_table_ids),
+                args.s3_endpoint_buckets,
+                args.region,
+                parent=self,
             )
             self.created.append(f"S3 gateway endpoint {name}-s3")
         self.efa_security_group_id = efa_security_group(name, args.vpc_id, parent=self)
