@@ -144,29 +144,36 @@ def _peer_admits(peer: dict[str, Any], ns: str, pod: dict[str, str], ip: str | N
     return ns_ok and pod_ok
 
 
+def _admitted(
+    policies: list[dict[str, Any]], direction: str, port: int, peer_ok: Any
+) -> bool:
+    """Kubernetes semantics: isolated in `direction` once any policy of that type selects
+    the pod; then allowed only if some rule admits the peer (`peer_ok`) on the port."""
+    kind = direction.capitalize()
+    typed = [p for p in policies if kind in p.get("policyTypes", [])]
+    if not typed:
+        return True
+    side = "from" if direction == "ingress" else "to"
+    for p in typed:
+        for rule in p.get(direction, []):
+            peers, ports = rule.get(side), rule.get("ports")
+            admits = peers is None or any(peer_ok(x) for x in peers)
+            on_port = ports is None or any(q.get("port") in (None, port) for q in ports)
+            if admits and on_port:
+                return True
+    return False
+
+
 def ingress_allowed(
     plan: Any, dst_ns: str, src_ns: str, port: int, dst_pod: dict[str, str] | None = None
 ) -> bool:
-    """Kubernetes semantics: isolated once any Ingress policy selects the pod; then allowed
-    only if some policy's rule admits the source on the port."""
-    dst_pod = dst_pod or {}
+    """May a pod of `src_ns` reach a pod of `dst_ns` on `port`?"""
     policies = [
         r.inputs["spec"]
         for r in plan.by_type(NETPOL)
-        if _ns(r) == dst_ns and _selects(r.inputs["spec"].get("podSelector"), dst_pod)
+        if _ns(r) == dst_ns and _selects(r.inputs["spec"].get("podSelector"), dst_pod or {})
     ]
-    ingress = [p for p in policies if "Ingress" in p.get("policyTypes", [])]
-    if not ingress:
-        return True
-    for p in ingress:
-        for rule in p.get("ingress", []):
-            peers = rule.get("from")
-            ports = rule.get("ports")
-            peer_ok = peers is None or any(_peer_admits(x, src_ns, {}, None) for x in peers)
-            port_ok = ports is None or any(q.get("port") in (None, port) for q in ports)
-            if peer_ok and port_ok:
-                return True
-    return False
+    return _admitted(policies, "ingress", port, lambda x: _peer_admits(x, src_ns, {}, None))
 
 
 def network_access(plan: Any, attacker: str, victim: str) -> bool:
@@ -345,20 +352,13 @@ def test_kueue_config_manages_workloads_without_a_queue_name() -> None:
 
 
 def egress_allowed(plan: Any, ns: str, ip: str, port: int) -> bool:
-    """Kubernetes semantics: a pod selected by any Egress policy reaches an address only
-    where some policy's rule admits it on the port."""
-    policies = [r.inputs["spec"] for r in plan.by_type(NETPOL) if _ns(r) == ns]
-    egress = [p for p in policies if "Egress" in p.get("policyTypes", [])]
-    if not egress:
-        return True
-    for p in egress:
-        for rule in p.get("egress", []):
-            peers, ports = rule.get("to"), rule.get("ports")
-            peer_ok = peers is None or any(_peer_admits(x, "", {}, ip) for x in peers)
-            port_ok = ports is None or any(q.get("port") in (None, port) for q in ports)
-            if peer_ok and port_ok:
-                return True
-    return False
+    """May a pod of `ns` reach the address `ip` on `port`?"""
+    policies = [
+        r.inputs["spec"]
+        for r in plan.by_type(NETPOL)
+        if _ns(r) == ns and _selects(r.inputs["spec"].get("podSelector"), {})
+    ]
+    return _admitted(policies, "egress", port, lambda x: _peer_admits(x, "", {}, ip))
 
 
 def test_a_tenant_pod_reaches_s3_and_nothing_else_outside_the_vpc(plan) -> None:
