@@ -64,6 +64,7 @@ def _as_of(source: dict[str, Any]) -> str:
 _FIXED_NAMES = {
     "eks_control_plane": "EKS control plane",
     "nat_gateways": "NAT gateways",
+    "interface_endpoints": "interface endpoints",
     "public_ipv4": "public IPv4",
     "load_balancer": "ALB",
 }
