@@ -83,7 +83,9 @@ def checked_facts(cfg: PlatformConfig, outputs: dict[str, Any]) -> dict[str, Any
     storage = cfg.storage
     if storage is not None:
         names = {key: storage.bucket_name(key) for key in storage.buckets}
-        refused = sharing.bucket_unadmitted(cfg.shared_stack.name, names, outputs)
+        refused = sharing.bucket_unadmitted(
+            cfg.shared_stack.name, names, storage.bucket_name_prefix, outputs
+        )
         if refused is not None:
             raise pulumi.RunError(refused.line())
     return outputs

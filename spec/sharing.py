@@ -179,9 +179,10 @@ def bucket_clash(
 
 
 def bucket_unadmitted(
-    shared: str, buckets: Mapping[str, str], outputs: Mapping[str, Any]
+    shared: str, buckets: Mapping[str, str], prefix: str, outputs: Mapping[str, Any]
 ) -> ConfigError | None:
-    """A bucket of this stack (key -> its physical name) that the shared stack's S3 gateway
+    """A bucket of this stack (key -> its physical name; `prefix`: the stack's
+    `bucket_name_prefix`, what to admit) that the shared stack's S3 gateway
     endpoint refuses (its `s3_endpoint_buckets` output: the names and `*` patterns its
     policy admits), as the config error; None where each is admitted, or where the shared
     stack sets no policy of its own (the output is null: the VPC's owner keeps the
@@ -197,6 +198,6 @@ def bucket_unadmitted(
                 name,
                 f"is refused by shared_stack {shared}'s S3 endpoint (it admits "
                 f"{', '.join(patterns[:3])}{' ...' if len(patterns) > 3 else ''}): add "
-                f"{name.rsplit('-', 1)[0]}-* to its network.s3_endpoint_buckets",
+                f"{prefix}-* to its network.s3_endpoint_buckets",
             )
     return None

@@ -433,7 +433,7 @@ def _check_shared_outputs(cfg: PlatformConfig, outputs: Mapping[str, Any]) -> No
         clash = bucket_clash(shared.name, names, adopted, outputs)
         if clash is not None:
             raise clash
-        refused = bucket_unadmitted(shared.name, names, outputs)
+        refused = bucket_unadmitted(shared.name, names, storage.bucket_name_prefix, outputs)
         if refused is not None:
             raise refused
 
