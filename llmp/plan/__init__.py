@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,16 @@ class Plan(BaseModel):
     stack: str
     resources: list[Resource] = Field(default_factory=list)
     outputs: dict[str, Any] = Field(default_factory=dict)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Plan:
+        """A copy whose indexes (`by_urn`, the providers, the region) are computed from
+        its own resources: pydantic copies the instance dict, cached properties included,
+        so a copy with new resources would otherwise answer from the old ones."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name, attr in vars(Plan).items():
+            if isinstance(attr, functools.cached_property):
+                copy.__dict__.pop(name, None)
+        return copy
 
     # -- finding resources ---------------------------------------------------------------
 

@@ -505,3 +505,17 @@ def test_the_network_waits_on_nothing_of_the_cluster_and_pools_not_on_each_other
 def test_plan_json_round_trips(plans) -> None:
     plan = plans("finetune")
     assert json.loads(json.dumps(plan.to_dict())) == plan.to_dict()
+
+
+def test_a_copy_with_new_resources_answers_from_them(plans) -> None:
+    """A Plan's indexes are cached; a copy made after they were read (llmp diff's plan as
+    `pulumi up` would leave it, a test's mutated plan) must not answer from the old list."""
+    plan = plans("finetune")
+    group = next(r for r in plan.resources if r.type == "aws:eks/nodeGroup:NodeGroup")
+    assert plan.by_urn[group.urn] is group and plan.aws_providers  # both cached now
+    changed = group.model_copy(update={"inputs": {**group.inputs, "version": "9.99"}})
+    resources = [changed if r is group else r for r in plan.resources]
+    copy = plan.model_copy(update={"resources": resources})
+    assert copy.by_urn[group.urn] is changed
+    assert plan.by_urn[group.urn] is group  # the original keeps its own
+    assert copy.aws_providers == plan.aws_providers
