@@ -76,7 +76,7 @@ class Roll:
         if self.autoscaled:
             count += " (its desired size at creation; the autoscaler may hold another now)"
         if not self.nodes:
-            now = "unless the autoscaler started some" if self.autoscaled else "if it has any"
+            now = "if the autoscaler has started some" if self.autoscaled else "if it has any"
             return (
                 f"pool {self.pool} rolls ({'; '.join(self.causes)}): its desired size is 0, "
                 f"so its nodes are replaced only {now}"
