@@ -17,6 +17,7 @@ from llmp.commands import (
     dr,
     job,
     loadtest,
+    pins,
     policy,
     promote,
     reference,
@@ -39,6 +40,7 @@ MODULES = (
     job,
     promote,
     canary,
+    pins,
 )
 """In the order `llmp --help` lists them."""
 
