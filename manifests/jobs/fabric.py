@@ -73,7 +73,7 @@ SSH_PORT = 2222
 SSH_SECRET = "fabric-ssh"
 SSH_SECRET_MOUNT = "/etc/fabric-ssh"
 ALL_REDUCE_PERF = "/opt/nccl-tests/build/all_reduce_perf"
-"""Where the awsome-distributed-training nccl-tests image builds the binary."""
+"""Where the awsome-distributed-ai nccl-tests image builds the binary."""
 OPENMPI = "/opt/amazon/openmpi"
 """The EFA installer's OpenMPI. `--prefix` makes the remote orted findable over a
 non-interactive ssh shell, whose PATH does not include it."""

@@ -314,7 +314,7 @@ def training_env(spec: JobSpec) -> list[EnvVar]:
         env = nccl_env() + env
     if spec.efa:
         # DataLoader workers fork. With libfabric's bounce buffers on huge pages, fork()
-        # fails with ENOMEM once the pool is used up (awsome-distributed-training's EFA
+        # fails with ENOMEM once the pool is used up (awsome-distributed-ai's EFA
         # cheatsheet); regular pages cost a little bandwidth. RDMAV_FORK_SAFE stays unset
         # and FI_EFA_FORK_SAFE is not needed on kernels >= 5.15 (AL2023 runs 6.x).
         env.append(EnvVar(name="FI_EFA_USE_HUGE_PAGE", value="0"))

@@ -167,7 +167,7 @@ def test_a_pull_request_or_a_commit_is_no_verification() -> None:
 
 
 def test_nccl_tests_image_is_tagged_as_its_build_spec_pushes_it() -> None:
-    # awsome-distributed-training micro-benchmarks/nccl-tests/buildspec.yaml:
+    # awsome-distributed-ai micro-benchmarks/nccl-tests/buildspec.yaml:
     # cuda<CUDA>-efa<EFA>-ofi<OFI>-nccl<NCCL>-tests<TESTS>
     import re
 

@@ -105,7 +105,7 @@ def test_environment_follows_the_efa_guidance() -> None:
     assert e["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith("/fsx/checkpoints/llama-8b/")
     for unset in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE", "FI_EFA_FORK_SAFE"):
         assert unset not in e
-    # awsome-distributed-training's EFA cheatsheet: DataLoader workers fork, and fork()
+    # awsome-distributed-ai's EFA cheatsheet: DataLoader workers fork, and fork()
     # fails with ENOMEM once libfabric's huge-page pool is used up.
     assert e["FI_EFA_USE_HUGE_PAGE"] == "0"
     assert "FI_EFA_USE_HUGE_PAGE" not in env(job(instance_type="g6e.12xlarge"))  # no EFA
