@@ -156,6 +156,9 @@ class NodeFinding:
     lost_s: float
     slow_fraction: float
     ranks: tuple[int, ...]
+    cause: str | None = None
+    """The cause with the largest share of the node's lost time (stragglers.CAUSES, or
+    `other`); None where the trace has no phases or the node loses nothing of its own."""
 
     @property
     def named(self) -> bool:
@@ -219,6 +222,7 @@ def findings(key: JobKey, report: st.Report, top: int) -> JobFinding:
             s.lost_s,
             s.slow_fraction,
             tuple(s.ranks),
+            s.cause.name if s.cause is not None else None,
         )
         for s in chosen
     )
@@ -409,11 +413,13 @@ class Watcher:
             if (key, node) not in before:
                 log.warning(
                     "job %s: node %s is slow: %.3fx the other nodes' median step time, "
-                    "%.0f%% of the job's slowdown",
+                    "%.0f%% of the job's slowdown (rank %s; cause: %s)",
                     job_name(key),
                     node,
                     n.ratio,
                     100 * n.share,
+                    ", ".join(str(r) for r in n.ranks),
+                    n.cause or "not known",
                 )
         for key, node in sorted(set(before) - set(after)):
             if key in now:

@@ -408,6 +408,22 @@ def _time_phases(engine: Any, step_loss: Any, clock: StepClock) -> None:
     engine.allreduce_gradients = timed_reduce
 
 
+INJECT_DELAY_ENV = "LLMP_INJECT_STEP_DELAY_FILE"
+"""Drills and tests: the path of a file this rank reads after every step. While it holds a
+number of seconds (0 to 60), the rank sleeps that long in the step, after its last in-step
+collective and before the exchange, counted as compute: a straggler injected into one rank
+of a running job (tests/workloads/diagnosis/slow_rank.py). Unset (production): nothing."""
+
+
+def injected_delay(path: str) -> float:
+    """The seconds the file at `path` asks for; 0 without the file or a number in [0, 60]."""
+    try:
+        seconds = float(Path(path).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
+    return seconds if 0 < seconds <= 60 else 0.0
+
+
 class Telemetry:
     """Rank 0 records every rank's step time and phases: JSON lines and/or Prometheus gauges.
 
@@ -722,6 +738,7 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     stop_reason = "max_steps"
     clock = StepClock(device)
     _time_phases(engine, step_loss, clock)
+    injected = os.environ.get(INJECT_DELAY_ENV)
     first_metric = 4 + len(PHASES)  # after time, loss, stop, done and the phases
     checkpoint_phase = 4 + PHASES.index("checkpoint")
     clock.start()
@@ -745,6 +762,8 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
         step += 1
         if job.step_sleep_s:
             time.sleep(job.step_sleep_s)
+        if injected and (delay := injected_delay(injected)):
+            time.sleep(delay)
         clock.lap("compute")
         # One small collective per step carries everything the ranks must agree on.
         local = torch.cat(

@@ -58,7 +58,9 @@ class Run:
         extra: list[str],
         track: Callable[[subprocess.Popen[bytes]], None],
         env: dict[str, str] | None = None,
+        rank_env: dict[int, dict[str, str]] | None = None,
     ) -> None:
+        """`rank_env`: more variables for some ranks (NODE_NAME: the node a rank says it is on)."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "job.json").write_text(json.dumps(cfg))
@@ -93,7 +95,8 @@ class Run:
                 open(workdir / f"rank{rank}.out", "wb") as out,
                 open(workdir / f"rank{rank}.err", "wb") as err,
             ):
-                p = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=err)
+                rank_vars = {**full_env, **(rank_env or {}).get(rank, {})}
+                p = subprocess.Popen(cmd, cwd=REPO, env=rank_vars, stdout=out, stderr=err)
             track(p)
             self.procs.append(p)
 
