@@ -1,26 +1,35 @@
 """`llmp canary`, end to end offline: the example stack's canary (examples/stacks/
-Pulumi.serving-405b.yaml, llama-8b at 10%) judged against a fake Prometheus on 127.0.0.1
-that evaluates the judge's queries over request observations, then the stack file edited
+Pulumi.serving-405b.yaml, llama-8b at 10%) judged by a real Prometheus (Debian's, started by
+tests/monitoring/servers.py on 127.0.0.1) over request observations, then the stack file edited
 (promote, rollback) or left alone (wait), and the edited file a valid stack again.
 
-The fake holds, per namespace and Service (the `namespace` and `service` labels
-prometheus-operator gives each target), observations (age in seconds, TTFT, inter-token
-latency) and evaluates the three forms the judge sends: `sum(rate(<histogram>_bucket{...,le}
-[w]))`, `sum(rate(<histogram>_count{...}[w]))`, `sum(increase(..._count{...}[w]))`, and
-`1 - (A / (B > 0))` of two of them. A query for another model, another service or another
-bucket than the one the SLO names finds other observations, and one without a namespace sums
-every namespace's, as Prometheus would, so a wrong selector gives a wrong verdict. `tamper`
-makes the answer to a query an impossible one (-3, NaN, two series): the judge refuses it.
+Observations (age in seconds, TTFT, inter-token latency) per namespace and Service become
+vLLM's own histograms (`vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds`,
+its bucket bounds, label `model_name`) as a scrape every 15 s over the last two hours would have
+stored them, with the labels prometheus-operator gives each target (`namespace`, `service`,
+`job`, `pod`), backfilled into the server's TSDB before it starts (promtool tsdb
+create-blocks-from openmetrics): the judge's PromQL is evaluated by Prometheus itself, with its
+extrapolation, its windows and its matching. A query for another model, another service or
+another bucket finds other series, and one without a namespace sums every namespace's.
+
+`tamper` is the one thing no real Prometheus does: a proxy in front of the real one makes the
+answer to a query an impossible one (-3, NaN, two series), to show the judge refuses it; the
+real server also gives a negative ratio on its own, from an exporter whose bucket exceeds its
+count, and that is refused the same way.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import re
 import shutil
 import threading
-from collections.abc import Iterator
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -32,104 +41,143 @@ from typer.testing import CliRunner
 from llmp.cli import app
 from llmp.serving import canary as c
 from spec.promql import string_literal
+from spec.serving import ITL_BUCKETS, TTFT_BUCKETS
 from spec.stackfile import load_config, load_stack_file
+from tests.monitoring import servers
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples/stacks/Pulumi.serving-405b.yaml"
 STABLE_REV = "llama-3.1-8b-instruct/2026-10-01"
 CANARY_REV = "llama-3.1-8b-instruct/2026-11-20"
-WINDOWS = {"5m": 300, "10m": 600, "30m": 1800, "1h": 3600, "2h": 7200, "6h": 21600}
-METRICS = {"vllm:time_to_first_token_seconds": 1, "vllm:inter_token_latency_seconds": 2}
-_SELECTOR = re.compile(
-    r"sum\((?P<fn>rate|increase)\((?P<metric>[a-z_:]+?)_(?P<kind>bucket|count)"
-    r"\{(?P<labels>[^}]*)\}\[(?P<window>\d+[mh])\]\)\)"
-)
+SCRAPE_S = 15.0
+HISTORY_S = 2 * 3600.0
+"""What the server holds: the canary's window (1h) and more."""
+HISTOGRAMS = {
+    "vllm:time_to_first_token_seconds": (1, TTFT_BUCKETS),
+    "vllm:inter_token_latency_seconds": (2, ITL_BUCKETS),
+}
+"""vLLM's histogram -> (its value's index in an Observation, its bucket bounds)."""
 
 Observation = tuple[float, float, float]
 """(age in seconds, TTFT seconds, inter-token seconds)."""
+Key = tuple[str, str, str]
+"""(namespace, model_name, service)."""
 
 
-class FakePrometheus(BaseHTTPRequestHandler):
-    observations: dict[tuple[str, str, str], list[Observation]] = {}
-    """(namespace, model_name, service) -> what its replicas observed."""
-    queries: list[str] = []
-    tamper: dict[str, Any] = {}
-    """A text in the query -> the raw value answered instead (a list: that many series)."""
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
 
-    def _term(self, m: re.Match[str]) -> float:
-        labels = dict(re.findall(r'([a-z_]+)="([^"]*)"', m.group("labels")))
-        window = WINDOWS[m.group("window")]
-        seen = [
-            o
-            for (ns, model, service), observed in self.observations.items()
-            if ns == labels.get("namespace", ns)
-            and (model, service) == (labels.get("model_name"), labels.get("service"))
-            for o in observed
-        ]
-        index = METRICS[m.group("metric")]
-        values = [o[index] for o in seen if o[0] < window]
-        if m.group("kind") == "bucket":
-            values = [v for v in values if v <= float(labels["le"])]
-        return len(values) / (window if m.group("fn") == "rate" else 1)
 
-    def evaluate(self, query: str) -> float | None:
-        terms = [self._term(m) for m in _SELECTOR.finditer(query)]
-        if query.startswith("1 - (") and len(terms) == 2:
-            good, total = terms
-            return None if total == 0 else 1 - good / total
-        if len(terms) == 1 and query == _SELECTOR.search(query).group(0):  # type: ignore[union-attr]
-            return terms[0]
-        raise ValueError(query)
+def history(observed: dict[Key, list[Observation]], now: float) -> str:
+    """OpenMetrics of what Prometheus would have scraped from each revision's replicas every
+    SCRAPE_S over HISTORY_S: cumulative buckets, count and sum of both histograms (an
+    observation is counted from the first scrape at or after it)."""
+    samples: dict[str, list[tuple[str, float, float]]] = {h: [] for h in HISTOGRAMS}
+    ticks = [now - k * SCRAPE_S for k in range(int(HISTORY_S / SCRAPE_S), -1, -1)]
+    for (namespace, model, service), seen in observed.items():
+        labels = (
+            f'namespace="{namespace}",service="{service}",job="{service}",'
+            f'pod="{service}-0",model_name="{model}"'
+        )
+        for family, (index, bounds) in HISTOGRAMS.items():
+            events = sorted((now - o[0], o[index]) for o in seen)
+            at = [t for t, _ in events]
+            for bound in (*bounds, float("inf")):
+                within = [t for t, v in events if v <= bound]
+                series = f'{family}_bucket{{{labels},le="{_le(bound)}"}}'
+                samples[family] += [
+                    (series, tick, float(bisect.bisect_right(within, tick))) for tick in ticks
+                ]
+            sums = [0.0]
+            for _, v in events:
+                sums.append(sums[-1] + v)
+            for tick in ticks:
+                n = bisect.bisect_right(at, tick)
+                samples[family].append((f"{family}_count{{{labels}}}", tick, float(n)))
+                samples[family].append((f"{family}_sum{{{labels}}}", tick, sums[n]))
+    return servers.openmetrics({f: ("histogram", rows) for f, rows in samples.items()})
 
-    def do_GET(self) -> None:
-        url = urlparse(self.path)
-        if url.path != "/api/v1/query":
-            self.send_error(404)
-            return
-        query = parse_qs(url.query)["query"][0]
-        type(self).queries.append(query)
-        try:
-            value = self.evaluate(query)
-        except ValueError:
-            self._send(400, {"status": "error", "error": f"cannot evaluate {query}"})
-            return
-        result = [] if value is None else [{"metric": {}, "value": [0, repr(value)]}]
-        for text, raw in self.tamper.items():
-            if text in query:
-                raws = raw if isinstance(raw, list) else [raw]
-                result = [{"metric": {}, "value": [0, r]} for r in raws]
-        self._send(200, {"status": "success", "data": {"resultType": "vector", "result": result}})
 
-    def _send(self, code: int, body: dict[str, Any]) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+class Tamper:
+    """A proxy in front of the real Prometheus: records every query, and answers `raw` (a
+    list: that many series) instead of the real value for a query containing a text of
+    `tamper`."""
 
-    def log_message(self, *args: Any) -> None:
-        pass
+    def __init__(self, upstream: str, tamper: dict[str, Any]) -> None:
+        self.queries: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
+                proxy.queries.append(query)
+                try:
+                    with urllib.request.urlopen(upstream + self.path, timeout=30) as r:
+                        code, payload = r.status, r.read()
+                except urllib.error.HTTPError as e:
+                    code, payload = e.code, e.read()
+                for text, raw in tamper.items():
+                    if text in query:
+                        body = json.loads(payload)
+                        raws = raw if isinstance(raw, list) else [raw]
+                        body["data"]["result"] = [{"metric": {}, "value": [0, r]} for r in raws]
+                        payload = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
 
 
 @contextlib.contextmanager
-def fake_prometheus(
-    observations: dict[Any, list[Observation]], tamper: dict[str, Any] | None = None
-) -> Iterator[str]:
-    """`observations` by (model, service) of the stack's `serving` namespace, or by
-    (namespace, model, service)."""
+def real_prometheus(
+    observations: dict[Any, list[Observation]],
+    tamper: dict[str, Any] | None = None,
+    tmp: Path | None = None,
+    edit: Callable[[str], str] | None = None,
+) -> Iterator[Tamper]:
+    """A real Prometheus holding `observations` by (model, service) of the stack's `serving`
+    namespace, or by (namespace, model, service), behind a recording (and, given `tamper`,
+    tampering) proxy: the proxy's `url` is what the judge is given. `edit` rewrites the
+    history's OpenMetrics before it is backfilled (a broken exporter)."""
+    binary, _, promtool = servers.binaries()
     held = {(k if len(k) == 3 else ("serving", *k)): v for k, v in observations.items()}
-    attrs = {"observations": held, "queries": [], "tamper": tamper or {}}
-    handler = type("Handler", (FakePrometheus,), attrs)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with contextlib.ExitStack() as stack:
+        workdir = tmp or Path(stack.enter_context(_tmpdir()))
+        prometheus = servers.Prometheus(
+            binary,
+            workdir / "prom",
+            history=(edit or str)(history(held, time.time())),
+            promtool=promtool,
+        )
+        stack.callback(prometheus.stop)
+        proxy = Tamper(prometheus.url, tamper or {})
+        stack.callback(proxy.stop)
+        yield proxy
+
+
+@contextlib.contextmanager
+def _tmpdir() -> Iterator[str]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="canary-prom-") as d:
+        yield d
 
 
 def requests(n: int, *, slow: int = 0, ttft: float = 5.0, every: float = 10.0) -> list[Observation]:
@@ -164,16 +212,17 @@ def model(path: Path) -> Any:
 def test_a_healthy_canary_is_promoted(stack_file: Path) -> None:
     seen = {
         ("llama-8b", "llama-8b"): requests(3000),
-        # One slow request, the newest: 1 in 300 over the hour (0.33x), 1 in 30 over the
-        # last 5 minutes (3.3x): a rollback needs both windows over 2x.
+        # One slow request, the newest: 1 in 300 over the hour (0.33x), 1 in 29 over the
+        # last 5 minutes (3.45x: of the 30 requests, the window's first scrape is after the
+        # oldest, so rate() sees 29): a rollback needs both windows over 2x.
         ("llama-8b", "llama-8b-canary"): requests(300, slow=1),
     }
-    with fake_prometheus(seen) as url:
-        result = run(url, stack_file)
+    with real_prometheus(seen) as proxy:
+        result = run(proxy.url, stack_file)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0] == f"promote: llama-8b canary {CANARY_REV} (10%): within 2x"
-    assert lines[1] == "  ttft  canary 0.333x over 1h, 3.33x over 5m; stable 0x"
+    assert lines[1] == "  ttft  canary 0.333x over 1h, 3.45x over 5m; stable 0x"
     assert lines[2] == "  itl   canary 0x over 1h, 0x over 5m; stable 0x"
     assert changed_lines(EXAMPLE, stack_file) == [
         (f"        revision: {STABLE_REV}", f"        revision: {CANARY_REV}"),
@@ -190,8 +239,8 @@ def test_a_canary_that_burns_its_budget_is_rolled_back(stack_file: Path) -> None
         ("llama-8b", "llama-8b"): requests(3000),
         ("llama-8b", "llama-8b-canary"): requests(300, slow=30),
     }
-    with fake_prometheus(seen) as url:
-        result = run(url, stack_file)
+    with real_prometheus(seen) as proxy:
+        result = run(proxy.url, stack_file)
     assert result.exit_code == 1, result.output
     lines = result.output.splitlines()
     assert lines[0] == f"rollback: llama-8b canary {CANARY_REV} (10%): ttft 10x > 2x"
@@ -203,8 +252,8 @@ def test_a_canary_that_burns_its_budget_is_rolled_back(stack_file: Path) -> None
 
 def test_too_few_requests_waits_and_writes_nothing(stack_file: Path) -> None:
     seen = {("llama-8b", "llama-8b-canary"): requests(50, slow=50)}
-    with fake_prometheus(seen) as url:
-        result = run(url, stack_file)
+    with real_prometheus(seen) as proxy:
+        result = run(proxy.url, stack_file)
     assert result.exit_code == 3, result.output
     assert "wait: " in result.output and "50 requests, fewer than 200" in result.output
     assert stack_file.read_text() == EXAMPLE.read_text()
@@ -215,8 +264,8 @@ def test_a_burn_the_stable_shares_is_not_the_revisions(stack_file: Path) -> None
         ("llama-8b", "llama-8b"): requests(3000, slow=300),
         ("llama-8b", "llama-8b-canary"): requests(300, slow=30),
     }
-    with fake_prometheus(seen) as url:
-        result = run(url, stack_file)
+    with real_prometheus(seen) as proxy:
+        result = run(proxy.url, stack_file)
     assert result.exit_code == 3, result.output
     assert "the stable burns as much" in result.output
     assert stack_file.read_text() == EXAMPLE.read_text()
@@ -226,8 +275,8 @@ def test_a_burn_that_stopped_is_neither_promoted_nor_rolled_back(stack_file: Pat
     # 30 slow requests, 30 to 40 minutes ago: 10x over the hour, none in the last 5 minutes.
     slow_then = [(1800 + i * 20.0, 5.0, 0.04) for i in range(30)]
     seen = {("llama-8b", "llama-8b-canary"): requests(270, every=6.0) + slow_then}
-    with fake_prometheus(seen) as url:
-        result = run(url, stack_file, "--json")
+    with real_prometheus(seen) as proxy:
+        result = run(proxy.url, stack_file, "--json")
     assert result.exit_code == 3, result.output
     out = json.loads(result.output)
     assert out["verdict"] == "wait" and out["changes"] == {} and not out["written"]
@@ -237,8 +286,8 @@ def test_a_burn_that_stopped_is_neither_promoted_nor_rolled_back(stack_file: Pat
 
 def test_no_write_prints_the_change_and_leaves_the_file(stack_file: Path) -> None:
     seen = {("llama-8b", "llama-8b-canary"): requests(300)}
-    with fake_prometheus(seen) as url:
-        result = run(url, stack_file, "--no-write")
+    with real_prometheus(seen) as proxy:
+        result = run(proxy.url, stack_file, "--no-write")
     assert result.exit_code == 0, result.output
     assert "would change (--no-write)" in result.output
     assert f"+        revision: {CANARY_REV}" in result.output
@@ -247,12 +296,12 @@ def test_no_write_prints_the_change_and_leaves_the_file(stack_file: Path) -> Non
 
 def test_the_judge_asks_for_the_canarys_own_series() -> None:
     seen = {("llama-8b", "llama-8b-canary"): requests(300)}
-    with fake_prometheus(seen) as url:
-        judgement = c.judge("serving-405b", url, "llama-8b", EXAMPLE)
-        handler = FakePrometheus.__subclasses__()[-1]
+    with real_prometheus(seen) as proxy:
+        judgement = c.judge("serving-405b", proxy.url, "llama-8b", EXAMPLE)
     assert judgement.verdict == "promote"
-    assert judgement.requests == 300
-    queries = handler.queries
+    # Prometheus' increase() extrapolates to the window's ends: 300 requests read 300.04.
+    assert judgement.requests == pytest.approx(300, abs=0.5)
+    queries = proxy.queries
     assert any('service="llama-8b-canary",le="2.5"}[5m]' in q for q in queries)
     assert any('service="llama-8b",le="0.1"}[1h]' in q for q in queries)
     # Every selector names the stack's serving namespace, the model and the Service.
@@ -273,8 +322,8 @@ def test_a_tenants_series_of_the_same_service_are_not_counted(stack_file: Path) 
         ("llama-8b", "llama-8b-canary"): requests(300, slow=30),
         ("tenant-b", "llama-8b", "llama-8b-canary"): requests(30000, every=0.1),
     }
-    with fake_prometheus(seen) as url:
-        result = run(url, stack_file)
+    with real_prometheus(seen) as proxy:
+        result = run(proxy.url, stack_file)
     assert result.exit_code == 1, result.output
     assert result.output.splitlines()[0].startswith("rollback: ")
     assert "  300 canary requests in 1h" in result.output
@@ -282,8 +331,8 @@ def test_a_tenants_series_of_the_same_service_are_not_counted(stack_file: Path) 
 
 def test_series_of_another_namespace_alone_are_no_canary_traffic(stack_file: Path) -> None:
     seen = {("tenant-b", "llama-8b", "llama-8b-canary"): requests(3000)}
-    with fake_prometheus(seen) as url:
-        result = run(url, stack_file)
+    with real_prometheus(seen) as proxy:
+        result = run(proxy.url, stack_file)
     assert result.exit_code == 3, result.output
     assert "0 requests, fewer than 200" in result.output
     assert stack_file.read_text() == EXAMPLE.read_text()
@@ -315,8 +364,8 @@ def test_an_impossible_answer_is_one_line_exit_2_and_nothing_written(
         ("llama-8b", "llama-8b"): requests(3000),
         ("llama-8b", "llama-8b-canary"): requests(300),
     }
-    with fake_prometheus(seen, tamper={query: raw}) as url:
-        result = run(url, stack_file)
+    with real_prometheus(seen, tamper={query: raw}) as proxy:
+        result = run(proxy.url, stack_file)
     assert result.exit_code == 2, result.output
     assert isinstance(result.exception, SystemExit)  # no traceback: the CLI's own exit
     lines = result.output.splitlines()
@@ -326,13 +375,43 @@ def test_an_impossible_answer_is_one_line_exit_2_and_nothing_written(
     assert stack_file.read_text() == EXAMPLE.read_text()
 
 
+def test_a_broken_exporters_negative_ratio_from_the_real_server_is_refused(
+    stack_file: Path,
+) -> None:
+    # An exporter whose TTFT _count is half its +Inf bucket (a double-counting bug): the real
+    # server then computes 1 - good/total = -1 for the canary, which the judge refuses.
+    def half_count(text: str) -> str:
+        def halve(m: re.Match[str]) -> str:
+            return f"{m.group(1)} {float(m.group(2)) / 2!r} {m.group(3)}"
+
+        return re.sub(
+            r'^(vllm:time_to_first_token_seconds_count\{[^}]*service="llama-8b-canary"[^}]*\}) '
+            r"(\S+) (\S+)$",
+            halve,
+            text,
+            flags=re.M,
+        )
+
+    seen = {
+        ("llama-8b", "llama-8b"): requests(3000),
+        ("llama-8b", "llama-8b-canary"): requests(300),
+    }
+    with real_prometheus(seen, edit=half_count) as proxy:
+        result = run(proxy.url, stack_file)
+    assert result.exit_code == 2, result.output
+    [line] = result.output.splitlines()
+    assert line.startswith("could not judge: llama-8b-canary ttft error ratio (")
+    assert "-1.0, not in [0, 1]" in line, line
+    assert stack_file.read_text() == EXAMPLE.read_text()
+
+
 def test_rounding_just_outside_the_bounds_is_the_bound(stack_file: Path) -> None:
     seen = {
         ("llama-8b", "llama-8b"): requests(3000),
         ("llama-8b", "llama-8b-canary"): requests(300),
     }
-    with fake_prometheus(seen, tamper={CANARY_TTFT_1H: "-1e-12"}) as url:
-        result = run(url, stack_file, "--json")
+    with real_prometheus(seen, tamper={CANARY_TTFT_1H: "-1e-12"}) as proxy:
+        result = run(proxy.url, stack_file, "--json")
     assert result.exit_code == 0, result.output
     ttft = next(s for s in json.loads(result.output)["slis"] if s["sli"] == "ttft")
     assert ttft["canary_burn"] == 0
