@@ -153,7 +153,7 @@ def grafana_values(enabled: bool, admin_secret: str | None) -> dict[str, Any]:
             "passwordKey": "admin-password",
         }
     else:
-        # No password configured: nobody signs in with the chart's default one.
+        # No password configured: nobody signs in with the one the chart generates.
         values["grafana.ini"] = {
             "auth": {"disable_login_form": True},
             "auth.basic": {"enabled": False},
