@@ -226,7 +226,9 @@ class Cluster(pulumi.ComponentResource):
             # aws-node fetches its credentials from the Pod Identity agent.
             wait_for=[pod_identity_agent],
             # The tenants' NetworkPolicies are only enforced by the VPC CNI's
-            # network policy agent; without it they are silently ignored.
+            # network policy agent; without it they are silently ignored. The agent's
+            # image stays the add-on build's own: each driver needs its agent (1.23 talks
+            # to agent 1.4.1 over a Unix socket), so nothing here pins nodeAgent.
             configuration={"enableNetworkPolicy": "true"},
         )
         kube_proxy = addon("kube-proxy")

@@ -43,7 +43,8 @@ Owns, for every stack whose `monitoring.enabled` is on:
 Grafana's admin password is the secret config `llm-platform-monitoring:grafanaAdminPassword`
 (`pulumi config set --secret llm-platform-monitoring:grafanaAdminPassword <password>`);
 without it the login form and basic auth are off (anonymous access stays off), so nobody can
-sign in with the chart's well-known default password, and the program warns.
+sign in with the password the chart makes up (a random one in a Secret since
+kube-prometheus-stack 79; `prom-operator` before), and the program warns.
 
 Ordering: the CRDs first; the chart after them, the namespace, the StorageClass, the EBS
 add-on and the system pool (helm waits for the operator's Deployment); the charts whose pods

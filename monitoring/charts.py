@@ -58,13 +58,14 @@ FLUENT_BIT_SERVICE_ACCOUNT = "aws-for-fluent-bit"
 OTEL_SERVICE_ACCOUNT = "opentelemetry-collector"
 
 NODE_EXPORTER_ARGS = [
-    # The chart's defaults (replaced, not merged, when extraArgs is set) ...
+    # The pinned chart's defaults (replaced, not merged, when extraArgs is set; they follow
+    # the chart: tests/monitoring/test_charts.py) ...
     "--collector.filesystem.mount-points-exclude="
-    "^/(dev|proc|sys|var/lib/docker/.+|var/lib/kubelet/.+)($|/)",
+    "^/(dev|proc|sys|run/containerd/.+|var/lib/docker/.+|var/lib/kubelet/.+)($|/)",
     "--collector.filesystem.fs-types-exclude="
     "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|"
     "iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|"
-    "sysfs|tracefs)$",
+    "sysfs|tracefs|erofs)$",
     # ... and the ENA driver's allowance counters (bw_in/out, pps, conntrack exceeded).
     "--collector.ethtool",
 ]
@@ -152,7 +153,7 @@ def grafana_values(enabled: bool, admin_secret: str | None) -> dict[str, Any]:
             "passwordKey": "admin-password",
         }
     else:
-        # No password configured: nobody signs in with the chart's default one.
+        # No password configured: nobody signs in with the one the chart generates.
         values["grafana.ini"] = {
             "auth": {"disable_login_form": True},
             "auth.basic": {"enabled": False},

@@ -168,6 +168,8 @@ def test_kubernetes_provider_is_built_from_cluster_outputs(plans) -> None:
     assert provider.inputs["enableServerSideApply"] == "true"
 
 
-def test_vpc_cni_enforces_network_policies(plans) -> None:
+def test_vpc_cni_enforces_network_policies_with_the_builds_own_agent(plans) -> None:
     cni = inputs_of(plans("pretrain"), ADDON, "cluster-vpc-cni")
+    # Exactly this: no nodeAgent image, so a build of vpc-cni 1.23 brings the network
+    # policy agent 1.4.1 it must run with (catalog, eks.versions."1.35".addons.vpc-cni).
     assert json.loads(cni["configurationValues"]) == {"enableNetworkPolicy": "true"}
