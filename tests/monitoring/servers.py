@@ -31,6 +31,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -516,6 +517,61 @@ def openmetrics(families: Mapping[str, tuple[str, Sequence[tuple[str, float, flo
         for series, ts, value in samples:
             by_series.setdefault(series, []).append((ts, value))
         for series, points in by_series.items():
-            lines += [f"{series} {value!r} {ts:.3f}" for ts, value in sorted(points)]
+            lines += [f"{series} {_om_value(value)} {ts:.3f}" for ts, value in sorted(points)]
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
+
+
+def _om_value(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+class Proxy(_Server):
+    """Stands in front of a real Prometheus: records every query, and can rewrite a query
+    before it goes on (`query`) or the answer before it comes back (`answer`, given the query
+    and the decoded body). What no real server does (answer series it was not asked for, a
+    value that is no number) is shown through it, never by a Prometheus of our own."""
+
+    def __init__(
+        self,
+        upstream: str,
+        query: Callable[[str], str] | None = None,
+        answer: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.queries: list[dict[str, list[str]]] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                params = urllib.parse.parse_qs(url.query)
+                proxy.queries.append(params)
+                asked = params.get("query", [""])[0]
+                if query is not None and "query" in params:
+                    params["query"] = [query(asked)]
+                forward = f"{upstream}{url.path}?{urllib.parse.urlencode(params, doseq=True)}"
+                try:
+                    with urllib.request.urlopen(forward, timeout=30) as r:
+                        code, payload = r.status, r.read()
+                except urllib.error.HTTPError as e:
+                    code, payload = e.code, e.read()
+                if answer is not None and code == 200:
+                    payload = json.dumps(answer(asked, json.loads(payload))).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        super().__init__(Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"

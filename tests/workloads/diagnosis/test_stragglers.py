@@ -4,6 +4,12 @@ A trace is 16 ranks on 2 nodes x 8, 200 steps: a per-step base time (lognormal,
 the step's own work) times per-rank lognormal noise. Injecting a slow rank or
 node multiplies its times; the injected loss is sum_s (max of the injected step
 - max of the same step without the injection), which the what-if must recover.
+
+`--prometheus` reads a real Prometheus (tests/monitoring/servers.py) holding the same traces
+as rank 0's gauges would have been scraped every 15 s (backfilled with promtool), so the
+report from Prometheus equals the report from the file through Prometheus' own query_range;
+a proxy in front of it stands for what no real server does (series of a namespace it was not
+asked for, a value that is no number).
 """
 
 from __future__ import annotations
@@ -12,20 +18,20 @@ import contextlib
 import csv
 import json
 import random
-import re
 import statistics
-import threading
+import tempfile
+import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 from typer.testing import CliRunner
 
 from llmp.cli import app
+from tests.monitoring import servers
 from workloads.diagnosis import stragglers as st
+from workloads.diagnosis.evidence import QUERIES as EVIDENCE_QUERIES
 
 RANKS, PER_NODE, STEPS = 16, 8, 200
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "stragglers" / "step-times.jsonl"
@@ -244,110 +250,131 @@ def test_help_names_the_columns_it_reads_and_the_sample() -> None:
 # --------------------------------------------------------------------------- Prometheus
 
 
-class FakePrometheus(BaseHTTPRequestHandler):
-    """query_range answering one sample per step (timestamp = step) for each rank, of job
-    team-a/train-a; `foreign` rows are another namespace's job of the same name, in every
-    answer (a Prometheus ignoring the matchers); `poison` replaces the value of every sample
-    of a rank (NaN, -3, ...)."""
+RESOLUTION_S = 15.0
+"""The CLI's --resolution: one scrape of the trainer's gauges per evaluation of query_range."""
+RANGE = "3h"
+"""Wide enough for every trace here (200 steps x 3 scrapes x 15 s)."""
 
-    rows: list[dict[str, Any]] = []
-    foreign: list[dict[str, Any]] = []
-    poison: dict[int, Any] = {}
-    queries: list[dict[str, list[str]]] = []
-    repeat = 1  # each step appears at this many consecutive evaluation times
-    evidence: dict[str, list[tuple[dict[str, str], float]]] = {}
 
-    def do_GET(self) -> None:
-        url = urlparse(self.path)
-        q = parse_qs(url.query)
-        type(self).queries.append(q)
-        if url.path == "/api/v1/query":  # the evidence's instant queries
-            self.answer({"resultType": "vector", "result": self.vectors(q["query"][0])})
-            return
-        if url.path != "/api/v1/query_range":
-            self.send_error(404)
-            return
-        query = q["query"][0]
-        series: dict[tuple[str, int, str], dict[str, Any]] = {}
-        wanted = 'namespace="team-a",job="train-a"}' in query
-        rows = [("team-a", r) for r in self.rows] if wanted else []
-        for namespace, row in [*rows, *(("team-b", r) for r in self.foreign)]:
-            if query.startswith(st.PHASE_METRIC):
-                values = [(p, row.get(f"{p}_s")) for p in st.PHASES]
-                metric = st.PHASE_METRIC
-            else:
-                values, metric = [("", row["seconds"])], st.METRIC
-            for phase, value in values:
-                if value is None:
-                    continue
-                labels = {"__name__": metric, "namespace": namespace, "job": "train-a"}
-                labels |= {"rank": str(row["rank"]), "node": row["node"]}
-                labels |= {"phase": phase} if phase else {}
-                key = (namespace, row["rank"], phase)
-                s = series.setdefault(key, {"metric": labels, "values": []})
-                raw = self.poison.get(row["rank"], str(value)) if not phase else str(value)
-                for k in range(self.repeat):
-                    s["values"].append([row["step"] * self.repeat + k, raw])
-        self.answer({"resultType": "matrix", "result": list(series.values())})
+def _labels(namespace: str, row: dict[str, Any], phase: str = "") -> str:
+    text = f'namespace="{namespace}",job="train-a",rank="{row["rank"]}",node="{row["node"]}"'
+    return text + (f',phase="{phase}"' if phase else "")
 
-    def vectors(self, query: str) -> list[dict[str, Any]]:
-        """evidence: metric -> [(labels, value)]; a query answers the series of the metric
-        it names."""
-        return [
-            {"metric": labels, "value": [0, str(value)]}
-            for metric, found in self.evidence.items()
-            if re.search(rf"\b{metric}\b", query)
-            for labels, value in found
-        ]
 
-    def answer(self, data: dict[str, Any]) -> None:
-        payload = json.dumps({"status": "success", "data": data}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+def history(
+    rows: list[dict[str, Any]],
+    repeat: int,
+    now: float,
+    evidence: dict[str, list[tuple[dict[str, str], float]]],
+    foreign: list[dict[str, Any]],
+    poison: dict[int, float],
+) -> str:
+    """OpenMetrics of what Prometheus would have scraped from rank 0's gauges every
+    RESOLUTION_S: step s is the gauges' value for `repeat` scrapes (a step longer than the
+    resolution), the last step ending a scrape before `now`; `foreign` rows are team-b's job
+    of the same name; `poison` the value every sample of a rank's step time holds (NaN, -3,
+    +Inf: what an exporter can send); evidence series are gauges, and counters where their
+    query takes increase() (0 until half-way, then the value)."""
+    last = max(r["step"] for r in rows)
+    first_tick = now - (last * repeat) * RESOLUTION_S
 
-    def log_message(self, *args: Any) -> None:
-        pass
+    def ticks(step: int) -> list[float]:
+        return [first_tick + ((step - 1) * repeat + k) * RESOLUTION_S for k in range(repeat)]
+
+    steps: list[tuple[str, float, float]] = []
+    phases: list[tuple[str, float, float]] = []
+    for namespace, source in (("team-a", rows), ("team-b", foreign)):
+        for row in source:
+            seconds = poison.get(row["rank"], row["seconds"]) if namespace == "team-a" else None
+            value = row["seconds"] if seconds is None else seconds
+            for t in ticks(row["step"]):
+                steps.append((f"{st.METRIC}{{{_labels(namespace, row)}}}", t, float(value)))
+                for phase in st.PHASES:
+                    if row.get(f"{phase}_s") is not None:
+                        series = f"{st.PHASE_METRIC}{{{_labels(namespace, row, phase)}}}"
+                        phases.append((series, t, float(row[f"{phase}_s"])))
+    families: dict[str, tuple[str, list[tuple[str, float, float]]]] = {st.METRIC: ("gauge", steps)}
+    if phases:
+        families[st.PHASE_METRIC] = ("gauge", phases)
+    span = [first_tick + k * RESOLUTION_S for k in range(last * repeat)]
+    for metric, found in evidence.items():
+        counter = any(m == metric and "increase(" in q for m, q, *_ in EVIDENCE_QUERIES)
+        samples = []
+        for labels, value in found:
+            text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            for i, t in enumerate(span):
+                at = value if not counter or i >= len(span) // 2 else 0.0
+                samples.append((f"{metric}{{{text}}}", t, float(at)))
+        # Typed gauge: OpenMetrics would name a counter's samples `_total`, and these
+        # exporters' names do not end so (Prometheus 2 stores no type anyway).
+        families[metric] = ("gauge", samples)
+    return servers.openmetrics(families)
 
 
 @contextlib.contextmanager
-def fake_prometheus(
+def real_prometheus(
     rows: list[dict[str, Any]],
     repeat: int = 1,
     queries: list[dict[str, list[str]]] | None = None,
     evidence: dict[str, list[tuple[dict[str, str], float]]] | None = None,
     foreign: list[dict[str, Any]] | None = None,
     poison: dict[int, Any] | None = None,
+    leak: bool = False,
 ) -> Iterator[str]:
-    attrs = {
-        "rows": rows,
-        "foreign": foreign or [],
-        "poison": poison or {},
-        "queries": [] if queries is None else queries,
-        "repeat": repeat,
-        "evidence": evidence or {},
-    }
-    handler = type("Handler", (FakePrometheus,), attrs)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    """A real Prometheus (tests/monitoring/servers.py) holding team-a/train-a's step times
+    (and phases, and evidence), behind a proxy that records every query (`queries`). `leak`:
+    the proxy drops the namespace matcher, as a Prometheus (or a proxy) ignoring it would;
+    a `poison` that is no number is put into the answers by the proxy (no exporter can send
+    one), a number is stored as a sample."""
+    binary, _, promtool = servers.binaries()
+    poison = poison or {}
+    stored = {r: v for r, v in poison.items() if isinstance(v, str) and _is_number(v)}
+    forged = {r: v for r, v in poison.items() if r not in stored}
+
+    def answer(asked: str, body: dict[str, Any]) -> dict[str, Any]:
+        if asked.startswith(st.METRIC):
+            for s in body["data"]["result"]:
+                if int(s["metric"]["rank"]) in forged:
+                    s["values"] = [[t, forged[int(s["metric"]["rank"])]] for t, _ in s["values"]]
+        return body
+
+    def drop_namespace(asked: str) -> str:
+        return asked.replace('namespace="team-a",', "") if leak else asked
+
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stragglers-")))
+        text = history(
+            rows,
+            repeat,
+            time.time(),
+            evidence or {},
+            foreign or [],
+            {r: float(v) for r, v in stored.items()},
+        )
+        prometheus = servers.Prometheus(binary, workdir, history=text, promtool=promtool)
+        stack.callback(prometheus.stop)
+        proxy = servers.Proxy(prometheus.url, query=drop_namespace, answer=answer)
+        stack.callback(proxy.stop)
+        yield proxy.url
+        if queries is not None:
+            queries.extend(proxy.queries)
+
+
+def _is_number(text: str) -> bool:
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("repeat", [1, 3])
 def test_prometheus_gives_the_same_answer_as_the_file(tmp_path: Path, repeat: int) -> None:
     rows, _ = generate(6, {r: 1.2 for r in range(8, 16)})
     from_file = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
-    with fake_prometheus(rows, repeat) as url:
+    with real_prometheus(rows, repeat) as url:
         from_prom = run_json(
-            "--prometheus", url, "--namespace", "team-a", "--job", "train-a", "--range", "1h"
+            "--prometheus", url, "--namespace", "team-a", "--job", "train-a", "--range", RANGE
         )
     from_file.pop("source"), from_prom.pop("source")
     assert from_prom == from_file
@@ -356,21 +383,28 @@ def test_prometheus_gives_the_same_answer_as_the_file(tmp_path: Path, repeat: in
 def test_prometheus_query_and_window() -> None:
     rows, _ = generate(7)
     queries: list[dict[str, list[str]]] = []
-    with fake_prometheus(rows, queries=queries) as url:
-        st.query_prometheus(url, "train-a", "2h", "30s", end=10_000.0, namespace="team-a")
+    end = float(int(time.time()))
+    with real_prometheus(rows, queries=queries) as url:
+        trace = st.query_prometheus(url, "train-a", "2h", "30s", end=end, namespace="team-a")
     steps, phases = queries
     assert steps["query"] == ['llmp_train_step_seconds{namespace="team-a",job="train-a"}']
     assert phases["query"] == ['llmp_train_phase_seconds{namespace="team-a",job="train-a"}']
     for q in queries:
-        assert q["start"] == ["2800.000"] and q["end"] == ["10000.000"] and q["step"] == ["30"]
+        assert q["start"] == [f"{end - 7200:.3f}"] and q["end"] == [f"{end:.3f}"]
+        assert q["step"] == ["30"]
+    # Every 30 s the server answers the last of two 15 s scrapes: about half the steps are seen.
+    assert 80 <= len(trace.steps) <= 120, len(trace.steps)
 
 
 def test_prometheus_without_the_job_is_bad_input() -> None:
     rows, _ = generate(8)
-    with fake_prometheus(rows) as url:
+    with real_prometheus(rows) as url:
         result = CliRunner().invoke(
             app,
-            ["stragglers", "--prometheus", url, "--namespace", "team-a", "--job", "nope", "--json"],
+            [
+                *("stragglers", "--prometheus", url, "--namespace", "team-a"),
+                *("--job", "nope", "--json", "--range", RANGE),
+            ],
         )
     assert result.exit_code == 2
     assert result.stderr.strip().count("\n") == 0 and "no llmp_train_step_seconds" in result.stderr
@@ -382,10 +416,12 @@ def test_a_job_of_the_same_name_in_another_namespace_is_not_counted(tmp_path: Pa
     rows, _ = generate(6)
     slow, _ = generate(7, {r: 2.0 for r in range(8)})
     alone = run_json(str(write_jsonl(tmp_path / "t.jsonl", rows)))
-    with fake_prometheus(rows, foreign=slow) as url:
-        mixed = run_json("--prometheus", url, "--namespace", "team-a", "--job", "train-a")
+    with real_prometheus(rows, foreign=slow, leak=True) as url:
+        mixed = run_json(
+            "--prometheus", url, "--namespace", "team-a", "--job", "train-a", "--range", RANGE
+        )
     alone.pop("source")
-    assert mixed.pop("source").endswith("namespace=team-a job=train-a range=1h")
+    assert mixed.pop("source").endswith(f"namespace=team-a job=train-a range={RANGE}")
     assert mixed == alone
 
 
@@ -401,9 +437,13 @@ def test_a_job_of_the_same_name_in_another_namespace_is_not_counted(tmp_path: Pa
 )
 def test_impossible_step_times_from_prometheus_are_bad_input(poison: Any, message: str) -> None:
     rows, _ = generate(6)
-    with fake_prometheus(rows, poison={3: poison}) as url:
+    with real_prometheus(rows, poison={3: poison}) as url:
         result = CliRunner().invoke(
-            app, ["stragglers", "--prometheus", url, "--namespace", "team-a", "--job", "train-a"]
+            app,
+            [
+                *("stragglers", "--prometheus", url, "--namespace", "team-a"),
+                *("--job", "train-a", "--range", RANGE),
+            ],
         )
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
@@ -417,9 +457,7 @@ def test_prometheus_needs_the_jobs_namespace() -> None:
 
 
 def test_prometheus_unreachable_fails() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
-    port = server.server_address[1]
-    server.server_close()  # nothing listens there now
+    port = servers.free_port()  # nothing listens there
     result = CliRunner().invoke(
         app,
         [
