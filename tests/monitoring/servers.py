@@ -543,6 +543,10 @@ class Proxy(_Server):
         answer: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.queries: list[dict[str, list[str]]] = []
+        self.fail: int | None = None
+        """Answer every request with this HTTP status (an overloaded or broken server)."""
+        self.fail_if: Callable[[str], int | None] | None = None
+        """The status to answer a query with instead of forwarding it (None: forward)."""
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -554,6 +558,11 @@ class Proxy(_Server):
                 params = urllib.parse.parse_qs(url.query)
                 proxy.queries.append(params)
                 asked = params.get("query", [""])[0]
+                status = proxy.fail or (proxy.fail_if(asked) if proxy.fail_if else None)
+                if status:
+                    error = {"status": "error", "error": "the query engine is overloaded"}
+                    self._send(status, json.dumps(error).encode())
+                    return
                 if query is not None and "query" in params:
                     params["query"] = [query(asked)]
                 forward = f"{upstream}{url.path}?{urllib.parse.urlencode(params, doseq=True)}"
@@ -564,6 +573,9 @@ class Proxy(_Server):
                     code, payload = e.code, e.read()
                 if answer is not None and code == 200:
                     payload = json.dumps(answer(asked, json.loads(payload))).encode()
+                self._send(code, payload)
+
+            def _send(self, code: int, payload: bytes) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))

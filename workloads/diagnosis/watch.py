@@ -194,11 +194,13 @@ RUNNING_JOBS = f"count by (namespace, job) ({st.METRIC})"
 """The jobs with step times now: by namespace and name (a name is unique in its namespace)."""
 
 
-def running_jobs(url: str, timeout: float) -> list[JobKey]:
-    """(namespace, job) of the training step-time series Prometheus holds now; a series
-    without either label names no job that can be scoped, and is left out."""
+def running_jobs(url: str, timeout: float, at: float | None = None) -> list[JobKey]:
+    """(namespace, job) of the training step-time series Prometheus holds at `at` (Unix
+    seconds; None: Prometheus' now); a series without either label names no job that can be
+    scoped, and is left out."""
+    params = {"query": RUNNING_JOBS, **({"time": f"{at:.3f}"} if at is not None else {})}
     try:
-        data = prometheus.query(url, "query", {"query": RUNNING_JOBS}, timeout)
+        data = prometheus.query(url, "query", params, timeout)
     except st.BadInput as exc:  # Prometheus refused our own query: it is Prometheus' fault
         raise st.SourceUnavailable(str(exc)) from None
     found = set()
@@ -348,8 +350,9 @@ class Watcher:
     def run_once(self) -> RunSummary:
         summary = RunSummary()
         s = self.settings
+        now = self.clock()  # every query of the run is of this instant
         try:
-            jobs = running_jobs(s.prometheus, s.timeout_s)
+            jobs = running_jobs(s.prometheus, s.timeout_s, at=now)
         except st.SourceUnavailable as exc:
             self._failed(summary, "prometheus", f"cannot list the training jobs: {exc}")
             with self.lock:
@@ -364,7 +367,7 @@ class Watcher:
             name = job_name(key)
             try:
                 trace = st.query_prometheus(
-                    s.prometheus, job, s.window, s.resolution, namespace=namespace
+                    s.prometheus, job, s.window, s.resolution, end=now, namespace=namespace
                 )
                 report = st.analyse(trace, s.threshold, s.persist)
                 found[key] = findings(key, report, s.top)

@@ -1,8 +1,10 @@
-"""The straggler watcher (workloads/diagnosis/watch.py) against a Prometheus of our own: a small
-HTTP server on 127.0.0.1 answering the two queries the watcher makes (the running jobs, and a
-job's step times over the window) from a simulated training run, whose clock the test moves a
-minute per run. A node planted to turn slow shows in the metrics within the window; a node
-flagged in N runs in a row is quarantined on the fake Kubernetes API (tests/llmp/kube_fake.py)
+"""The straggler watcher (workloads/diagnosis/watch.py) against a real Prometheus (Debian's,
+tests/monitoring/servers.py) holding a simulated training run's step times as rank 0's gauges
+scraped every 15 s, backfilled into its TSDB; the watcher's clock is the simulation's, and
+every run asks the server about its own instant (the test moves it a minute per run), so a
+25-minute story takes seconds and every query is answered by Prometheus itself. A node planted
+to turn slow shows in the metrics within the window; a node flagged in N runs in a row is
+quarantined on the fake Kubernetes API (tests/llmp/kube_fake.py: no kube-apiserver runs here)
 within the cap; a failing Prometheus is counted, never fatal; a node no longer slow, and a job
 that ended, leave no series behind. A job is its namespace and name: a job of the same name in
 another namespace, or series of another namespace in an answer, count for nothing; impossible
@@ -11,16 +13,13 @@ node the job has no pod on is never quarantined."""
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import json
-import re
 import threading
-import urllib.parse
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from spec.labels import JOB_KIND_LABEL, QUARANTINE_TAINT, TRAINING_JOB_LABEL
 from spec.promql import selector
 from tests.llmp.kube_fake import FakeClock, FakeCluster, FakeNode, node_pod
+from tests.monitoring import servers
 from workloads.diagnosis import watch
 
 JOB = "llama-70b"
@@ -54,7 +54,7 @@ class SimJob:
     end: float = float("inf")
     namespace: str = NS
     name: str | None = None
-    """The job's name (`job`); None: its key in FakePrometheus.jobs."""
+    """The job's name (`job`); None: its key in SimPrometheus.jobs."""
     poison: dict[int, str] = field(default_factory=dict)
     """rank -> the value string Prometheus answers for each of its samples (NaN, -3, ...)."""
 
@@ -70,102 +70,133 @@ class SimJob:
         return STEP_S * noise * (SLOW_FACTOR if slow_from <= t < slow_until else 1.0)
 
 
-_STEP_QUERY = re.compile(
-    r'llmp_train_step_seconds\{namespace=("(?:[^"\\]|\\.)*"),job=("(?:[^"\\]|\\.)*")\}'
-)
+SCRAPE_S = 15.0
+"""How often the history has rank 0's gauges scraped (the watcher's --resolution)."""
+SIM_END_S = 40 * 60.0
+"""The history runs from simulated 0 to here: every test's runs fit in it."""
 
 
-class FakePrometheus:
-    """Answers `count by (namespace, job) (llmp_train_step_seconds)` and
-    `llmp_train_step_seconds{namespace=...,job=...}` query_range from simulated jobs, `now`
-    seconds into the simulation (a quoted value unquoted as PromQL does); `fail` makes every
-    answer that HTTP status; `leak` adds every other job's series to an answer, as a Prometheus
-    (or a proxy) ignoring the matchers would."""
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
-    def __init__(self) -> None:
+
+class SimPrometheus:
+    """A real Prometheus (tests/monitoring/servers.py) holding the simulated jobs' step times
+    as rank 0's gauges scraped every SCRAPE_S from simulated 0 to SIM_END_S, backfilled when
+    the server starts (at the first use of `url`, once the test has set its jobs). Simulated
+    time t is Unix time `base + t`; `clock` is the watcher's clock on it (`now` seconds in),
+    so every run queries the server at its own simulated instant.
+
+    What no real server does goes through a proxy in front of it (servers.Proxy): `fail`
+    answers every request with that HTTP status; `leak` drops the matchers of the step-time
+    queries, as a Prometheus (or a proxy) ignoring them would; a rank's `poison` that is no
+    number is put into the answers (NaN, -3, +Inf are stored samples). `queries` records every
+    query the watcher sent. A job that ended leaves the instant query 5 minutes later (the
+    lookback: backfilled samples carry no staleness marker, as a scrape that stops would)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
         self.now = 0.0
         self.jobs: dict[str, SimJob] = {}
-        self.fail: int | None = None
         self.leak = False
-        self.queries: list[str] = []
-        fake = self
+        self.base = time.time() - 6 * 60
+        """Unix time of simulated 0: simulated 6 minutes (most tests' first run) is about now,
+        so the command's own clock (`--once`) reads the history too."""
+        self._proxy: servers.Proxy | None = None
+        self._prometheus: servers.Prometheus | None = None
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+    def clock(self) -> float:
+        return self.base + self.now
 
-            def do_GET(self) -> None:
-                url = urllib.parse.urlparse(self.path)
-                params = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
-                fake.queries.append(params.get("query", ""))
-                status, body = fake.answer(url.path, params)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    @property
+    def fail(self) -> int | None:
+        return self.proxy.fail
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    @fail.setter
+    def fail(self, status: int | None) -> None:
+        self.proxy.fail = status
+
+    @property
+    def queries(self) -> list[str]:
+        return [q.get("query", [""])[0] for q in self.proxy.queries]
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}"
+        return self.proxy.url
 
-    def running(self, t: float) -> dict[str, SimJob]:
-        return {name: j for name, j in self.jobs.items() if j.start <= t < j.end}
+    @property
+    def proxy(self) -> servers.Proxy:
+        if self._proxy is None:
+            binary, _, promtool = servers.binaries()
+            self._prometheus = servers.Prometheus(
+                binary, self.workdir, history=self.history(), promtool=promtool
+            )
+            self._proxy = servers.Proxy(self._prometheus.url, query=self._leak, answer=self._poison)
+        return self._proxy
 
-    def answer(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        if self.fail is not None:
-            return self.fail, {"status": "error", "error": "the query engine is overloaded"}
-        if path == "/api/v1/query":
-            assert params["query"] == "count by (namespace, job) (llmp_train_step_seconds)"
-            result = [
-                {
-                    "metric": {"namespace": j.namespace, "job": j.name or key},
-                    "value": [self.now, str(len(j.ranks()))],
-                }
-                for key, j in self.running(self.now).items()
-            ]
-            return 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
-        assert path == "/api/v1/query_range", path
-        empty = {"status": "success", "data": {"resultType": "matrix", "result": []}}
-        asked = _STEP_QUERY.fullmatch(params["query"])
-        if asked is None:  # another series of the job (the library may read more): none here
-            return 200, empty
-        namespace, name = (ast.literal_eval(g) for g in asked.groups())
-        start, end, step = (float(params[k]) for k in ("start", "end", "step"))
-        # The watcher asks for [wall - window, wall]: map it onto the simulated clock.
-        offset = self.now - end
-        series = []
+    def stop(self) -> None:
+        if self._proxy is not None:
+            self._proxy.stop()
+        if self._prometheus is not None:
+            self._prometheus.stop()
+
+    def history(self) -> str:
+        samples = []
+        ticks = [k * SCRAPE_S for k in range(int(SIM_END_S / SCRAPE_S) + 1)]
         for key, sim in self.jobs.items():
-            if not self.leak and (sim.namespace, sim.name or key) != (namespace, name):
-                continue
-            times = [start + i * step for i in range(int((end - start) / step) + 1)]
+            job = _quoted(sim.name or key)
             for rank, node in sim.ranks().items():
-                values = [
-                    [ts, sim.poison.get(rank, f"{sim.step_seconds(rank, node, ts + offset):.6f}")]
-                    for ts in times
-                    if sim.start <= ts + offset < sim.end
-                ]
-                if values:
-                    metric = {"namespace": sim.namespace, "job": sim.name or key}
-                    metric |= {"rank": str(rank), "node": node}
-                    series.append({"metric": metric, "values": values})
-        return 200, {"status": "success", "data": {"resultType": "matrix", "result": series}}
+                labels = f'namespace="{sim.namespace}",job="{job}",rank="{rank}",node="{node}"'
+                poison = sim.poison.get(rank)
+                stored = poison if poison is not None and _is_number(poison) else None
+                for t in ticks:
+                    if not sim.start <= t < sim.end:
+                        continue
+                    value = float(stored) if stored is not None else sim.step_seconds(rank, node, t)
+                    samples.append((f"llmp_train_step_seconds{{{labels}}}", self.base + t, value))
+        return servers.openmetrics({"llmp_train_step_seconds": ("gauge", samples)})
+
+    def _leak(self, query: str) -> str:
+        if self.leak and query.startswith("llmp_train_step_seconds{"):
+            return "llmp_train_step_seconds"
+        return query
+
+    def _poison(self, query: str, body: dict[str, Any]) -> dict[str, Any]:
+        forged = {
+            (sim.namespace, sim.name or key, str(rank)): raw
+            for key, sim in self.jobs.items()
+            for rank, raw in sim.poison.items()
+            if raw is None or not _is_number(raw)
+        }
+        if forged and query.startswith("llmp_train_step_seconds"):
+            for s in body["data"]["result"]:
+                m = s["metric"]
+                raw = forged.get((m.get("namespace"), m.get("job"), m.get("rank")), "")
+                if raw != "":
+                    s["values"] = [[t, raw] for t, _ in s["values"]]
+        return body
+
+
+def _is_number(text: str | None) -> bool:
+    try:
+        float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 @pytest.fixture
-def prometheus() -> Iterator[FakePrometheus]:
-    fake = FakePrometheus()
-    fake.thread.start()
+def prometheus(tmp_path: Path) -> Iterator[SimPrometheus]:
+    sim = SimPrometheus(tmp_path / "prometheus")
     try:
-        yield fake
+        yield sim
     finally:
-        fake.server.shutdown()
-        fake.server.server_close()
-        fake.thread.join()
+        sim.stop()
+
+
+def make_watcher(prometheus: SimPrometheus, s: watch.WatchSettings, **kw: Any) -> watch.Watcher:
+    """A watcher on the simulated clock: each run asks the server about its own instant."""
+    return watch.Watcher(s, clock=prometheus.clock, **kw)
 
 
 def samples(watcher: watch.Watcher) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -198,7 +229,7 @@ def settings(url: str, **kwargs: Any) -> watch.WatchSettings:
     return watch.WatchSettings(prometheus=url, window="6m", resolution="15s", **kwargs)
 
 
-def advance(prometheus: FakePrometheus, watcher: watch.Watcher, minutes: int) -> list[Any]:
+def advance(prometheus: SimPrometheus, watcher: watch.Watcher, minutes: int) -> list[Any]:
     """A run a minute, `minutes` times: what each run saw."""
     out = []
     for _ in range(minutes):
@@ -211,11 +242,11 @@ def advance(prometheus: FakePrometheus, watcher: watch.Watcher, minutes: int) ->
 
 
 def test_a_node_turning_slow_shows_in_the_metrics_within_the_window(
-    prometheus: FakePrometheus,
+    prometheus: SimPrometheus,
 ) -> None:
     slow_at = 15 * 60
     prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (slow_at, float("inf"))})
-    watcher = watch.Watcher(settings(prometheus.url))
+    watcher = make_watcher(prometheus, settings(prometheus.url))
     prometheus.now = 6 * 60  # a whole window of healthy steps
     first = None
     while prometheus.now < slow_at + 10 * 60:
@@ -245,12 +276,12 @@ def test_a_node_turning_slow_shows_in_the_metrics_within_the_window(
     assert runs[(JOB, SLOW)] >= 5
 
 
-def test_the_metrics_endpoint_serves_the_findings_on_loopback(prometheus: FakePrometheus) -> None:
+def test_the_metrics_endpoint_serves_the_findings_on_loopback(prometheus: SimPrometheus) -> None:
     from prometheus_client import start_http_server
 
     prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(settings(prometheus.url, top=0))
+    watcher = make_watcher(prometheus, settings(prometheus.url, top=0))
     watcher.run_once()
     server, thread = start_http_server(0, addr="127.0.0.1", registry=watcher.registry)
     try:
@@ -270,10 +301,10 @@ def test_the_metrics_endpoint_serves_the_findings_on_loopback(prometheus: FakePr
     assert "llmp_straggler_quarantine_enabled 0.0" in text
 
 
-def test_every_published_series_is_in_the_watchers_list(prometheus: FakePrometheus) -> None:
+def test_every_published_series_is_in_the_watchers_list(prometheus: SimPrometheus) -> None:
     prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(settings(prometheus.url))
+    watcher = make_watcher(prometheus, settings(prometheus.url))
     watcher.run_once()
     names = {name for name, _ in samples(watcher) if not name.endswith("_created")}
     assert names == set(watch.METRICS)
@@ -283,12 +314,12 @@ def test_every_published_series_is_in_the_watchers_list(prometheus: FakePromethe
 
 
 def test_a_node_no_longer_slow_and_a_job_that_ended_leave_no_series(
-    prometheus: FakePrometheus,
+    prometheus: SimPrometheus,
 ) -> None:
     prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, 10 * 60)})
     prometheus.jobs["other"] = SimJob(["a", "b"], end=12 * 60)
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(settings(prometheus.url, top=0))  # flagged nodes only
+    watcher = make_watcher(prometheus, settings(prometheus.url, top=0))  # flagged nodes only
     watcher.run_once()
     assert node_series(watcher, "llmp_straggler_node_flagged") == {(JOB, SLOW): 1}
     other = {"training_namespace": NS, "training_job": "other"}
@@ -297,7 +328,10 @@ def test_a_node_no_longer_slow_and_a_job_that_ended_leave_no_series(
     assert node_series(watcher, "llmp_straggler_node_flagged") == {}
     assert node_series(watcher, "llmp_straggler_node_ratio") == {}
     assert node_series(watcher, "llmp_straggler_node_flagged_runs") == {}
-    # `other` ended at 12 minutes: its series went with it.
+    # `other` ended at 12 minutes; Prometheus' instant query still counts it for its 5-minute
+    # lookback (these samples have no staleness marker): by 18 minutes its series are gone.
+    assert value(watcher, "llmp_straggler_job_slowdown_ratio", **other) is not None
+    advance(prometheus, watcher, 2)
     assert value(watcher, "llmp_straggler_job_slowdown_ratio", **other) is None
     assert value(watcher, "llmp_straggler_job_slowdown_ratio", **J) is not None
     assert value(watcher, "llmp_straggler_jobs") == 1
@@ -307,22 +341,21 @@ def test_a_node_no_longer_slow_and_a_job_that_ended_leave_no_series(
 
 
 def test_a_failing_prometheus_is_counted_and_the_loop_goes_on(
-    prometheus: FakePrometheus, caplog: pytest.LogCaptureFixture
+    prometheus: SimPrometheus, caplog: pytest.LogCaptureFixture
 ) -> None:
     prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
     prometheus.now = 6 * 60
-    clock = FakeClock()
-    watcher = watch.Watcher(settings(prometheus.url), clock=clock)
+    watcher = make_watcher(prometheus, settings(prometheus.url))
     watcher.run_once()
     prometheus.fail = 503
-    clock.now = 60
+    prometheus.now += 60
     summary = watcher.run_once()
     assert [kind for kind, _ in summary.errors] == ["prometheus"]
     [(_, line)] = summary.errors
     assert "HTTP 503" in line and "\n" not in line
     assert value(watcher, "llmp_straggler_errors_total", kind="prometheus") == 1
     # The run still ended (the watcher is alive), and what it knew stays published.
-    assert value(watcher, "llmp_straggler_last_run_timestamp_seconds") == 60
+    assert value(watcher, "llmp_straggler_last_run_timestamp_seconds") == prometheus.clock()
     assert node_series(watcher, "llmp_straggler_node_flagged")[(JOB, SLOW)] == 1
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "\n" not in errors[0].getMessage()
@@ -336,29 +369,23 @@ def test_a_failing_prometheus_is_counted_and_the_loop_goes_on(
     assert node_series(watcher, "llmp_straggler_node_flagged_runs")[(JOB, SLOW)] == 1
 
 
-def test_a_job_whose_query_fails_keeps_the_others_going(prometheus: FakePrometheus) -> None:
+def test_a_job_whose_query_fails_keeps_the_others_going(prometheus: SimPrometheus) -> None:
     prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
     prometheus.jobs["broken"] = SimJob(["a"])
     prometheus.now = 6 * 60
-    real = prometheus.answer
-
-    def answer(path: str, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        if "broken" in params.get("query", ""):
-            return 500, {"status": "error", "error": "out of memory"}
-        return real(path, params)
-
-    prometheus.answer = answer  # type: ignore[method-assign]
-    watcher = watch.Watcher(settings(prometheus.url))
+    # The server fails the broken job's queries only (out of memory on its series).
+    prometheus.proxy.fail_if = lambda query: 500 if "broken" in query else None
+    watcher = make_watcher(prometheus, settings(prometheus.url))
     summary = watcher.run_once()
     assert summary.jobs == [f"{NS}/broken", f"{NS}/{JOB}"]
     assert [(k, "broken" in line) for k, line in summary.errors] == [("prometheus", True)]
     assert node_series(watcher, "llmp_straggler_node_flagged")[(JOB, SLOW)] == 1
 
 
-def test_the_loop_runs_until_stopped(prometheus: FakePrometheus) -> None:
+def test_the_loop_runs_until_stopped(prometheus: SimPrometheus) -> None:
     prometheus.jobs[JOB] = SimJob(NODES)
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(settings(prometheus.url, interval_s=0.01))
+    watcher = make_watcher(prometheus, settings(prometheus.url, interval_s=0.01))
     stop = threading.Event()
     runs = []
     real = watcher.run_once
@@ -395,7 +422,7 @@ def cluster(*extra_taints: tuple[str, str, str]) -> FakeCluster:
 
 
 def test_a_node_flagged_n_runs_in_a_row_is_quarantined_within_the_cap(
-    prometheus: FakePrometheus, caplog: pytest.LogCaptureFixture
+    prometheus: SimPrometheus, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Two slow nodes, SLOWER the worse; NVSentinel already holds one node: with a cap of 2,
     # only the worse one may be quarantined.
@@ -403,7 +430,8 @@ def test_a_node_flagged_n_runs_in_a_row_is_quarantined_within_the_cap(
     prometheus.jobs[JOB].step_seconds = _worse(prometheus.jobs[JOB])  # type: ignore[method-assign]
     fake = cluster((QUARANTINE_TAINT, "gpu-fault", "NoSchedule"))
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(
+    watcher = make_watcher(
+        prometheus,
         settings(prometheus.url, quarantine=True, quarantine_after=3, max_quarantined=2),
         apis=fake.apis(),
     )
@@ -443,12 +471,12 @@ def _worse(job: SimJob) -> Any:
     return step_seconds
 
 
-def test_no_quarantine_without_n_runs_in_a_row(prometheus: FakePrometheus) -> None:
+def test_no_quarantine_without_n_runs_in_a_row(prometheus: SimPrometheus) -> None:
     prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
     fake = cluster()
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(
-        settings(prometheus.url, quarantine=True, quarantine_after=3), apis=fake.apis()
+    watcher = make_watcher(
+        prometheus, settings(prometheus.url, quarantine=True, quarantine_after=3), apis=fake.apis()
     )
     advance(prometheus, watcher, 2)
     prometheus.fail = 503  # an unobserved run breaks the streak
@@ -461,7 +489,7 @@ def test_no_quarantine_without_n_runs_in_a_row(prometheus: FakePrometheus) -> No
 
 
 def test_a_cluster_that_refuses_the_watcher_is_counted_not_fatal(
-    prometheus: FakePrometheus,
+    prometheus: SimPrometheus,
 ) -> None:
     from tests.llmp.kube_fake import api_error
 
@@ -469,8 +497,8 @@ def test_a_cluster_that_refuses_the_watcher_is_counted_not_fatal(
     fake = cluster()
     fake.fail["list_node"] = api_error(403, "Forbidden", 'nodes is forbidden: User "x"')
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(
-        settings(prometheus.url, quarantine=True, quarantine_after=1), apis=fake.apis()
+    watcher = make_watcher(
+        prometheus, settings(prometheus.url, quarantine=True, quarantine_after=1), apis=fake.apis()
     )
     summary = watcher.run_once()
     [(kind, line)] = summary.errors
@@ -483,7 +511,7 @@ def test_a_cluster_that_refuses_the_watcher_is_counted_not_fatal(
 
 
 def test_a_job_of_the_same_name_in_another_namespace_is_judged_apart(
-    prometheus: FakePrometheus,
+    prometheus: SimPrometheus,
 ) -> None:
     # tenant-b runs a job of the same name, one of its nodes slow; foundation's is healthy.
     prometheus.jobs[JOB] = SimJob(NODES)
@@ -492,7 +520,7 @@ def test_a_job_of_the_same_name_in_another_namespace_is_judged_apart(
         other_nodes, namespace="tenant-b", name=JOB, slow={other_nodes[0]: (0, float("inf"))}
     )
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(settings(prometheus.url, top=0))
+    watcher = make_watcher(prometheus, settings(prometheus.url, top=0))
     summary = watcher.run_once()
     assert summary.jobs == [f"{NS}/{JOB}", f"tenant-b/{JOB}"]
     assert node_series(watcher, "llmp_straggler_node_flagged") == {}
@@ -508,7 +536,7 @@ def test_a_job_of_the_same_name_in_another_namespace_is_judged_apart(
 
 
 def test_series_of_another_namespace_in_an_answer_are_not_counted(
-    prometheus: FakePrometheus,
+    prometheus: SimPrometheus,
 ) -> None:
     # A Prometheus (or a proxy) that ignores the matchers answers tenant-b's slow series too:
     # the watcher counts only the series of the job it asked for.
@@ -518,18 +546,18 @@ def test_series_of_another_namespace_in_an_answer_are_not_counted(
     )
     prometheus.leak = True
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(settings(prometheus.url, top=0))
+    watcher = make_watcher(prometheus, settings(prometheus.url, top=0))
     summary = watcher.run_once()
     assert summary.jobs == [f"{NS}/{JOB}"] and not summary.errors
     assert node_series(watcher, "llmp_straggler_node_flagged") == {}
     assert value(watcher, "llmp_straggler_job_slowdown_ratio", **J) < 1.05  # type: ignore[operator]
 
 
-def test_a_hostile_job_name_is_one_quoted_value(prometheus: FakePrometheus) -> None:
+def test_a_hostile_job_name_is_one_quoted_value(prometheus: SimPrometheus) -> None:
     name = 'x"} or vector(1) or llmp_train_step_seconds{job="y'
     prometheus.jobs["x"] = SimJob(NODES, name=name, slow={SLOW: (0, float("inf"))})
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(settings(prometheus.url, top=0))
+    watcher = make_watcher(prometheus, settings(prometheus.url, top=0))
     watcher.run_once()
     assert selector("llmp_train_step_seconds", {"namespace": NS, "job": name}) in (
         prometheus.queries
@@ -539,7 +567,7 @@ def test_a_hostile_job_name_is_one_quoted_value(prometheus: FakePrometheus) -> N
 
 @pytest.mark.parametrize("poison", ["NaN", "-3", "+Inf", "fast", None])
 def test_impossible_step_times_skip_the_job_logged_never_quarantined(
-    prometheus: FakePrometheus, caplog: pytest.LogCaptureFixture, poison: str | None
+    prometheus: SimPrometheus, caplog: pytest.LogCaptureFixture, poison: str | None
 ) -> None:
     # The slow node's first rank answers an impossible value: nothing is judged on it, so
     # nothing is flagged or quarantined, however many runs (quarantine after 1).
@@ -548,8 +576,8 @@ def test_impossible_step_times_skip_the_job_logged_never_quarantined(
     prometheus.jobs[JOB] = job
     fake = cluster()
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(
-        settings(prometheus.url, quarantine=True, quarantine_after=1), apis=fake.apis()
+    watcher = make_watcher(
+        prometheus, settings(prometheus.url, quarantine=True, quarantine_after=1), apis=fake.apis()
     )
     runs = advance(prometheus, watcher, 3)
     assert all([k for k, _ in r.errors] == ["input"] for r in runs), runs[0].errors
@@ -564,7 +592,7 @@ def test_impossible_step_times_skip_the_job_logged_never_quarantined(
 
 
 def test_a_node_the_job_has_no_pod_on_is_not_quarantined(
-    prometheus: FakePrometheus, caplog: pytest.LogCaptureFixture
+    prometheus: SimPrometheus, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Rank 0 names the node each rank runs on: a job's series blaming a node where it runs
     # nothing (another tenant's pods are there) take nothing out; logged and counted once.
@@ -575,8 +603,8 @@ def test_a_node_the_job_has_no_pod_on_is_not_quarantined(
         for p in fake.pods
     ]
     prometheus.now = 6 * 60
-    watcher = watch.Watcher(
-        settings(prometheus.url, quarantine=True, quarantine_after=1), apis=fake.apis()
+    watcher = make_watcher(
+        prometheus, settings(prometheus.url, quarantine=True, quarantine_after=1), apis=fake.apis()
     )
     first, *later = [watcher.run_once(), *advance(prometheus, watcher, 2)]
     [(kind, line)] = first.errors
@@ -627,7 +655,7 @@ def test_bad_input_is_one_line_and_exit_2(
 
 
 def test_once_prints_the_metrics_of_one_run(
-    prometheus: FakePrometheus, capsys: pytest.CaptureFixture[str]
+    prometheus: SimPrometheus, capsys: pytest.CaptureFixture[str]
 ) -> None:
     prometheus.jobs[JOB] = SimJob(NODES, slow={SLOW: (0, float("inf"))})
     prometheus.now = 6 * 60
