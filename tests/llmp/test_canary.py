@@ -25,15 +25,10 @@ import contextlib
 import json
 import re
 import shutil
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 from typer.testing import CliRunner
@@ -98,51 +93,23 @@ def history(observed: dict[Key, list[Observation]], now: float) -> str:
     return servers.openmetrics({f: ("histogram", rows) for f, rows in samples.items()})
 
 
-class Tamper:
-    """A proxy in front of the real Prometheus: records every query, and answers `raw` (a
-    list: that many series) instead of the real value for a query containing a text of
-    `tamper`."""
+def tampering(tamper: dict[str, Any]) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+    """An answer rewrite for servers.Proxy: `raw` (a list: that many series) instead of the
+    real value for a query containing a text of `tamper`."""
 
-    def __init__(self, upstream: str, tamper: dict[str, Any]) -> None:
-        self.queries: list[str] = []
-        proxy = self
+    def answer(query: str, body: dict[str, Any]) -> dict[str, Any]:
+        for text, raw in tamper.items():
+            if text in query:
+                raws = raw if isinstance(raw, list) else [raw]
+                body["data"]["result"] = [{"metric": {}, "value": [0, r]} for r in raws]
+        return body
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+    return answer
 
-            def do_GET(self) -> None:
-                query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
-                proxy.queries.append(query)
-                try:
-                    with urllib.request.urlopen(upstream + self.path, timeout=30) as r:
-                        code, payload = r.status, r.read()
-                except urllib.error.HTTPError as e:
-                    code, payload = e.code, e.read()
-                for text, raw in tamper.items():
-                    if text in query:
-                        body = json.loads(payload)
-                        raws = raw if isinstance(raw, list) else [raw]
-                        body["data"]["result"] = [{"metric": {}, "value": [0, r]} for r in raws]
-                        payload = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+def asked(proxy: servers.Proxy) -> list[str]:
+    """Every query the judge sent through the proxy."""
+    return [q.get("query", [""])[0] for q in proxy.queries]
 
 
 @contextlib.contextmanager
@@ -151,7 +118,7 @@ def real_prometheus(
     tamper: dict[str, Any] | None = None,
     tmp: Path | None = None,
     edit: Callable[[str], str] | None = None,
-) -> Iterator[Tamper]:
+) -> Iterator[servers.Proxy]:
     """A real Prometheus holding `observations` by (model, service) of the stack's `serving`
     namespace, or by (namespace, model, service), behind a recording (and, given `tamper`,
     tampering) proxy: the proxy's `url` is what the judge is given. `edit` rewrites the
@@ -167,7 +134,7 @@ def real_prometheus(
             promtool=promtool,
         )
         stack.callback(prometheus.stop)
-        proxy = Tamper(prometheus.url, tamper or {})
+        proxy = servers.Proxy(prometheus.url, answer=tampering(tamper or {}))
         stack.callback(proxy.stop)
         yield proxy
 
@@ -301,7 +268,7 @@ def test_the_judge_asks_for_the_canarys_own_series() -> None:
     assert judgement.verdict == "promote"
     # Prometheus' increase() extrapolates to the window's ends: 300 requests read 300.04.
     assert judgement.requests == pytest.approx(300, abs=0.5)
-    queries = proxy.queries
+    queries = asked(proxy)
     assert any('service="llama-8b-canary",le="2.5"}[5m]' in q for q in queries)
     assert any('service="llama-8b",le="0.1"}[1h]' in q for q in queries)
     # Every selector names the stack's serving namespace, the model and the Service.
