@@ -555,12 +555,15 @@ def test_the_cli_prints_each_problem_on_its_own_line(tmp_path) -> None:
 
 
 def test_the_regions_are_botocores_endpoint_regions() -> None:
-    # The schema reads the small partitions.json; botocore's endpoint data (what boto3
-    # resolves) must list exactly the same regions.
+    # The schema reads the small partitions.json, which boto3's endpoint rules resolve
+    # from. The older endpoints.json must list no region the schema refuses; it may lag
+    # behind (botocore 1.44.8 lists me-west-1 and sa-west-1 in partitions.json only).
     import botocore.loaders
 
     from spec.base import aws_regions
 
     endpoints = botocore.loaders.create_loader().load_data("endpoints")
-    assert aws_regions() == sorted(r for p in endpoints["partitions"] for r in p["regions"])
+    listed = {r for p in endpoints["partitions"] for r in p["regions"]}
+    assert listed <= set(aws_regions()), sorted(listed - set(aws_regions()))
+    assert len(listed) >= len(aws_regions()) - 5  # a lag of a few regions, not another file
     assert {"us-east-1", "eu-west-1", "cn-north-1", "us-gov-west-1"} <= set(aws_regions())
