@@ -58,7 +58,8 @@ def main() -> int:
         total = time.monotonic() - t0
     f = result.finding
     print(
-        f"profile {args.profile}: {settings.ranks} gloo ranks, rank {settings.slow_rank} throttled"
+        f"profile {args.profile}: {settings.ranks} gloo ranks, "
+        f"rank {settings.slow_rank} slowed by {settings.delay_s:g} s a step"
     )
     print(
         f"  scrape/eval {settings.scrape_interval}, watcher window {settings.window} "
