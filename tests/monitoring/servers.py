@@ -89,6 +89,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
 def wait_until(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
     """pred()'s first truthy value within `timeout` seconds; AssertionError naming `what`."""
     deadline = time.monotonic() + timeout

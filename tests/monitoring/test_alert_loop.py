@@ -254,6 +254,14 @@ def test_the_servers_scrape_every_exporter_and_evaluate_every_rule(loop: Loop) -
     assert loop.prometheus.rule_errors() == []
 
 
+def test_the_servers_listen_on_loopback_only(loop: Loop) -> None:
+    from tests.workloads.training.harness import listening, listening_off_loopback
+
+    for server in (loop.prometheus, loop.alertmanager):
+        [pid] = servers.children(server.proc.pid)  # the server, under `timeout`
+        assert listening(pid) and not listening_off_loopback(pid), (server.name, listening(pid))
+
+
 def test_a_fatal_xid_pages_the_gpus_team_with_its_node_and_mutes_the_node(loop: Loop) -> None:
     receiver, labels, _ = loop.webhook.wait_for("GpuXidNodeReplacement", PATIENCE_S, node=XID_NODE)
     assert receiver == "foundation-critical"
