@@ -247,7 +247,7 @@ class Webhook(_Server):
                     return r, got, at
             return None
 
-        return wait_until(found, timeout, f"{name} {labels} ({status}) at the webhook")  # type: ignore[no-any-return]
+        return wait_until(found, timeout, f"{name} {labels} ({status}) at the webhook")
 
 
 # --- the platform's rules and routing, as the servers read them ----------------------------
@@ -422,7 +422,7 @@ class Alertmanager(_Process):
     def alerts(self, **filters: str) -> list[dict[str, Any]]:
         """/api/v2/alerts (active, silenced and inhibited ones)."""
         query = urllib.parse.urlencode([("filter", f'{k}="{v}"') for k, v in filters.items()])
-        return _get_json(f"{self.url}/api/v2/alerts?{query}")  # type: ignore[no-any-return]
+        return _get_json(f"{self.url}/api/v2/alerts?{query}")
 
 
 class Prometheus(_Process):
@@ -492,7 +492,7 @@ class Prometheus(_Process):
         params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
         body = _get_json(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}")
         assert body["status"] == "success", body
-        return body["data"]["result"]  # type: ignore[no-any-return]
+        return body["data"]["result"]
 
     def value(self, expr: str, at: float | None = None) -> float | None:
         """The one sample of an instant query, or None when it has none."""
@@ -502,7 +502,7 @@ class Prometheus(_Process):
 
     def alerts(self) -> list[dict[str, Any]]:
         """/api/v1/alerts: every pending or firing alert, with its state and labels."""
-        return _get_json(f"{self.url}/api/v1/alerts")["data"]["alerts"]  # type: ignore[no-any-return]
+        return _get_json(f"{self.url}/api/v1/alerts")["data"]["alerts"]
 
     def targets_up(self) -> bool:
         active = _get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
