@@ -53,7 +53,7 @@ A client without a key is refused (fail closed); a keyed listener that fails to 
 leaves the previous one serving, and a pod whose keys cannot be mounted never starts. The
 WAF in front of the ALB rate-limits per key and per source IP (`components.serving`).
 
-Protecting the latency SLO (Envoy v1.35, the catalog's pin), per replica:
+Protecting the latency SLO (Envoy v1.40, the catalog's pin), per replica:
 
 - **authorization**: the RBAC policies are the clients that may call this model
   (`serving.models[].clients`); another client's key gets 403;
@@ -90,6 +90,11 @@ and the ALB's round robin over the pods is the routing.
 Where traces are on (`monitoring.traces`), the API listener's connection manager traces
 every request with Envoy's OpenTelemetry tracer to the in-cluster collector's OTLP gRPC
 port (cluster `otel-collector`); vLLM continues the trace from the `traceparent` header.
+
+Envoy since v1.40 sizes its worker threads to the container's CPU limit when `--concurrency`
+is not given (before, to the node's hardware threads: up to 192 on a p5, each with its
+connection pools, in a 512 MiB container), so the sidecar runs as many workers as its limit
+has cores.
 """
 
 from __future__ import annotations
