@@ -24,10 +24,11 @@ reaches vLLM or answers one read-only path:
   second rate limit) and hands it to its own vLLM through the shed point.
 
 Why loopback rather than a key of vLLM's own (`--api-key`, which only the gateway would
-hold, replacing the client's header as it forwards): the pinned vLLM v0.11.0 checks that
-key only on paths under `/v1`; its server answers more outside it (tokenization, pooling
-and scoring, SageMaker's `/invocations`, which runs a completion), and whatever a later
-release adds would be open until someone noticed. On loopback nothing of vLLM's is on the
+hold, replacing the client's header as it forwards): the pinned vLLM v0.34.0 checks that
+key only on paths under `/v1`, `/v2`, `/inference` and `/cohere` (its own help for the flag
+says so); its server answers more outside them (tokenization, SageMaker's `/invocations`,
+which runs a completion), and whatever a later release adds would be open until someone
+noticed. On loopback nothing of vLLM's is on the
 network at all, and the gateway's routes are an allow list. What it costs: the kubelet's
 probes of vLLM run inside its container (an exec of python3 against 127.0.0.1), and the
 picker's two hops (its scrape, the picked forward) go to the `metrics` and `peer`
