@@ -580,7 +580,7 @@ def inference_slo() -> dict[str, Any]:
         ),
         timeseries(
             "KV cache use",
-            [_by("model_name", "max", f"vllm:gpu_cache_usage_perc{{{model}}}")],
+            [_by("model_name", "max", f"vllm:kv_cache_usage_perc{{{model}}}")],
             unit="percentunit",
             minimum=0,
             maximum=1,

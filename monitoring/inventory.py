@@ -116,12 +116,12 @@ INVENTORY: dict[str, frozenset[str]] = {
         {
             "vllm:num_requests_running",
             "vllm:num_requests_waiting",
-            "vllm:gpu_cache_usage_perc",
+            "vllm:kv_cache_usage_perc",
             "vllm:e2e_request_latency_seconds_bucket",
             "vllm:time_to_first_token_seconds_bucket",
             "vllm:time_to_first_token_seconds_count",
-            "vllm:time_per_output_token_seconds_bucket",
-            # v0.11.0's name of the inter-token histogram (the serving SLOs read it).
+            # The inter-token histogram (the serving SLOs read it); v0.34.0 no longer exports
+            # its old name, vllm:time_per_output_token_seconds.
             "vllm:inter_token_latency_seconds_bucket",
             "vllm:inter_token_latency_seconds_count",
             "vllm:request_success_total",

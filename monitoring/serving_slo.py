@@ -1,13 +1,13 @@
 """Latency SLOs of the served models: TTFT and inter-token latency, alerted on burn rates.
 
-Per model (`serving.models[].slo`), two SLIs over vLLM v0.11.0's histograms (the names
+Per model (`serving.models[].slo`), two SLIs over vLLM v0.34.0's histograms (the names
 and buckets of its `vllm/v1/metrics/loggers.py`; label `model_name` is the served name):
 
 - `ttft`: the share of requests whose first token came within the target,
   `vllm:time_to_first_token_seconds_bucket{le=<target>}` over `_count`;
 - `itl`: the share of inter-token gaps within the target,
   `vllm:inter_token_latency_seconds` likewise (v0.11.0 renamed it from
-  `vllm:time_per_output_token_seconds`, which it still exports, deprecated).
+  `vllm:time_per_output_token_seconds`, which v0.34.0 no longer exports).
 
 Per revision, where a model has a live canary: the same ratios of each revision's series
 (`service` = its Service, `<model>` or `<model>-canary`, the label prometheus-operator's

@@ -35,18 +35,20 @@ def _relative_path(v: str) -> bool:
 
 
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
-"""vLLM v0.11.0's max_num_seqs for its OpenAI server on GPUs under 70 GiB; the most sequences
+"""vLLM v0.34.0's max_num_seqs for its OpenAI server on GPUs under 70 GiB (as v0.11.0's:
+vllm/engine/arg_utils.py, 1024 from 70 GiB up); the most sequences
 a derived default admits (`EngineConfig.max_num_seqs`)."""
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-"""The max_lora_rank values vLLM v0.11.0 accepts (vllm/config/lora.py)."""
+"""max_lora_rank values vLLM v0.34.0 accepts (vllm/config/lora.py MaxLoRARanks, which also
+has 1)."""
 TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25)
 TTFT_BUCKETS += (0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-"""Bucket bounds of vLLM v0.11.0's `vllm:time_to_first_token_seconds` (v1/metrics/loggers.py):
+"""Bucket bounds of vLLM v0.34.0's `vllm:time_to_first_token_seconds` (v1/metrics/buckets.py):
 a latency target must be one, since the SLO counts the requests in the bucket `le` it."""
 ITL_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
 ITL_BUCKETS += (0.75, 1.0, 2.5, 5.0)
 ITL_BUCKETS += (7.5, 10.0, 20.0, 40.0, 80.0)
-"""Bucket bounds of vLLM v0.11.0's `vllm:inter_token_latency_seconds`."""
+"""Bucket bounds of vLLM v0.34.0's `vllm:inter_token_latency_seconds`."""
 
 
 class ModelArchitectureConfig(Section):
@@ -120,8 +122,9 @@ class SpeculativeDecodingConfig(Section):
 
     `ngram` proposes tokens found in the prompt (no extra weights); `eagle`/`eagle3` run an
     EAGLE draft head trained for the model (`model`: its path under the models prefix).
-    A separate small draft LM (`draft_model`) is refused by vLLM v0.11.0's V1 engine
-    ("Draft model speculative decoding is not supported yet"), so it is not offered.
+    A separate small draft LM (`draft_model`) is not offered: vLLM v0.11.0's V1 engine refused
+    it ("Draft model speculative decoding is not supported yet"); v0.34.0 lists the method,
+    but the platform does not place a draft model's weights and parallelism yet.
     """
 
     method: Literal["ngram", "eagle", "eagle3"] = Field(description="Proposer.")
@@ -137,7 +140,8 @@ class SpeculativeDecodingConfig(Section):
     def _method(cls, v: object) -> object:
         if v == "draft_model":
             raise ValueError(
-                "vLLM v0.11.0 (the catalog's) refuses a separate draft model in its V1 engine; "
+                "the platform does not serve a separate draft model (vLLM v0.11.0 refuses "
+                "a separate draft model in its V1 engine; v0.34.0's is not wired here); "
                 "use ngram, or eagle/eagle3 with a draft head trained for the model"
             )
         return v
@@ -206,7 +210,7 @@ class LoraConfig(Section):
     @classmethod
     def _rank(cls, v: int) -> int:
         if v not in LORA_RANKS:
-            raise ValueError(f"vLLM v0.11.0 takes one of {', '.join(map(str, LORA_RANKS))}")
+            raise ValueError(f"vLLM v0.34.0 takes one of {', '.join(map(str, LORA_RANKS))}")
         return v
 
     @property

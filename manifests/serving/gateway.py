@@ -24,10 +24,11 @@ reaches vLLM or answers one read-only path:
   second rate limit) and hands it to its own vLLM through the shed point.
 
 Why loopback rather than a key of vLLM's own (`--api-key`, which only the gateway would
-hold, replacing the client's header as it forwards): the pinned vLLM v0.11.0 checks that
-key only on paths under `/v1`; its server answers more outside it (tokenization, pooling
-and scoring, SageMaker's `/invocations`, which runs a completion), and whatever a later
-release adds would be open until someone noticed. On loopback nothing of vLLM's is on the
+hold, replacing the client's header as it forwards): the pinned vLLM v0.34.0 checks that
+key only on paths under `/v1`, `/v2`, `/inference` and `/cohere` (its own help for the flag
+says so); its server answers more outside them (tokenization, SageMaker's `/invocations`,
+which runs a completion), and whatever a later release adds would be open until someone
+noticed. On loopback nothing of vLLM's is on the
 network at all, and the gateway's routes are an allow list. What it costs: the kubelet's
 probes of vLLM run inside its container (an exec of python3 against 127.0.0.1), and the
 picker's two hops (its scrape, the picked forward) go to the `metrics` and `peer`
@@ -53,7 +54,7 @@ A client without a key is refused (fail closed); a keyed listener that fails to 
 leaves the previous one serving, and a pod whose keys cannot be mounted never starts. The
 WAF in front of the ALB rate-limits per key and per source IP (`components.serving`).
 
-Protecting the latency SLO (Envoy v1.35, the catalog's pin), per replica:
+Protecting the latency SLO (Envoy v1.40, the catalog's pin), per replica:
 
 - **authorization**: the RBAC policies are the clients that may call this model
   (`serving.models[].clients`); another client's key gets 403;
@@ -90,6 +91,11 @@ and the ALB's round robin over the pods is the routing.
 Where traces are on (`monitoring.traces`), the API listener's connection manager traces
 every request with Envoy's OpenTelemetry tracer to the in-cluster collector's OTLP gRPC
 port (cluster `otel-collector`); vLLM continues the trace from the `traceparent` header.
+
+Envoy since v1.40 sizes its worker threads to the container's CPU limit when `--concurrency`
+is not given (before, to the node's hardware threads: up to 192 on a p5, each with its
+connection pools, in a 512 MiB container), so the sidecar runs as many workers as its limit
+has cores.
 """
 
 from __future__ import annotations

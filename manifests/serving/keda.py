@@ -9,6 +9,13 @@ with a `cron` trigger for serving hours, and owns the HPA it creates, with
 `minReplicaCount: 0` outside the hours and the model's `min_replicas` inside
 (the cron trigger asks for that many while it is active).
 
+Outside the hours the cron trigger holds nothing: since KEDA 2.18 it reports 0 there (1
+before, kedacore/keda#6886), which the HPA reads against its default AverageValue target
+of 1, below the HPA's own floor of one replica either way; KEDA scales to zero once no
+trigger was active for `cooldownPeriod`. That stays true only without
+`advanced.scalingModifiers` or another `metricType` on the cron trigger
+(tests/manifests/serving/test_keda.py checks the object against the chart's CRD, too).
+
 The objects are typed here (extra fields refused) and rendered to the dicts
 that `kubernetes.apiextensions.CustomResource` takes.
 """

@@ -131,8 +131,7 @@ def plain(value: Any) -> Any:
 def leader_script(model: ServedModel, engine: EngineSettings, revision: str | None) -> str:
     """Start the Ray head, wait for the group's nodes, then serve (exec: vLLM is PID 1's
     child that receives SIGTERM and drains)."""
-    serve = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
-    serve += vllm.vllm_args(model, engine, revision)
+    serve = [*vllm.SERVE, *vllm.vllm_args(model, engine, revision)]
     count = 'import ray; ray.init(address="auto"); print(sum(n["Alive"] for n in ray.nodes()))'
     return "\n".join(
         [

@@ -124,11 +124,17 @@ def selector(model: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": model}
 
 
+SERVE = ("vllm", "serve")
+"""The vllm-openai image's ENTRYPOINT (v0.34.0's docker/Dockerfile): the Deployment gives only
+its arguments; a group's leader runs it itself (`manifests.serving.multinode`)."""
+
+
 def vllm_args(model: ServedModel, engine: EngineSettings, revision: str | None = None) -> list[str]:
-    """vLLM v0.11.0's OpenAI server flags for `model`, tuned by its resolved `engine`
-    (`revision`: another than the model's, a canary's)."""
+    """The arguments of vLLM v0.34.0's `vllm serve` for `model`, tuned by its resolved
+    `engine` (`revision`: another than the model's, a canary's): the weights' directory as
+    the positional model (`--model` is deprecated there), then flags, each one that vLLM's
+    own argument definitions have (tests/peers/test_vllm_sdist.py)."""
     args = [
-        "--model",
         f"{WEIGHTS_PATH}/{revision or model.revision}",
         "--served-model-name",
         model.name,

@@ -4,6 +4,7 @@ KEDA pinned from the catalog, an HTTPS-only Ingress with the WAF, API keys only 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from spec.catalog import catalog
@@ -19,6 +20,7 @@ SECRET_VERSION = "aws:secretsmanager/secretVersion:SecretVersion"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 WAF = "aws:wafv2/webAcl:WebAcl"
 MODELS = ("llama-8b", "llama-70b")
+CATALOG = Path(__file__).parents[2] / "spec" / "catalog.yaml"
 
 
 def _containers(plan, model: str) -> dict[str, dict[str, Any]]:
@@ -43,7 +45,10 @@ def test_vllm_runs_the_pinned_image_on_the_read_only_weights(plans) -> None:
     assert pins is not None
     for model in MODELS:
         c = _containers(plan, model)
-        assert c["vllm"]["image"] == pins.vllm_image and "@sha256:" in pins.vllm_image
+        assert c["vllm"]["image"] == pins.vllm_image
+        # By digest, or by tag with the way to resolve its digest written down beside it.
+        for image in (pins.vllm_image, pins.gateway_image):
+            assert "@sha256:" in image or f"crane digest {image}`" in CATALOG.read_text()
         assert c["gateway"]["image"] == pins.gateway_image
         mount = next(m for m in c["vllm"]["volumeMounts"] if m["name"] == "weights")
         assert mount == {"name": "weights", "mountPath": "/models", "readOnly": True}

@@ -160,7 +160,7 @@ def test_the_asked_for_series_are_shown() -> None:
         "vllm:e2e_request_latency_seconds_bucket",
         "vllm:time_to_first_token_seconds_bucket",
         "vllm:num_requests_waiting",
-        "vllm:gpu_cache_usage_perc",
+        "vllm:kv_cache_usage_perc",
         "llmp:vllm_error_ratio:rate1h",
     ):
         assert metric in text["llmp-inference-slo"], metric

@@ -66,9 +66,7 @@ def test_the_canary_serves_its_revision_under_the_same_name_and_engine() -> None
     )
     stable_args = stable["spec"]["template"]["spec"]["containers"][0]["args"]
     canary_args = canary_["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert canary_args[canary_args.index("--model") + 1] == (
-        "/models/llama-3.1-8b-instruct/2026-11-20"
-    )
+    assert canary_args[0] == "/models/llama-3.1-8b-instruct/2026-11-20"  # the positional model
     assert canary_args[canary_args.index("--served-model-name") + 1] == "llama-8b"
     # Everything but the weights' path is the stable's: engine, gateway, pod shape.
     assert [a for a in canary_args if "/models/" not in a] == [

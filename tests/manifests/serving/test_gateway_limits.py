@@ -78,6 +78,26 @@ def envoy_schema_check(config: dict[str, Any]) -> int:
     return len(messages)
 
 
+def deprecated_fields(config: dict[str, Any]) -> list[str]:
+    """The fields, enum values and messages of `config` that Envoy's API marks deprecated
+    (`deprecated = true`: Envoy warns on them, and removes them after a deprecation cycle)."""
+    bootstrap = json_format.ParseDict(config, bootstrap_pb2.Bootstrap())
+    found: list[str] = []
+    for m in _unpacked(bootstrap):
+        if m.DESCRIPTOR.GetOptions().deprecated:
+            found.append(m.DESCRIPTOR.full_name)
+        for field, value in m.ListFields():
+            if field.GetOptions().deprecated:
+                found.append(f"{m.DESCRIPTOR.full_name}.{field.name}")
+            if field.enum_type is not None:
+                numbers = value if field.label == field.LABEL_REPEATED else [value]
+                for number in numbers:
+                    enum_value = field.enum_type.values_by_number.get(number)
+                    if enum_value is not None and enum_value.GetOptions().deprecated:
+                        found.append(f"{field.enum_type.full_name}.{enum_value.name}")
+    return sorted(set(found))
+
+
 def _hcm(config: dict[str, Any]) -> dict[str, Any]:
     return config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
         "typed_config"
@@ -166,6 +186,38 @@ def test_every_models_gateway_config_passes_envoys_api_schema() -> None:
             cfg.monitoring.traces_endpoint,
         )
         assert envoy_schema_check(gateway.envoy_config(model, KEYS)) > 50
+
+
+def test_no_models_gateway_config_uses_what_envoys_api_deprecates() -> None:
+    """The deprecations between the pinned Envoy's API and the protos installed here (the
+    release notes' `deprecated` sections, mechanically): none may be in use."""
+    cfg = load_config(raw_stack("inference"))
+    assert cfg.serving is not None
+    from program.args import client_rates, serving_engines
+
+    engines = serving_engines(cfg, cfg.serving)
+    routings = set()
+    for m in cfg.serving.models:
+        model = gateway.gateway_model(
+            m,
+            engines[m.name],
+            cfg.serving.model_clients(m),
+            client_rates(cfg.serving),
+            cfg.monitoring.traces_endpoint,
+        )
+        routings.add(model.routing)
+        assert deprecated_fields(gateway.envoy_config(model, KEYS)) == [], m.name
+    assert routings == {"round-robin", "endpoint-picker"}
+
+
+def test_the_deprecation_check_finds_a_deprecated_field_and_enum_value() -> None:
+    config = gateway.envoy_config(MODEL, KEYS)
+    _api_route(config)["route"]["include_vh_rate_limits"] = True
+    assert deprecated_fields(config) == ["envoy.config.route.v3.RouteAction.include_vh_rate_limits"]
+    bootstrap = gateway.bootstrap(MODEL)
+    assert deprecated_fields(bootstrap) == []
+    bootstrap["dynamic_resources"]["lds_config"]["resource_api_version"] = "V2"
+    assert deprecated_fields(bootstrap) == ["envoy.config.core.v3.ApiVersion.V2"]
 
 
 def test_the_schema_check_catches_a_misspelt_field_and_a_broken_rule() -> None:

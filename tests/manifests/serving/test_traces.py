@@ -19,15 +19,26 @@ def _inference(**overrides: object):
     return load_config(merge(raw_stack("inference"), overrides))
 
 
-def _with_otel_image(monkeypatch: pytest.MonkeyPatch) -> None:
+def _with_image(monkeypatch: pytest.MonkeyPatch, opentelemetry: bool) -> None:
     real = program.args.catalog()
     assert real.serving is not None
-    pins = real.serving.model_copy(update={"vllm_opentelemetry": True})
+    pins = real.serving.model_copy(update={"vllm_opentelemetry": opentelemetry})
     patched = real.model_copy(update={"serving": pins})
     monkeypatch.setattr(program.args, "catalog", lambda: patched)
 
 
-def test_the_stock_vllm_image_gets_no_trace_flag_it_would_refuse_to_start_with() -> None:
+def test_the_pinned_vllm_image_has_opentelemetry() -> None:
+    """v0.34.0 requires the OpenTelemetry SDK and OTLP exporter (core requirements of its
+    package: the catalog's note), so the stock image traces."""
+    pins = program.args.catalog().serving
+    assert pins is not None and pins.vllm_opentelemetry
+    assert ":v0.34.0" in pins.vllm_image
+
+
+def test_an_image_without_opentelemetry_gets_no_trace_flag_it_would_refuse_to_start_with(
+    monkeypatch,
+) -> None:
+    _with_image(monkeypatch, opentelemetry=False)
     cfg = _inference()
     assert cfg.monitoring.traces_endpoint == collector_otlp_endpoint()
     for engine in serving_engines(cfg, cfg.serving).values():
@@ -35,7 +46,7 @@ def test_the_stock_vllm_image_gets_no_trace_flag_it_would_refuse_to_start_with()
 
 
 def test_an_image_with_opentelemetry_traces_to_the_collector(monkeypatch) -> None:
-    _with_otel_image(monkeypatch)
+    _with_image(monkeypatch, opentelemetry=True)
     cfg = _inference()
     [model, *_] = cfg.serving.models
     engine = serving_engines(cfg, cfg.serving)[model.name]

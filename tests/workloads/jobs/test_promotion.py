@@ -330,7 +330,7 @@ def test_an_architecture_vllm_does_not_serve_is_refused(
     root = checkpoints(trained, tmp_path)
     assert promotion.main(argv(trained, root, heldout, endpoint)) == 2
     err = capsys.readouterr().err
-    assert "'LlamaForCausalLM' is not a text-generation model of vLLM v0.11.0" in err
+    assert "'LlamaForCausalLM' is not a text-generation model of vLLM v0.34.0" in err
     assert keys(endpoint) == []
 
 
