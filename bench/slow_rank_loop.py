@@ -9,9 +9,9 @@ injection to the watcher naming the node (diagnosis) and to the webhook receivin
 
 Profiles:
 - `stack`: the stack's own settings: scrape and rule evaluation every 30 s
-  (kube-prometheus-stack's), the watcher's defaults (window 6m, resolution 15s, a run a
-  minute), LlmpSlowNode's `for: 2m` as committed, Alertmanager's group_wait 30s; six minutes
-  of healthy training first (a whole window).
+  (kube-prometheus-stack's), the watcher's defaults (spec.monitoring.StragglerWatchConfig:
+  window 4m, resolution 15s, a run a minute), the rules' `for` as committed (LlmpSlowNode
+  has none), Alertmanager's group_wait 30s; a whole window of healthy training first.
 - `fast`: the test's: 1 s intervals, a 60 s window, a run every 5 s, every `for` / 60.
 
     PATH=/path/to/prometheus/bin:$PATH .venv/bin/python bench/slow_rank_loop.py [--profile stack]
@@ -28,17 +28,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from spec.monitoring import StragglerWatchConfig, duration_seconds  # noqa: E402
 from tests.workloads.diagnosis.slow_rank import LoopSettings, run_loop  # noqa: E402
 
+_WATCH = StragglerWatchConfig()
 PROFILES = {
     "stack": LoopSettings(
         scrape_interval="30s",
         for_scale=1.0,
-        window="6m",
-        resolution="15s",
-        interval_s=60.0,
+        window=_WATCH.window,
+        resolution=_WATCH.resolution,
+        interval_s=float(_WATCH.interval_seconds),
         group_wait="30s",
-        warm_s=360.0,
+        warm_s=float(duration_seconds(_WATCH.window)),
         patience_s=1200.0,
     ),
     "fast": LoopSettings(),

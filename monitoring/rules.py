@@ -367,7 +367,10 @@ def straggler_rules(w: StragglerWatchConfig) -> RuleGroup:
                 # The ratio is the value: the annotation quotes it.
                 f"llmp_straggler_node_ratio{watcher} and on ({', '.join(STRAGGLER_JOB)}, node) "
                 f"(llmp_straggler_node_flagged{watcher} == 1)",
-                "2m",
+                # No wait of its own: the watcher flags a node only once it was slow in
+                # `persist` of a window's steps, so a `for` would only delay the page
+                # (docs/measurements.md: the slow node's page within five minutes).
+                "0s",
                 "warning",
                 "Node {{ $labels.node }} slows training job {{ $labels.training_namespace }}/"
                 "{{ $labels.training_job }}: "

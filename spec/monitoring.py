@@ -226,10 +226,11 @@ class StragglerWatchConfig(TrainerImageRef):
     )
     interval_seconds: int = Field(60, ge=15, le=3600, description="How often the watcher runs.")
     window: str = Field(
-        "6m",
-        description="How much recent step time each run analyses (30s, 6m, 1h). A node "
+        "4m",
+        description="How much recent step time each run analyses (30s, 4m, 1h). A node "
         "turned slow is flagged once it was slow in `persist` of the window's steps: about "
-        "persist x window after it turned slow.",
+        "persist x window after it turned slow (4m: the page within the seeds' 5 minutes, "
+        "docs/measurements.md).",
     )
     resolution: str = Field("15s", description="query_range step of the analysis.")
     threshold: float = Field(

@@ -278,7 +278,8 @@ CASES: dict[str, dict[str, Any]] = {
     },
     "LlmpSlowNode": {
         # the watcher publishes node b of job foundation/j for 10 minutes, flagged from the
-        # 4th: the alert waits 2 minutes, quotes the ratio and names the job in its runbook
+        # 4th: the alert fires at once (the watcher's window is the wait), quotes the ratio
+        # and names the job in its runbook
         # command. A tenant pod publishing the same findings (its own namespace and job, as
         # no tenant monitor honours labels) fires nothing: node c is never named.
         "input": [
@@ -296,7 +297,7 @@ CASES: dict[str, dict[str, Any]] = {
             "7m",
             {**WATCHER, "training_namespace": "foundation", "training_job": "j", "node": "b"},
         ),
-        "quiet": "4m",
+        "quiet": "2m",
         "annotations": {
             "summary": "Node b slows training job foundation/j: 1.30x the other nodes' median "
             "step time.",
@@ -414,7 +415,7 @@ def test_straggler_rules_only_with_the_watcher_and_its_interval() -> None:
     down = rules.alerts(T, stragglers=watch)["LlmpStragglerWatchDown"]
     assert down.expr.endswith(f"> {5 * 120}")
     slow = rules.alerts(T)["LlmpSlowNode"]
-    assert slow.labels == {"severity": "warning"} and slow.for_ == "2m"
+    assert slow.labels == {"severity": "warning"} and slow.for_ == "0s"
     assert slow.annotations is not None
     assert "llmp stragglers --prometheus" in slow.annotations["runbook"]
     assert (
