@@ -406,7 +406,7 @@ def test_the_s3_endpoint_refuses_buckets_that_are_not_the_platforms(plan) -> Non
 
 
 def test_each_tenant_submits_training_and_data_jobs_in_its_own_namespace_only(plan) -> None:
-    kinds = [("kubeflow.org", "pytorchjobs"), ("ray.io", "rayjobs"), ("batch", "jobs")]
+    kinds = [("trainer.kubeflow.org", "trainjobs"), ("ray.io", "rayjobs"), ("batch", "jobs")]
     for a in TENANTS:
         for b in TENANTS:
             for api_group, resource in kinds:
