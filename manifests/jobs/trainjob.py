@@ -313,7 +313,7 @@ def node_pod_template(job: dict[str, Any], runtime: dict[str, Any]) -> dict[str,
         container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
     name = job["metadata"]["name"]
     nodes = trainer.get("numNodes", runtime["spec"]["mlPolicy"].get("numNodes", 1))
-    pet = [
+    pet: list[dict[str, Any]] = [
         {"name": "PET_NNODES", "value": str(nodes)},
         {"name": "PET_NPROC_PER_NODE", "value": str(trainer.get("numProcPerNode", "auto"))},
         {
