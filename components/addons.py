@@ -71,13 +71,14 @@ Owns (each behind a flag of the `addons` config section):
   ProvisioningRequest CRD, components/node_autoscaler.py): it looks for that API
   only when it starts, and runs no provisioning check without it.
 - **Kubeflow Trainer v2** (`kubeflow-trainer` chart, `kubeflow-system` namespace) and
-  **JobSet** (`jobset` chart, `jobset-system`), which the Trainer runs each TrainJob as; the
+  **JobSet** (`jobset` chart, `jobset-system`, installed beside it), which the Trainer runs
+  each TrainJob as; the
   trainer chart's own JobSet and built-in runtimes are off. The program renders its own
   ClusterTrainingRuntimes (manifests/jobs/trainjob.py: DeepSpeed, torch and the lifecycle
   steps, one per priority class, torchrun launched with the job's elastic range) once the
   Trainer's CRDs exist. Kueue admits TrainJobs whole (`trainer.kubeflow.org/trainjob`
-  integration, gang admission of the JobSet's pods) and starts after the Trainer: its
-  TrainJob controller watches the Trainer's and JobSet's APIs. Trainer 2.2.x, not 2.3: Kueue
+  integration, gang admission of the JobSet's pods); it need not start after the Trainer, as
+  it sets a framework's controller up once that API is served. Trainer 2.2.x, not 2.3: Kueue
   0.19 is built against 2.2, and Kueue 0.20's TrainJob integration supports 2.3 only (the
   catalog entry says more).
 - **AWS Load Balancer Controller** (eks-charts) with its own IAM role through
@@ -668,20 +669,21 @@ class Addons(pulumi.ComponentResource):
         name: str,
         release: Callable[..., k8s.helm.v3.Release],
         on_system: pulumi.ResourceOptions,
-    ) -> list[pulumi.Resource]:
-        """JobSet, then the Trainer (its manager watches JobSets), then the platform's
-        ClusterTrainingRuntimes (their CRD comes with the Trainer)."""
-        jobset = release(JOBSET, JOBSET_NAMESPACE, jobset_values(), on_system)
-        trainer = release(
-            TRAINER,
-            TRAINER_NAMESPACE,
-            trainer_values(),
-            pulumi.ResourceOptions.merge(on_system, pulumi.ResourceOptions(depends_on=[jobset])),
-        )
+    ) -> None:
+        """JobSet and the Trainer side by side, then the platform's ClusterTrainingRuntimes
+        (their CRD comes with the Trainer).
+
+        The Trainer's manager watches JobSets, so it needs their CRD, not a running JobSet
+        controller: Helm creates a chart's `crds/` first, seconds into the jobset release,
+        while the manager's image is still being pulled; a manager that started first fails
+        its watch and the kubelet starts it again, within the release's wait. In series the
+        restart of a recovered cluster would wait one more Helm release (`llmp dr`'s
+        critical path ends at the runtimes)."""
+        release(JOBSET, JOBSET_NAMESPACE, jobset_values(), on_system)
+        trainer = release(TRAINER, TRAINER_NAMESPACE, trainer_values(), on_system)
         after_trainer = pulumi.ResourceOptions(parent=self, depends_on=[trainer])
         for runtime in trainjob.cluster_training_runtimes():
             self._custom(name, runtime, runtime["spec"], after_trainer)
-        return [jobset, trainer]
 
     def _install(self, name: str, args: AddonsArgs) -> None:
         """Everything cluster-wide: the releases, the cpu flavor, the checks, the queues."""
@@ -748,9 +750,8 @@ class Addons(pulumi.ComponentResource):
         if args.kuberay:
             release(KUBERAY, KUBERAY_NAMESPACE, kuberay_values(), on_system)
 
-        trainer: list[pulumi.Resource] = []
         if args.training_operator:
-            trainer = self._trainer(name, release, on_system)
+            self._trainer(name, release, on_system)
 
         self.kueue_ready = []
         if args.kueue:
@@ -763,10 +764,11 @@ class Addons(pulumi.ComponentResource):
                 KUEUE,
                 "kueue-system",
                 kueue_values(),
-                # After the Trainer: its TrainJob controller watches the Trainer's and JobSet's
-                # APIs, set up when Kueue starts.
+                # Not after the Trainer: Kueue 0.19.2 registers the TrainJob webhook at start and
+                # sets its controller up once the TrainJob API is served (jobframework
+                # WaitForAPI), by when JobSet's is too (the Trainer waits for JobSet).
                 pulumi.ResourceOptions(
-                    parent=self, depends_on=[*args.system_nodes, *args.kueue_after, *trainer]
+                    parent=self, depends_on=[*args.system_nodes, *args.kueue_after]
                 ),
             )
             self.kueue_ready = [kueue_release]
