@@ -157,8 +157,9 @@ KUEUE_FRAMEWORKS = [
 """Kueue integrations. `trainer.kubeflow.org/trainjob`: the training jobs (Kubeflow Trainer v2);
 `kubeflow.org/pytorchjob` is gone with Trainer v1 (Kueue 0.19 deprecates it), and the chart's
 MPIJob integration would expect an MPI operator the platform does not install.
-`jobset.x-k8s.io/jobset`: a TrainJob's JobSet is its child (Kueue admits the TrainJob, and
-leaves a JobSet a Kueue-managed owner controls alone).
+`jobset.x-k8s.io/jobset`: a TrainJob's JobSet is its child: Kueue admits the TrainJob, and a job
+whose controller owner it can manage is no workload of its own (v0.19.2 jobframework:
+IsOwnerManagedByKueueForObject, FindAncestorJobManagedByKueue; so are the JobSet's Jobs).
 
 `ray.io/rayjob`: the data jobs (KubeRay). Not `ray.io/raycluster`: at v0.19.2 the RayJob
 integration builds its pod sets from the RayJob's own `rayClusterSpec` and watches the

@@ -27,8 +27,9 @@ priority class) (`cluster_training_runtimes`), and `runtime_name(spec)` picks th
   `llmp_*` metrics on the container port `metrics`;
 - `torch`: `workloads.training.parallel` (TP x PP x FSDP under torchrun), no metrics port;
 - `step`: the lifecycle's one-pod steps (promotion, quantization): the PyTorchJob's
-  `ExitCode` policy as a Job pod failure policy: the job fails on exit codes 1-127 and a
-  pod is started again on 130, 137 or 143 (torchrun itself killed) or when its node is lost.
+  `ExitCode` policy as a Job pod failure policy: the job fails on exit codes 1-127, and a
+  pod is started again on 128-255 (130, 137, 143: torchrun itself killed) or, without
+  counting, when its node is lost.
 
 Kueue admits the TrainJob (integration `trainer.kubeflow.org/trainjob`): it carries
 `kueue.x-k8s.io/queue-name` and is created suspended; Kueue builds the pod sets from the
@@ -72,8 +73,10 @@ BACKOFF_LIMIT: Final = 3
 `max_restarts` as its backoffLimit. A runtime fixes it; torchrun's own restarts are per job."""
 GRACE_S: Final = 300
 """Time for a rank to finish writing its checkpoint shard on SIGTERM."""
-RETRIED_EXIT_CODES: Final = (130, 137, 143)
-"""A step's pod runs again on these (torchrun itself killed: SIGINT, SIGKILL, SIGTERM)."""
+FAILED_EXIT_CODES: Final = tuple(range(1, 128))
+"""A step fails at once on these (its own errors, as the PyTorchJob's ExitCode policy had it);
+on 128-255 (torchrun itself killed: 130, 137, 143) its pod runs again, within the backoff
+limit."""
 TORCHRUN_PET_VARIABLES: Final = (
     "PET_NNODES",
     "PET_NPROC_PER_NODE",
@@ -149,8 +152,8 @@ def cluster_training_runtime(kind: RuntimeKind, priority_class: str) -> dict[str
                     "action": "FailJob",
                     "onExitCodes": {
                         "containerName": NODE,
-                        "operator": "NotIn",
-                        "values": [0, *RETRIED_EXIT_CODES],
+                        "operator": "In",
+                        "values": list(FAILED_EXIT_CODES),
                     },
                 },
             ]
