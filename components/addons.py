@@ -70,16 +70,17 @@ Owns (each behind a flag of the `addons` config section):
   ProvisioningRequestConfig too; Kueue then starts after `kueue_after` (the
   ProvisioningRequest CRD, components/node_autoscaler.py): it looks for that API
   only when it starts, and runs no provisioning check without it.
-- **Kubeflow training-operator** v1.9 (from its kustomize manifests at a
-  pinned tag; there is no v1 chart). Why this operator: the job builder emits
-  `PyTorchJob` (`kubeflow.org/v1`) whose `elasticPolicy` (minReplicas,
-  maxReplicas, maxRestarts, rdzvBackend c10d) makes the operator run elastic
-  `torchrun`: a job survives losing a node and resumes from its checkpoint at
-  another world size. Kueue admits PyTorchJobs natively
-  (`kubeflow.org/pytorchjob` integration), so quotas and preemption apply to
-  whole jobs (gang admission) rather than to single pods. JobSet would need
-  its own elastic launcher, and the Trainer v2 `TrainJob` API is not what the
-  job builder targets.
+- **Kubeflow Trainer v2** (`kubeflow-trainer` chart, `kubeflow-system` namespace) and
+  **JobSet** (`jobset` chart, `jobset-system`, installed beside it), which the Trainer runs
+  each TrainJob as; the
+  trainer chart's own JobSet and built-in runtimes are off. The program renders its own
+  ClusterTrainingRuntimes (manifests/jobs/trainjob.py: DeepSpeed, torch and the lifecycle
+  steps, one per priority class, torchrun launched with the job's elastic range) once the
+  Trainer's CRDs exist. Kueue admits TrainJobs whole (`trainer.kubeflow.org/trainjob`
+  integration, gang admission of the JobSet's pods); it need not start after the Trainer, as
+  it sets a framework's controller up once that API is served. Trainer 2.2.x, not 2.3: Kueue
+  0.19 is built against 2.2, and Kueue 0.20's TrainJob integration supports 2.3 only (the
+  catalog entry says more).
 - **AWS Load Balancer Controller** (eks-charts) with its own IAM role through
   EKS Pod Identity; the policy is upstream's `iam_policy.json` at the pinned
   version, kept in `components/policies/`. `clusterName`, `region` and `vpcId`
@@ -97,7 +98,7 @@ Owns (each behind a flag of the `addons` config section):
 - **metrics-server**.
 
 Ordering: Helm releases whose controller is a Deployment (operator, Kueue,
-LBC, metrics-server, training-operator, KubeRay, cert-manager, NVSentinel) wait for the
+LBC, metrics-server, JobSet, the Trainer, KubeRay, cert-manager, NVSentinel) wait for the
 system pool, since helm waits for their pods; NVSentinel also waits for
 cert-manager (its certificates) and the GPU operator (its DCGM); the EFA plugin
 is a DaemonSet alone and needs no node to install. Kueue's custom resources
@@ -122,6 +123,7 @@ from components.helm import pinned_release
 from components.iam import pod_identity_role
 from components.tenancy import KUBERAY_NAMESPACE, TENANT_LABEL
 from manifests import kueue
+from manifests.jobs import trainjob
 from manifests.kueue import PoolCapacity, TenantShare
 from monitoring.charts import STORAGE_CLASS
 from spec.catalog import catalog
@@ -130,7 +132,10 @@ from spec.labels import EFA_LABEL, POOL_LABEL, QUARANTINE_TAINT
 GPU_OPERATOR = "gpu-operator"
 EFA_PLUGIN = "aws-efa-k8s-device-plugin"
 KUEUE = "kueue"
-TRAINING_OPERATOR = "training-operator"
+JOBSET = "jobset"
+TRAINER = "kubeflow-trainer"
+TRAINER_NAMESPACE = "kubeflow-system"
+JOBSET_NAMESPACE = "jobset-system"
 LBC = "aws-load-balancer-controller"
 METRICS_SERVER = "metrics-server"
 NVSENTINEL = "nvsentinel"
@@ -144,13 +149,17 @@ LBC_POLICY_FILE = Path(__file__).with_name("policies") / "aws-load-balancer-cont
 
 KUEUE_FRAMEWORKS = [
     "batch/job",
-    "kubeflow.org/pytorchjob",
+    "trainer.kubeflow.org/trainjob",
     "jobset.x-k8s.io/jobset",
     "leaderworkerset.x-k8s.io/leaderworkerset",
     "ray.io/rayjob",
 ]
-"""Kueue integrations: the chart's default list lacks PyTorchJob, and its MPIJob integration
-expects MPI operator v2 CRDs that the training-operator v1 does not install.
+"""Kueue integrations. `trainer.kubeflow.org/trainjob`: the training jobs (Kubeflow Trainer v2);
+`kubeflow.org/pytorchjob` is gone with Trainer v1 (Kueue 0.19 deprecates it), and the chart's
+MPIJob integration would expect an MPI operator the platform does not install.
+`jobset.x-k8s.io/jobset`: a TrainJob's JobSet is its child: Kueue admits the TrainJob, and a job
+whose controller owner it can manage is no workload of its own (v0.19.2 jobframework:
+IsOwnerManagedByKueueForObject, FindAncestorJobManagedByKueue; so are the JobSet's Jobs).
 
 `ray.io/rayjob`: the data jobs (KubeRay). Not `ray.io/raycluster`: at v0.19.2 the RayJob
 integration builds its pod sets from the RayJob's own `rayClusterSpec` and watches the
@@ -312,6 +321,25 @@ def kueue_values() -> dict[str, Any]:
     }
 
 
+def jobset_values() -> dict[str, Any]:
+    """JobSet's values (chart 0.11.0; the keys are read in the catalog entry's source): the
+    controller on the system pool."""
+    return {"controller": {"nodeSelector": {POOL_LABEL: SYSTEM_POOL}}}
+
+
+def trainer_values() -> dict[str, Any]:
+    """Kubeflow Trainer's values (chart 2.2.1; the keys are read in the catalog entry's
+    source). JobSet is the `jobset` release, the runtimes are the platform's own (the
+    built-in ones run as root from public images), and no data cache (it would install an
+    LWS 0.8 beside the platform's)."""
+    return {
+        "jobset": {"install": False},
+        "runtimes": {"defaultEnabled": False},
+        "dataCache": {"enabled": False},
+        "manager": {"nodeSelector": {POOL_LABEL: SYSTEM_POOL}},
+    }
+
+
 def kuberay_values() -> dict[str, Any]:
     """The KubeRay operator's values (chart 1.7.0; the keys are read in the catalog entry's
     source)."""
@@ -347,7 +375,7 @@ DCGM_SERVICE = "nvidia-dcgm"
 """The GPU operator's standalone host engine Service (`dcgm.enabled`), node-local traffic."""
 DCGM_PORT = 5555
 TRAINER_GRACE_S = 300
-"""The termination grace of a PyTorchJob pod (manifests/jobs/pytorchjob.py): a rank's time to
+"""The termination grace of a training pod (manifests/jobs/trainjob.py: GRACE_S): a rank's time to
 write its checkpoint shard on SIGTERM. The node drainer's evictions grant it."""
 GPU_FAULT = "gpu-fault"
 """The quarantine taint's value when NVSentinel set it (`llmp stragglers` sets `slow`)."""
@@ -357,7 +385,8 @@ SYSTEM_NAMESPACES = (
     "kube-system",
     GPU_OPERATOR_NAMESPACE,
     "kueue-system",
-    "kubeflow",
+    TRAINER_NAMESPACE,
+    JOBSET_NAMESPACE,
     KUBERAY_NAMESPACE,
     "monitoring",
 )
@@ -636,6 +665,27 @@ class Addons(pulumi.ComponentResource):
             opts=opts,
         )
 
+    def _trainer(
+        self,
+        name: str,
+        release: Callable[..., k8s.helm.v3.Release],
+        on_system: pulumi.ResourceOptions,
+    ) -> None:
+        """JobSet and the Trainer side by side, then the platform's ClusterTrainingRuntimes
+        (their CRD comes with the Trainer).
+
+        The Trainer's manager watches JobSets, so it needs their CRD, not a running JobSet
+        controller: Helm creates a chart's `crds/` first, seconds into the jobset release,
+        while the manager's image is still being pulled; a manager that started first fails
+        its watch and the kubelet starts it again, within the release's wait. In series the
+        restart of a recovered cluster would wait one more Helm release (`llmp dr`'s
+        critical path ends at the runtimes)."""
+        release(JOBSET, JOBSET_NAMESPACE, jobset_values(), on_system)
+        trainer = release(TRAINER, TRAINER_NAMESPACE, trainer_values(), on_system)
+        after_trainer = pulumi.ResourceOptions(parent=self, depends_on=[trainer])
+        for runtime in trainjob.cluster_training_runtimes():
+            self._custom(name, runtime, runtime["spec"], after_trainer)
+
     def _install(self, name: str, args: AddonsArgs) -> None:
         """Everything cluster-wide: the releases, the cpu flavor, the checks, the queues."""
         on_system = pulumi.ResourceOptions(parent=self, depends_on=args.system_nodes)
@@ -701,6 +751,9 @@ class Addons(pulumi.ComponentResource):
         if args.kuberay:
             release(KUBERAY, KUBERAY_NAMESPACE, kuberay_values(), on_system)
 
+        if args.training_operator:
+            self._trainer(name, release, on_system)
+
         self.kueue_ready = []
         if args.kueue:
             if any(p.elastic for p in args.pools) and not args.kueue_after:
@@ -712,6 +765,9 @@ class Addons(pulumi.ComponentResource):
                 KUEUE,
                 "kueue-system",
                 kueue_values(),
+                # Not after the Trainer: Kueue 0.19.2 registers the TrainJob webhook at start and
+                # sets its controller up once the TrainJob API is served (jobframework
+                # WaitForAPI), by when JobSet's is too (the Trainer waits for JobSet).
                 pulumi.ResourceOptions(
                     parent=self, depends_on=[*args.system_nodes, *args.kueue_after]
                 ),
@@ -739,14 +795,6 @@ class Addons(pulumi.ComponentResource):
                     spec=manifest["spec"],
                     opts=after_crds,
                 )
-
-        if args.training_operator:
-            pin = catalog().addon_manifests[TRAINING_OPERATOR]
-            k8s.kustomize.v2.Directory(
-                f"{name}-{TRAINING_OPERATOR}",
-                directory=pin.directory,
-                opts=on_system,
-            )
 
         self.lbc_role_arn = None
         if args.load_balancer_controller:

@@ -24,7 +24,7 @@ Owns, for every stack whose `monitoring.enabled` is on:
 - **Monitors** (typed in monitoring/models.py): the DCGM exporter's Service in
   `gpu-operator` (honorLabels, the one monitor that has it: the exporter is platform-owned
   and its metrics carry the GPU pod's namespace and pod), training pods
-  (`llm-platform/job-kind: training`, port `metrics`; `job` from the training operator's
+  (`llm-platform/job-kind: training`, port `metrics`; `job` from the JobSet controller's
   pod label) and vLLM Services (`llm-platform/scrape: "true"`, port `metrics`) in any
   namespace: tenants' pods, whose series keep Kubernetes' namespace.
 - **Alert and recording rules** of monitoring/rules.py with the stack's thresholds.

@@ -345,7 +345,11 @@ def role_args(namespace: pulumi.Input[str]) -> RoleInitArgs:
                 verbs=read,
             ),
             PolicyRuleArgs(api_groups=["batch"], resources=["jobs", "cronjobs"], verbs=edit),
-            PolicyRuleArgs(api_groups=["kubeflow.org"], resources=["pytorchjobs"], verbs=edit),
+            # Training jobs (Kubeflow Trainer v2), and the JobSet the Trainer makes of each.
+            PolicyRuleArgs(
+                api_groups=["trainer.kubeflow.org"], resources=["trainjobs"], verbs=edit
+            ),
+            PolicyRuleArgs(api_groups=["jobset.x-k8s.io"], resources=["jobsets"], verbs=read),
             # The data jobs (`llmp job submit` of a data kind): the RayJob, and the RayCluster
             # KubeRay makes of it to read.
             PolicyRuleArgs(api_groups=["ray.io"], resources=["rayjobs"], verbs=edit),

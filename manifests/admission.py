@@ -10,8 +10,9 @@ v1, GA since Kubernetes 1.30): no webhook to run, nothing to fail open.
   `services.loadbalancers` and `services.nodeports` at 0).
 - **Ingresses** a tenant's people make are internal (`alb.ingress.kubernetes.io/scheme`
   absent, which the AWS Load Balancer Controller reads as internal, or `internal`).
-- **Pods, and the pod templates of Jobs, CronJobs, PyTorchJobs and RayJobs** a tenant's
-  people make run as the tenant's uid and gid (the owner of its directory on the shared
+- **Pods, and the pod templates of Jobs, CronJobs, PyTorchJobs and RayJobs, and the pod
+  specs of a TrainJob's runtime patches** a tenant's people make run as the tenant's uid and
+  gid (the owner of its directory on the shared
   file system), under its own service accounts only (`default`, `training`: a tenant
   cannot borrow a platform service account's IAM role in a namespace it shares with
   platform pods, such as `serving`), with no inline CSI or hostPath volume (a CSI volume
@@ -67,6 +68,7 @@ WORKLOAD_RULES = (
     Rule("batch", "v1", "jobs"),
     Rule("batch", "v1", "cronjobs"),
     Rule("kubeflow.org", "v1", "pytorchjobs"),
+    Rule("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
     Rule("ray.io", "v1", "rayjobs"),
 )
 
@@ -87,12 +89,26 @@ INGRESS_CHECKS = (
     ),
 )
 
+_PATCHED = "p.trainingRuntimeSpec.template.spec.replicatedJobs"
+_PATCHED_POD = f"{_PATCHED}[0].template.spec.template"
+_TRAINJOB_SPECS = (
+    "(has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
+    "has(p.trainingRuntimeSpec) && has(p.trainingRuntimeSpec.template) && "
+    f"has(p.trainingRuntimeSpec.template.spec) && has({_PATCHED}) && size({_PATCHED}) > 0 && "
+    f"has({_PATCHED}[0].template) && has({_PATCHED}[0].template.spec) && "
+    f"has({_PATCHED_POD}) && has({_PATCHED_POD}.spec))"
+    f".map(p, {_PATCHED_POD}.spec) : [])"
+)
+"""A TrainJob's pod specs: the pod part of each runtime patch (the Trainer lays it over the
+runtime's pod; the platform's runtimes have one replicated job, so a patch names one)."""
+
 POD_SPECS = (
     "object.kind == 'Pod' ? [object.spec] : "
     "object.kind == 'Job' ? [object.spec.template.spec] : "
     "object.kind == 'CronJob' ? [object.spec.jobTemplate.spec.template.spec] : "
     "object.kind == 'PyTorchJob' ? object.spec.pytorchReplicaSpecs.map(r, "
     "object.spec.pytorchReplicaSpecs[r].template.spec) : "
+    f"object.kind == 'TrainJob' ? {_TRAINJOB_SPECS} : "
     "object.kind == 'RayJob' && has(object.spec.rayClusterSpec) ? "
     "[object.spec.rayClusterSpec.headGroupSpec.template.spec] + "
     "(has(object.spec.rayClusterSpec.workerGroupSpecs) ? "
@@ -134,6 +150,21 @@ def workload_checks(uid: int) -> tuple[Check, ...]:
             "variables.specs.all(s, !has(s.volumes) || "
             "s.volumes.all(v, !has(v.csi) && !has(v.hostPath)))",
             "no inline CSI or hostPath volume: a tenant's storage is its PersistentVolumeClaims",
+        ),
+        # A TrainJob's pod is the runtime's with its patches laid over: the checks above see
+        # the patches, so one of them must give the pod its uid, and none may reach a second
+        # replicated job the checks would not see.
+        Check(
+            "object.kind != 'TrainJob' || size(variables.specs) > 0",
+            "a TrainJob gives its pods the tenant's uid in a runtime patch "
+            "(spec.runtimePatches[].trainingRuntimeSpec...template.spec.securityContext)",
+        ),
+        Check(
+            "object.kind != 'TrainJob' || !has(object.spec.runtimePatches) || "
+            "object.spec.runtimePatches.all(p, !has(p.trainingRuntimeSpec) || "
+            "!has(p.trainingRuntimeSpec.template) || !has(p.trainingRuntimeSpec.template.spec) "
+            f"|| !has({_PATCHED}) || size({_PATCHED}) <= 1)",
+            "a TrainJob's runtime patch names one replicated job (the runtime's `node`)",
         ),
     )
 

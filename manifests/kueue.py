@@ -37,6 +37,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from manifests.jobs.trainjob import NODE, node_pod_template
 from spec.labels import POOL_LABEL, TEAM_LABEL
 
 API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
@@ -564,12 +565,22 @@ class PodSet:
         }
 
 
-def pod_sets(manifest: dict[str, Any]) -> list[PodSet]:
-    """The pod sets Kueue makes of a workload: a PyTorchJob's replica types (count =
-    replicas), a batch/v1 Job's pods (count = parallelism), one LeaderWorkerSet
+def pod_sets(manifest: dict[str, Any], runtimes: Sequence[dict[str, Any]] = ()) -> list[PodSet]:
+    """The pod sets Kueue makes of a workload: a TrainJob's replicated job `node` as its
+    runtime (one of `runtimes`) makes it (count = numNodes), a PyTorchJob's replica types
+    (count = replicas), a batch/v1 Job's pods (count = parallelism), one LeaderWorkerSet
     group's leader and workers, a RayJob's head, worker groups and submitter, or the one
     pod of a Pod or of a Deployment's replica."""
     kind, spec = manifest.get("kind"), manifest.get("spec") or {}
+    if kind == "TrainJob":
+        # Kueue 0.19.2 (trainjob.PodSets) runs the Trainer's own runtime framework to build
+        # the JobSet, and takes one pod set per replicated job.
+        name = spec["runtimeRef"]["name"]
+        runtime = next((r for r in runtimes if r["metadata"]["name"] == name), None)
+        if runtime is None:
+            raise AdmissionError(f"TrainJob names runtime {name}, which the cluster lacks")
+        count = int((spec.get("trainer") or {}).get("numNodes", 1))
+        return [PodSet(name=NODE, count=count, template=node_pod_template(manifest, runtime))]
     if kind == "PyTorchJob":
         replicas = spec.get("pytorchReplicaSpecs") or {}
         return [

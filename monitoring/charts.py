@@ -318,7 +318,7 @@ def monitors(namespace: str) -> list[Monitor]:
                 # Tenants make these pods: no honorLabels, so `namespace` and `pod` are
                 # Kubernetes' (service discovery) and a pod cannot publish series claiming
                 # another namespace. The job's name comes from the pod's own label, which
-                # the training operator sets (TRAINING_JOB_LABEL), not from what the
+                # the JobSet controller sets (TRAINING_JOB_LABEL), not from what the
                 # process says: it can only name a job in the pod's own namespace, so
                 # everything that reads these series matches on (namespace, job).
                 job_label=TRAINING_JOB_LABEL,

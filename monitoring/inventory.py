@@ -29,9 +29,9 @@
   `workloads.diagnosis.trace.PHASES`: 5 series a rank), per job the rest: loss, tokens/s,
   TFLOPS per GPU, MFU (pretraining only: full windows) and the checkpoint's times. Tenants
   run these pods, so nothing of the exposition overrides the target: `namespace` and `pod`
-  are Kubernetes', `job` is the pod's `training.kubeflow.org/job-name` label (the training
-  operator's; the PodMonitor's `jobLabel`), and the trainer's own `job` label is dropped. A
-  job is (namespace, job): match on both.
+  are Kubernetes', `job` is the pod's `jobset.sigs.k8s.io/jobset-name` label (the JobSet
+  controller's, a TrainJob's name; the PodMonitor's `jobLabel`), and the trainer's own `job`
+  label is dropped. A job is (namespace, job): match on both.
 - **straggler-watch**: the straggler watcher (workloads/diagnosis/watch.py, port `metrics`),
   its target's `namespace="monitoring"` and `job="llmp-straggler-watch"` on every series (no
   honorLabels: select on them, no tenant series can carry them); the job a finding judges is

@@ -4,8 +4,11 @@ and what a tenant namespace may declare: egress, exposed Services, the volumes i
 and the serving namespace's ports.
 
 Pod specs are found in every workload kind the platform runs: Pod, Deployment,
-StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, JobSet, LeaderWorkerSet and
-Kubeflow's PyTorchJob. A **serving** workload is one in namespace `serving`,
+StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, JobSet, LeaderWorkerSet, Kubeflow's
+PyTorchJob, and Kubeflow Trainer v2's runtimes (their JobSet template; a runtime's container
+may leave the image to the TrainJob) and TrainJob (the pod its trainer fields and runtime
+patches make: the image, resources per node, security contexts, volumes, tolerations, node
+selector). A **serving** workload is one in namespace `serving`,
 or one with a label whose value is `serving` (on the object or its pod
 template). A **tenant namespace** is a Namespace the stack creates with the label
 `llm-platform/tenant`; an object is in it when it names it, or (its namespace not known yet
@@ -90,6 +93,13 @@ def pod_templates(kind: str, props: Any) -> list[tuple[dict[str, str], Mapping[s
     elif kind == "LeaderWorkerSet":
         lws = get(spec, "leaderWorkerTemplate")
         templates = [get(lws, "leaderTemplate"), get(lws, "workerTemplate")]
+    elif kind in RUNTIME_KINDS:
+        templates = [
+            get(job, "template", "spec", "template")
+            for job in items(get(spec, "template", "spec", "replicatedJobs"))
+        ]
+    elif kind == "TrainJob":
+        return _train_job_pods(spec)
     elif kind in ("PyTorchJob", "MPIJob", "TFJob"):
         replica_specs = get(spec, f"{kind[:-3].lower()}ReplicaSpecs") or get(
             spec, "pytorchReplicaSpecs"
@@ -101,6 +111,42 @@ def pod_templates(kind: str, props: Any) -> list[tuple[dict[str, str], Mapping[s
         for t in templates
         if is_map(t) and is_map(get(t, "spec"))
     ]
+
+
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+
+
+def _train_job_pods(spec: Any) -> list[tuple[dict[str, str], Mapping[str, Any]]]:
+    """The pod of a TrainJob's trainer node as far as the TrainJob sets it: the container
+    `node` from `trainer` (image, resourcesPerNode) and every runtime patch's pod fields."""
+    trainer = get(spec, "trainer")
+    node: dict[str, Any] = {"name": "node", "image": get(trainer, "image")}
+    if is_map(get(trainer, "resourcesPerNode")):
+        node["resources"] = get(trainer, "resourcesPerNode")
+    pod: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    containers: list[Any] = []
+    for patch in items(get(spec, "runtimePatches")):
+        path = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+        for job in items(get(patch, *path)):
+            template = get(job, "template", "spec", "template")
+            labels.update(_labels(get(template, "metadata")))
+            patched = get(template, "spec")
+            if not is_map(patched):
+                continue
+            for key in patched:
+                if key == "containers":
+                    containers += [c for c in items(patched[key]) if is_map(c)]
+                elif key == "initContainers":
+                    pod["initContainers"] = list(items(patched[key]))
+                else:
+                    pod[key] = patched[key]
+    for patch in containers:
+        if get(patch, "name") == "node" and get(patch, "securityContext") is not None:
+            node["securityContext"] = get(patch, "securityContext")
+    others = [c for c in containers if get(c, "name") != "node"]
+    pod["containers"] = [node, *others]
+    return [(labels, pod)]
 
 
 def _labels(metadata: Any) -> dict[str, str]:
@@ -174,9 +220,11 @@ def image_problem(image: Any) -> str | None:
 
 def k8s_image_pinned(args: ResourceValidationArgs, report: Report) -> None:
     """Container images are pinned by tag or digest, never `latest`."""
-    _, pods = _workload(args)
+    kind, pods = _workload(args)
     for _, pod in pods:
         for container in _containers(pod):
+            if kind in RUNTIME_KINDS and get(container, "image") is None:
+                continue  # a Trainer runtime leaves the image to the TrainJob, checked there
             problem = image_problem(get(container, "image"))
             if problem:
                 report(f"container {get(container, 'name')}: {problem}; pin a version or digest")

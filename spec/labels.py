@@ -23,10 +23,11 @@ CHECKPOINTING_LABEL = "llm-platform/checkpointing"
 """Node label: "true" where jobs checkpoint and resume (required of spot pools)."""
 JOB_KIND_LABEL = "llm-platform/job-kind"
 """Pod label: training, data-prep, acceptance...: what a GPU is busy with."""
-TRAINING_JOB_LABEL = "training.kubeflow.org/job-name"
-"""Pod label the Kubeflow training operator sets on every pod of a PyTorchJob: the job's name.
-The training PodMonitor makes it the `job` of the pods' series (Kubernetes' word, not the
-process's), and the straggler watcher checks a node it would quarantine runs such a pod."""
+TRAINING_JOB_LABEL = "jobset.sigs.k8s.io/jobset-name"
+"""Pod label the JobSet controller sets on every pod of a TrainJob (Kubeflow Trainer v2 runs a
+TrainJob as the JobSet of its name): the job's name. The training PodMonitor makes it the `job`
+of the pods' series (Kubernetes' word, not the process's), and the straggler watcher checks a
+node it would quarantine runs such a pod."""
 PART_OF = {"app.kubernetes.io/part-of": "llm-platform"}
 """Every Kubernetes object the platform makes carries this label."""
 SCRAPE_LABEL = "llm-platform/scrape"

@@ -55,6 +55,8 @@ RESERVED_NAMESPACES = frozenset(
         "kube-node-lease",
         "kueue-system",
         "kubeflow",
+        "kubeflow-system",
+        "jobset-system",
         "gpu-operator",
         "monitoring",
         "nvsentinel",
@@ -200,7 +202,9 @@ class AddonsConfig(Section):
     efa_device_plugin: bool = Field(True, description="EFA device plugin on EFA nodes.")
     kueue: bool = Field(True, description="Kueue: quotas, queues and preemption for jobs.")
     training_operator: bool = Field(
-        True, description="Kubeflow training-operator (PyTorchJob with elastic torchrun)."
+        True,
+        description="Kubeflow Trainer v2 and JobSet (TrainJob on the platform's "
+        "ClusterTrainingRuntimes, elastic torchrun).",
     )
     load_balancer_controller: bool = Field(
         True, description="AWS Load Balancer Controller (Pod Identity role)."

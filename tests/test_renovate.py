@@ -129,9 +129,8 @@ def test_renovate_itself_extracts_every_pin(tmp_path: Path) -> None:
     for pin in catalog_pins(catalog()):
         if pin.key not in MANUAL:
             assert _catalog_value(pin.version) in values, pin.key
-    assert ("kubeflow/trainer", "v1.9.4") in in_catalog or any(
-        n == "kubeflow/trainer" for n, _ in in_catalog
-    )
+    trainer = catalog().addon_charts["kubeflow-trainer"].version
+    assert ("ghcr.io/kubeflow/charts/kubeflow-trainer", trainer) in in_catalog
     requirement_files = {file for file, _, _ in deps if file.startswith("requirements")}
     assert {
         "requirements.txt",

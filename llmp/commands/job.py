@@ -76,7 +76,7 @@ def submit(
     stack's, the tenant has a quota on it, the nodes fit the pool, the namespace has the
     FSx claim, and Kueue admits the job against the stack's queues. Then the namespace,
     claim and LocalQueue (and, for promote.from_job, the training job's ConfigMap) are
-    checked on the cluster, the ConfigMap and PyTorchJob are applied server-side, and the
+    checked on the cluster, the ConfigMap and TrainJob are applied server-side, and the
     job is followed: queued, provisioning, admitted (which ClusterQueue and flavor), pods
     running, training steps, and its end. Ctrl-C stops following; the job keeps running.
 

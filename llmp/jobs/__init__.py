@@ -11,9 +11,10 @@ later or never admit:
 - the tenant's namespace has the `fsx-lustre` claim (`storage.lustre.mount_namespaces`)
   the job mounts for its data and checkpoints;
 - the queue is the namespace's LocalQueue;
-- Kueue admits the rendered PyTorchJob against the ClusterQueues and flavors the stack
-  declares (`manifests.kueue.admit`, the same rule the stack's admission tests use):
-  the tenant's nominal quota plus what the cohort can lend holds `nodes.max` x GPUs;
+- Kueue admits the rendered TrainJob (on the ClusterTrainingRuntime it names, the
+  program's) against the ClusterQueues and flavors the stack declares
+  (`manifests.kueue.admit`, the same rule the stack's admission tests use): the tenant's
+  nominal quota plus what the cohort can lend holds `nodes.max` x GPUs;
 - a promote job's `promote.bucket` is a bucket of the stack. Whether the tenant's
   workload role may write its revisions there is said in a note (`write_denied`):
   the job would do its work and then fail to publish.
@@ -53,7 +54,7 @@ from llmp.jobs.checks import (
 from llmp.jobs.data import DataPrepared, check_data
 from manifests import kueue
 from manifests.jobs.jobfile import JobFile, config_map
-from manifests.jobs.pytorchjob import pytorch_job
+from manifests.jobs.trainjob import NODE, cluster_training_runtimes, train_job
 from spec.catalog import catalog
 from spec.errors import ConfigError
 from spec.platform import PlatformConfig
@@ -102,7 +103,7 @@ class Prepared:
 
     @property
     def flavor(self) -> str:
-        return self.admission.flavors.get("worker", {}).get(self.gpu_resource, "")
+        return self.admission.flavors.get(NODE, {}).get(self.gpu_resource, "")
 
     def _step_lines(self) -> list[str]:
         job = self.job
@@ -237,9 +238,7 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
         )
     except ValidationError as exc:
         raise validation_error(path, exc) from None
-    rendered = (
-        [pytorch_job(spec)] if trainer is None else [config_map(job, trainer), pytorch_job(spec)]
-    )
+    rendered = [train_job(spec)] if trainer is None else [config_map(job, trainer), train_job(spec)]
     kind = catalog().accelerator_kind(instance_type)
     assert kind is not None  # node pools are accelerated (spec.pools)
 
@@ -250,16 +249,18 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
     queue = next(q for q in queues if q.metadata.name == job.tenant)
     job_manifest = rendered[-1]
     admission = kueue.admit(
-        kueue.pod_sets(job_manifest), queue, flavors, cohort=queues, checks=checks
+        kueue.pod_sets(job_manifest, cluster_training_runtimes()),
+        queue,
+        flavors,
+        cohort=queues,
+        checks=checks,
     )
     if not admission.admitted:
         key, value = ("gpus_per_node", spec.gpus) if job.is_step else ("nodes.max", job.nodes.max)
         raise bad_key(
             path, key, value, f"Kueue would never admit it: {'; '.join(admission.problems)}"
         )
-    requests = job_manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
-        "containers"
-    ][0]["resources"]["requests"]
+    requests = job_manifest["spec"]["trainer"]["resourcesPerNode"]["requests"]
     nominal = tenant.gpu_quota[job.pool]
     prepared = Prepared(
         path=path,

@@ -6,11 +6,14 @@ Everything goes through the official Kubernetes client (`llmp.clients.kube.load_
   `llmp`): the API server merges and owns the fields, as `kubectl apply --server-side`
   does; the client's generated `patch_*` methods cannot send that content type, so the
   request goes through its `ApiClient.call_api`.
-- **state** is read from three objects: the PyTorchJob (its conditions: Created, Running,
-  Restarting, Succeeded, Failed), the Kueue Workload that Kueue creates for it (owned by
-  the job: QuotaReserved, the admission checks' states, Admitted with its ClusterQueue and
-  flavors, Evicted/Preempted), and the job's pods (label `llm-platform/job`). Rank 0's log
-  gives the training steps (`workloads/training/train.py` prints JSON `step` events).
+- **state** is read from three objects: the TrainJob (`trainer.kubeflow.org/v1alpha1`,
+  Kubeflow Trainer v2.2: its conditions Suspended, Complete, Failed), the Kueue Workload
+  that Kueue creates for it (owned by the job: QuotaReserved, the admission checks' states,
+  Admitted with its ClusterQueue and flavors, Evicted/Preempted), and the job's pods (label
+  `llm-platform/job`; the JobSet names them `<job>-node-0-<index>-<suffix>`, with the index
+  in `batch.kubernetes.io/job-completion-index`, the container `node`). Rank 0's node is
+  index 0, whose log gives the training steps (`workloads/training/train.py` prints JSON
+  `step` events).
 - a data job is a KubeRay **RayJob** instead (`ray.io/v1`): its `status.jobDeploymentStatus`
   (Initializing, Running, Complete, Failed, Retrying, ...) and `jobStatus` (Ray's: PENDING,
   RUNNING, SUCCEEDED, FAILED, STOPPED) say where it is, as Kueue reads them (finished when
@@ -38,13 +41,15 @@ from manifests.volumes import LUSTRE_CLAIM
 from spec import readers
 
 FIELD_MANAGER: Final = "llmp"
-KUBEFLOW: Final = ("kubeflow.org", "v1", "pytorchjobs")
+TRAINER: Final = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
 KUEUE: Final = ("kueue.x-k8s.io", "v1beta2")
 KUBERAY: Final = ("ray.io", "v1", "rayjobs")
 SUBMITTER_COMPONENT: Final = "ray-submitter"
 SUBMITTER_CONTAINER: Final = "ray-job-submitter"
 """The `app.kubernetes.io/component` of a RayJob's submitter pod (manifests/jobs/rayjob.py)."""
-WORKER: Final = "worker"
+NODE_CONTAINER: Final = "node"
+"""The trainer's container in a TrainJob's pods (the Trainer's constants.Node)."""
+COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 POLL_S: Final = 5.0
 STEP_EVERY_S: Final = 30.0
 """While training, `follow` prints a step line at most this often."""
@@ -54,7 +59,9 @@ _sleep: Callable[[float], None] = time.sleep
 
 _PATHS: Final = {
     ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps/{name}",
-    ("kubeflow.org/v1", "PyTorchJob"): "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}",
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): (
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}"
+    ),
     ("ray.io/v1", "RayJob"): "/apis/ray.io/v1/namespaces/{ns}/rayjobs/{name}",
 }
 
@@ -97,8 +104,8 @@ def _get(
 
 
 def get_job(apis: KubeApis, namespace: str, name: str) -> dict[str, Any] | None:
-    """The job called `name`: its PyTorchJob, else its RayJob (a data job)."""
-    job = _get(apis, KUBEFLOW, "PyTorchJob", namespace, name)
+    """The job called `name`: its TrainJob, else its RayJob (a data job)."""
+    job = _get(apis, TRAINER, "TrainJob", namespace, name)
     if job is None:
         job = _get(apis, KUBERAY, "RayJob", namespace, name)
     return job
@@ -122,7 +129,7 @@ def workload_of(job: dict[str, Any], workloads: list[dict[str, Any]]) -> dict[st
     uid = (job.get("metadata") or {}).get("uid")
     for wl in workloads:
         owners = (wl.get("metadata") or {}).get("ownerReferences") or []
-        kind = job.get("kind", "PyTorchJob")
+        kind = job.get("kind", "TrainJob")
         if any(o.get("uid") == uid and o.get("kind") == kind for o in owners):
             return wl
     return None
@@ -139,9 +146,18 @@ def _pods(apis: KubeApis, namespace: str, name: str) -> list[dict[str, Any]]:
     return sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
-def worker_pod(name: str, index: int = 0) -> str:
-    """The training operator's pod name for worker `index` (rank 0's node is worker 0)."""
-    return f"{name}-{WORKER}-{index}"
+def worker_pod(pods: list[dict[str, Any]], index: int = 0) -> str | None:
+    """The pod at completion `index` of a TrainJob's nodes (rank 0's node is index 0): the
+    newest one, a lost pod's replacement taking its index."""
+    at = [
+        p
+        for p in pods
+        if ((p.get("metadata") or {}).get("labels") or {}).get(COMPLETION_INDEX) == str(index)
+    ]
+    if not at:
+        return None
+    newest = max(at, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+    return str(newest["metadata"]["name"])
 
 
 def read_log(
@@ -151,7 +167,7 @@ def read_log(
     *,
     tail: int | None = None,
     follow: bool = False,
-    container: str = "pytorch",
+    container: str = NODE_CONTAINER,
 ) -> Any:
     """The pod's log as bytes (or, with `follow`, the streaming response)."""
     try:
@@ -171,11 +187,18 @@ def read_log(
 
 
 def log_target(apis: KubeApis, namespace: str, name: str, worker: int = 0) -> tuple[str, str]:
-    """(pod, container) whose log `llmp job logs` reads: a PyTorchJob's worker, or a RayJob's
-    submitter, which follows the Ray driver's output (`ray job logs --follow`)."""
+    """(pod, container) whose log `llmp job logs` reads: a TrainJob's node at completion index
+    `worker`, or a RayJob's submitter, which follows the Ray driver's output (`ray job logs
+    --follow`)."""
     job = get_job(apis, namespace, name)
     if job is None or not is_ray(job):
-        return worker_pod(name, worker), "pytorch"
+        pod = worker_pod(_pods(apis, namespace, name), worker)
+        if pod is None:
+            raise JobError(
+                f"TrainJob {namespace}/{name} has no pod at index {worker} yet: it is queued "
+                f"or starting (`llmp job status {name} -n {namespace}`)"
+            )
+        return pod, NODE_CONTAINER
     pod = submitter_pod(_pods(apis, namespace, name))
     if pod is None:
         raise JobError(
@@ -219,13 +242,14 @@ def snapshot(apis: KubeApis, namespace: str, name: str) -> Snapshot:
     snap.pods = _pods(apis, namespace, name)
     if is_ray(job):
         return snap
+    rank0 = worker_pod(snap.pods)
     started = any(
-        p["metadata"]["name"] == worker_pod(name)
+        p["metadata"]["name"] == rank0
         and p.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed")
         for p in snap.pods
     )
-    if started:
-        response = read_log(apis, namespace, worker_pod(name), tail=200)
+    if started and rank0 is not None:
+        response = read_log(apis, namespace, rank0, tail=200)
         snap.last_step = last_step(response.data if response is not None else None)
     return snap
 
@@ -365,12 +389,12 @@ def submit(
 
 
 def cancel(apis: KubeApis, namespace: str, name: str) -> list[str]:
-    """Delete the PyTorchJob or RayJob (its pods, RayCluster and Workload go with it) and its
+    """Delete the TrainJob or RayJob (its pods, RayCluster and Workload go with it) and its
     ConfigMap."""
     found = get_job(apis, namespace, name)
     ray = found is not None and is_ray(found)
-    group, version, plural = KUBERAY if ray else KUBEFLOW
-    kind = "RayJob" if ray else "PyTorchJob"
+    group, version, plural = KUBERAY if ray else TRAINER
+    kind = "RayJob" if ray else "TrainJob"
     try:
         apis.custom.delete_namespaced_custom_object(
             group,
@@ -497,8 +521,8 @@ def _list(
 
 
 def list_jobs(apis: KubeApis, namespace: str | None) -> list[Listed]:
-    """The PyTorchJobs and RayJobs in `namespace` (every namespace when None), their states."""
-    jobs = _list(apis, KUBEFLOW, "PyTorchJob", namespace)
+    """The TrainJobs and RayJobs in `namespace` (every namespace when None), their states."""
+    jobs = _list(apis, TRAINER, "TrainJob", namespace)
     jobs += _list(apis, KUBERAY, "RayJob", namespace)
     out = []
     workloads: dict[str, list[dict[str, Any]]] = {}
@@ -509,14 +533,25 @@ def list_jobs(apis: KubeApis, namespace: str | None) -> list[Listed]:
             workloads[ns] = _workloads(apis, ns)
         snap = Snapshot(ns, meta.get("name", ""), job, workload_of(job, workloads[ns]))
         snap.pods = _pods(apis, ns, snap.name)
-        elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
-        nodes = f"{elastic.get('minReplicas', '?')}..{elastic.get('maxReplicas', '?')}"
+        nodes = elastic_range(job)
         if is_ray(job):
             cluster = (job.get("spec") or {}).get("rayClusterSpec") or {}
             groups = cluster.get("workerGroupSpecs") or []
             nodes = f"1+{sum(int(g.get('replicas', 1)) for g in groups)}"
         out.append(Listed(ns, snap.name, state_of(snap), nodes, meta.get("creationTimestamp", "")))
     return sorted(out, key=lambda j: (j.namespace, j.name))
+
+
+def elastic_range(job: dict[str, Any]) -> str:
+    """A TrainJob's nodes as `min..max`: torchrun's `--nnodes` in its trainer command (the
+    Trainer has no elastic policy of its own), else its fixed `numNodes`."""
+    trainer = (job.get("spec") or {}).get("trainer") or {}
+    for arg in trainer.get("command") or []:
+        if isinstance(arg, str) and arg.startswith("--nnodes="):
+            low, _, high = arg.removeprefix("--nnodes=").partition(":")
+            return f"{low}..{high or low}"
+    count = trainer.get("numNodes", "?")
+    return f"{count}..{count}"
 
 
 def find_namespace(apis: KubeApis, name: str, namespace: str | None) -> str:

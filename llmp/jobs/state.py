@@ -3,10 +3,11 @@
 `state_of` reads a `Snapshot`, what the cluster says about one job at one moment
 (`llmp.jobs.api.snapshot` reads it), into one State:
 
-- a PyTorchJob's conditions (Created, Running, Restarting, Succeeded, Failed), or a
-  RayJob's `status.jobDeploymentStatus` and Ray's `jobStatus`, as Kueue reads them
-  (finished when the deployment is Complete or Failed, succeeded when Ray's job SUCCEEDED;
-  KubeRay retrying it is a restart);
+- a TrainJob's conditions (Kubeflow Trainer v2.2.1, `trainer.kubeflow.org/v1alpha1`:
+  Suspended, Complete, Failed; there is no Restarting condition: a node's container the
+  kubelet starts again says it), or a RayJob's `status.jobDeploymentStatus` and Ray's
+  `jobStatus`, as Kueue reads them (finished when the deployment is Complete or Failed,
+  succeeded when Ray's job SUCCEEDED; KubeRay retrying it is a restart);
 - the Kueue Workload made for it: QuotaReserved, the admission checks' states, Admitted
   with its ClusterQueue and flavors, Evicted/Preempted;
 - its pods (pending ones say why), and rank 0's last training step.
@@ -48,7 +49,7 @@ def _true(conds: dict[str, dict[str, Any]], kind: str) -> bool:
 
 
 def is_ray(job: dict[str, Any]) -> bool:
-    """A data job's RayJob, not a PyTorchJob."""
+    """A data job's RayJob, not a TrainJob."""
     return job.get("kind") == "RayJob"
 
 
@@ -109,9 +110,13 @@ def _step_detail(step: dict[str, Any], max_steps: int | None = None) -> str:
 def _is_training(job: dict[str, Any]) -> bool:
     """A training run (it resumes from its checkpoints), not a lifecycle step (which starts
     over): its pods' `llm-platform/job-kind`."""
-    spec = job.get("spec") or {}
-    template = ((spec.get("pytorchReplicaSpecs") or {}).get("Worker") or {}).get("template") or {}
-    kind = ((template.get("metadata") or {}).get("labels") or {}).get(JOB_KIND_LABEL, "training")
+    kind = "training"
+    for patch in (job.get("spec") or {}).get("runtimePatches") or []:
+        spec = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+        for rjob in (spec.get("spec") or {}).get("replicatedJobs") or []:
+            template = (((rjob.get("template") or {}).get("spec") or {}).get("template")) or {}
+            labels = (template.get("metadata") or {}).get("labels") or {}
+            kind = labels.get(JOB_KIND_LABEL, kind)
     return bool(kind == "training")
 
 
@@ -135,11 +140,23 @@ def _ray_state(job: dict[str, Any]) -> tuple[State | None, dict[str, dict[str, A
     return None, conds
 
 
+def _restarted_pod(pods: list[dict[str, Any]]) -> str | None:
+    """A TrainJob has no Restarting condition: a node's container the kubelet is starting
+    again (restarted, not running now) says it."""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            restarts = int(cs.get("restartCount") or 0)
+            if restarts and "running" not in (cs.get("state") or {}):
+                name = (pod.get("metadata") or {}).get("name", "?")
+                return f"pod {name} restarted {restarts} time" + ("s" if restarts > 1 else "")
+    return None
+
+
 def state_of(snap: Snapshot) -> State:
-    """The job's one state, from its PyTorchJob or RayJob, its Kueue Workload and its pods."""
+    """The job's one state, from its TrainJob or RayJob, its Kueue Workload and its pods."""
     job, wl = snap.job, snap.workload
     if job is None:
-        return State("gone", f"no PyTorchJob {snap.namespace}/{snap.name}", done=True)
+        return State("gone", f"no TrainJob {snap.namespace}/{snap.name}", done=True)
     ray = is_ray(job)
     if ray:
         ended, jconds = _ray_state(job)
@@ -147,9 +164,9 @@ def state_of(snap: Snapshot) -> State:
             return ended
     resumes = not ray and _is_training(job)
     jconds = jconds if ray else _conditions(job)
-    replica = ((job.get("status") or {}).get("replicaStatuses") or {}).get("Worker") or {}
-    if _true(jconds, "Succeeded"):
-        done = f"{replica.get('succeeded', 0)} workers succeeded"
+    if _true(jconds, "Complete"):
+        nodes = sum((p.get("status") or {}).get("phase") == "Succeeded" for p in snap.pods)
+        done = f"{nodes} nodes succeeded" if nodes else "the TrainJob is complete"
         if snap.last_step:
             done += f"; last {_step_detail(snap.last_step, snap.max_steps)}"
         return State("succeeded", done, done=True, ok=True)
@@ -196,6 +213,10 @@ def state_of(snap: Snapshot) -> State:
             )
         return State("admitted", "quota reserved; admission pending", cluster_queue=queue)
     where = f"ClusterQueue {queue}, flavor {', '.join(flavors)}"
+    if not ray and "Restarting" not in jconds:
+        restarted = _restarted_pod(snap.pods)
+        if restarted is not None:
+            jconds["Restarting"] = {"status": "True", "message": restarted}
     if _true(jconds, "Restarting"):
         msg = jconds["Restarting"].get("message") or "a worker failed"
         return State(

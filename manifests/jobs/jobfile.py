@@ -2,7 +2,7 @@
 
 ```yaml
 kind: sft                      # pretrain, sft, dpo or grpo (the trainer's task)
-name: chat-sft                 # the PyTorchJob's name (pods: chat-sft-worker-<i>)
+name: chat-sft                 # the TrainJob's name (pods: chat-sft-node-0-<i>-<id>)
 stack: finetune                # stacks/Pulumi.finetune.yaml: the pools, tenants, queues
 tenant: chat                   # its namespace, ClusterQueue and quota
 pool: h100                     # a node pool of the stack
@@ -24,7 +24,7 @@ the nodes, the namespace has the FSx claim) are `llmp.jobs`', which reads the st
 
 What is rendered: a ConfigMap `<name>-config` holding the trainer's config as JSON (the
 `trainer` block with `data`, `checkpoint`, `zero_stage` and the pool's instance type
-merged in, validated by the trainer's own `JobConfig`), and the PyTorchJob that runs
+merged in, validated by the trainer's own `JobConfig`), and the TrainJob that runs
 `torchrun -m workloads.training.train --config /etc/llmp/job.json` on the pool, in the
 tenant's LocalQueue, suspended until Kueue admits it.
 
@@ -61,7 +61,7 @@ promote: {from_job: chat-sft, name: chat-8b, heldout: /fsx/datasets/chat/heldout
 ```
 
 Two kinds run a data pipeline as a KubeRay RayJob (manifests/jobs/rayjob.py) instead of a
-PyTorchJob: `data-text` (`python -m workloads.data.text`: clean, filter, deduplicate and
+TrainJob: `data-text` (`python -m workloads.data.text`: clean, filter, deduplicate and
 tokenize text, on a CPU pool of `cpu_pools`) and `data-multimodal` (`python -m
 workloads.data.multimodal`: frames, CLIP, VAD and Whisper, on a GPU pool, `gpus_per_node`
 GPUs per worker, or on a CPU pool). They take `workers` (a count: Kueue admits the Ray
@@ -116,15 +116,16 @@ from contracts.text_pipeline import TextPipelineConfig
 from contracts.training import TASKS, JobConfig, ModelConfig
 from contracts.uri import S3_SCHEME, S3Error, split_uri
 from manifests.jobs.pod import FSX_MOUNT, check_dns_label, check_image, on_fsx
-from manifests.jobs.pytorchjob import CONFIG_MOUNT, JobKind, JobSpec
+from manifests.jobs.pytorchjob import CONFIG_MOUNT, JobKind
 from manifests.jobs.rayjob import RayJobSpec
+from manifests.jobs.trainjob import TrainJobSpec
 from manifests.kueue import LOCAL_QUEUE
 from manifests.scheduling import check_priority_class
 from spec.catalog import catalog
 from spec.labels import PART_OF
 
 JOB_LABEL: Final = "llm-platform/job"
-"""On the PyTorchJob, its pods and its ConfigMap: the job file's name (`llmp job` selects by it)."""
+"""On the TrainJob, its pods and its ConfigMap: the job file's name (`llmp job` selects by it)."""
 CONFIG_KEY: Final = "job.json"
 TRAINER_MODULE: Final = "workloads.training.train"
 PARALLEL_MODULE: Final = "workloads.training.parallel"
@@ -152,9 +153,9 @@ Kind = Literal[
     "data-multimodal",
 ]
 TRAINER_KINDS: Final = TASKS
-"""The trainer's tasks: an elastic PyTorchJob of `workloads.training.train`."""
+"""The trainer's tasks: an elastic TrainJob of `workloads.training.train`."""
 PARALLEL_KINDS: Final = ("pretrain-3d",)
-"""Tensor x pipeline x data parallel pretraining: a PyTorchJob of `workloads.training.parallel`,
+"""Tensor x pipeline x data parallel pretraining: a TrainJob of `workloads.training.parallel`,
 its own checkpoints (DCP, loadable at any layout), no DeepSpeed."""
 STEP_KINDS: Final = ("promote", "quantize")
 """The lifecycle's single-process steps: one pod, one process, their own block."""
@@ -670,7 +671,7 @@ class JobFile(BaseModel):
 
     @property
     def is_data(self) -> bool:
-        """A data pipeline on Ray (a RayJob), not a PyTorchJob."""
+        """A data pipeline on Ray (a RayJob), not a TrainJob."""
         return self.kind in DATA_KINDS
 
     def pipeline_config(self) -> BaseModel:
@@ -785,8 +786,8 @@ class JobFile(BaseModel):
         efa: bool = True,
         bucket: str | None = None,
         run_as_user: int = 1000,
-    ) -> JobSpec:
-        """The PyTorchJob's spec on a pool of `instance_type`; `efa`: whether the pool's nodes
+    ) -> TrainJobSpec:
+        """The TrainJob's spec on a pool of `instance_type`; `efa`: whether the pool's nodes
         have their EFA interfaces (a pool without them offers no `vpc.amazonaws.com/efa`);
         `bucket`: promote's bucket, by its physical name.
 
@@ -811,7 +812,7 @@ class JobFile(BaseModel):
             "run_as_user": run_as_user,
         }
         if self.is_step:
-            return JobSpec(
+            return TrainJobSpec(
                 **common,
                 gpus_per_node=self.gpus_per_node or 1,
                 procs_per_node=1,
@@ -822,12 +823,14 @@ class JobFile(BaseModel):
             )
         if self.parallel is not None:
             self._check_layout(instance_type)
-        return JobSpec(
+        return TrainJobSpec(
             **common,
             gpus_per_node=self.gpus_per_node,
             efa_per_node=None if efa else 0,
             checkpoint_dir=self.checkpoint,
             trainer_metrics=not self.is_parallel,
+            # The parallel trainer (plain torch, no metrics); the trainer's DeepSpeed ZeRO.
+            framework="torch" if self.is_parallel else "deepspeed",
         )
 
     def _check_layout(self, instance_type: str) -> None:

@@ -1,5 +1,11 @@
 """Elastic multi-node training as a Kubeflow `PyTorchJob` (training operator, `kubeflow.org/v1`).
 
+The platform no longer installs the training operator nor submits PyTorchJobs: training jobs
+are Kubeflow Trainer v2 TrainJobs (manifests/jobs/trainjob.py), which build on this module's
+`JobSpec`, `training_env` and `pod_template` (the pod a PyTorchJob's worker ran is the pod a
+TrainJob's node runs). `pytorch_job` stays for a cluster still on Trainer v1 until it has
+migrated (docs/training/jobs.md, "Migrating a cluster from Trainer v1").
+
 Why a PyTorchJob: the operator creates one pod per node, a headless service
 per replica for the torchrun rendezvous, and with `elasticPolicy` passes the
 elastic settings to torchrun through `PET_*` variables (PET_NNODES="min:max",

@@ -1,5 +1,6 @@
-"""Addons: pinned charts with values built in Python, Kueue objects after their CRDs, the
-training-operator from pinned manifests, the LBC's Pod Identity role; each behind a flag."""
+"""Addons: pinned charts with values built in Python, Kueue objects after their CRDs, Kubeflow
+Trainer v2 and JobSet with the platform's runtimes, the LBC's Pod Identity role; each behind a
+flag."""
 
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ ADDON_RELEASES = {
     "kuberay-operator",
     "nvsentinel",
     "cert-manager",
+    "jobset",
+    "kubeflow-trainer",
 }
 """The charts the Addons component installs (other catalog charts belong to other components)."""
 
@@ -125,11 +128,16 @@ def test_controllers_wait_for_the_system_pool_and_daemonsets_do_not(plans) -> No
     plan = plans("pretrain")
     system = _system(plan)
     releases = _releases(plan)
-    for key in ("gpu-operator", "kueue", "metrics-server", "aws-load-balancer-controller"):
+    for key in (
+        "gpu-operator",
+        "kueue",
+        "metrics-server",
+        "aws-load-balancer-controller",
+        "jobset",
+        "kubeflow-trainer",
+    ):
         assert system in releases[key].dependencies, key
     assert system not in releases["aws-efa-k8s-device-plugin"].dependencies
-    operator = plan.one(KUSTOMIZE, "addons-training-operator")
-    assert system in operator.dependencies
 
 
 def test_kueue_objects_wait_for_the_kueue_release(plans) -> None:
@@ -148,13 +156,15 @@ def test_kueue_objects_wait_for_the_kueue_release(plans) -> None:
         assert kueue in r.dependencies, r.name
 
 
-def test_kueue_config_adds_pytorchjob_and_no_mpi_v2(plans) -> None:
+def test_kueue_config_admits_trainjobs_and_no_longer_pytorchjobs(plans) -> None:
     values = _releases(plans("pretrain"))["kueue"].inputs["values"]
     config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
     assert config == kueue_manager_config()
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     frameworks = config["integrations"]["frameworks"]
-    assert "kubeflow.org/pytorchjob" in frameworks and "kubeflow.org/mpijob" not in frameworks
+    # Kueue 0.19.2's framework name (pkg/controller/jobs/trainjob: FrameworkName).
+    assert "trainer.kubeflow.org/trainjob" in frameworks
+    assert "kubeflow.org/pytorchjob" not in frameworks and "kubeflow.org/mpijob" not in frameworks
     assert frameworks == KUEUE_FRAMEWORKS
 
 
@@ -168,11 +178,51 @@ def test_flavors_and_queues_follow_the_pools_and_tenants(plans) -> None:
     assert {q.inputs["spec"]["cohortName"] for q in queues.values()} == {"llm-platform"}
 
 
-def test_training_operator_comes_from_pinned_manifests(plans) -> None:
-    pin = catalog().addon_manifests["training-operator"]
-    directory = plans("pretrain").one(KUSTOMIZE, "addons-training-operator")
-    assert directory.inputs["directory"] == f"{pin.url}?ref={pin.ref}"
-    assert pin.ref.startswith("v1.9.")
+def test_trainer_v2_and_jobset_come_from_their_pinned_charts_in_order(plans) -> None:
+    plan = plans("pretrain")
+    releases = _releases(plan)
+    for key in ("kubeflow-trainer", "jobset"):
+        assert releases[key].inputs["version"] == catalog().addon_charts[key].version, key
+    trainer, jobset, kueue = releases["kubeflow-trainer"], releases["jobset"], releases["kueue"]
+    assert trainer.inputs["namespace"] == "kubeflow-system"
+    assert jobset.inputs["namespace"] == "jobset-system"
+    # The Trainer 2.2 line: what Kueue 0.19 is built against (2.3 needs Kueue 0.20).
+    assert catalog().addon_charts["kubeflow-trainer"].version.startswith("2.2.")
+    assert catalog().addon_charts["kueue"].version.startswith("0.19.")
+    values = trainer.inputs["values"]
+    assert values["jobset"] == {"install": False}  # the jobset release is the one
+    assert values["runtimes"] == {"defaultEnabled": False}  # the platform's runtimes
+    assert values["dataCache"] == {"enabled": False}  # no second LWS
+    assert values["manager"]["nodeSelector"] == {POOL_LABEL: "system"}
+    assert jobset.inputs["values"]["controller"]["nodeSelector"] == {POOL_LABEL: "system"}
+    # Side by side: the Trainer's manager needs JobSet's CRD (Helm creates it first), not its
+    # controller. Kueue does not wait either: 0.19.2 sets the TrainJob controller up once the
+    # API is served (jobframework.WaitForAPI).
+    assert jobset.urn not in trainer.dependencies
+    assert trainer.urn not in kueue.dependencies
+
+
+def test_the_platforms_runtimes_wait_for_the_trainer_and_cover_every_priority(plans) -> None:
+    from manifests.jobs import trainjob
+    from manifests.scheduling import PRIORITIES
+
+    plan = plans("pretrain")
+    trainer = _releases(plan)["kubeflow-trainer"].urn
+    runtimes = plan.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")
+    names = {r.inputs["metadata"]["name"] for r in runtimes}
+    assert names == {
+        trainjob.runtime_name_for(kind, p.name)
+        for kind in trainjob.RUNTIME_KINDS
+        for p in PRIORITIES
+    }
+    assert "llmp-deepspeed-training" in names and "llmp-step-preemptible" in names
+    for r in runtimes:
+        assert trainer in r.dependencies, r.name
+        assert r.inputs["spec"] == next(
+            x["spec"]
+            for x in trainjob.cluster_training_runtimes()
+            if x["metadata"]["name"] == r.inputs["metadata"]["name"]
+        )
 
 
 def test_lbc_gets_cluster_region_and_vpc_and_a_pod_identity_role(plans) -> None:
@@ -217,7 +267,10 @@ def test_each_addon_can_be_turned_off(plans, synth, flag: str, gone: set[str]) -
 def test_training_operator_can_be_turned_off(synth) -> None:
     raw = raw_stack("pretrain")
     raw["llm-platform:addons"] = {"training_operator": False}
-    assert synth(raw).by_type(KUSTOMIZE) == []
+    plan = synth(raw)
+    assert not {"kubeflow-trainer", "jobset"} & set(_releases(plan))
+    assert not [r for r in plan.resources if r.type.startswith("kubernetes:trainer.kubeflow.org")]
+    assert plan.by_type(KUSTOMIZE) == []
 
 
 # --- NVSentinel -------------------------------------------------------------------------
@@ -363,12 +416,27 @@ def test_node_drainer_evicts_training_pods_with_the_grace_the_trainer_asks_for(p
     )
     worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert worker["terminationGracePeriodSeconds"] == TRAINER_GRACE_S
+    # A TrainJob's pods take their grace from the runtime: the same.
+    from manifests.jobs.trainjob import cluster_training_runtimes
+
+    for runtime in cluster_training_runtimes():
+        (node,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        pod = node["template"]["spec"]["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] == TRAINER_GRACE_S
     drainer = _nvsentinel(plans("pretrain"))["node-drainer"]
     # Immediate mode: an Eviction (PDBs hold) whose grace period is this timeout.
     assert drainer["evictionTimeoutInSeconds"] == str(TRAINER_GRACE_S)
     assert drainer["userNamespaces"] == [{"name": "*", "mode": "Immediate"}]
     system = re.compile(drainer["systemNamespaces"])
-    for namespace in ("kube-system", "gpu-operator", "nvsentinel", "cert-manager", "kueue-system"):
+    for namespace in (
+        "kube-system",
+        "gpu-operator",
+        "nvsentinel",
+        "cert-manager",
+        "kueue-system",
+        "kubeflow-system",
+        "jobset-system",
+    ):
         assert system.match(namespace), namespace
     assert not system.match("foundation")
     assert not system.match("kube-system-x")

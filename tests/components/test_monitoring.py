@@ -354,9 +354,10 @@ def test_monitors_select_dcgm_training_pods_and_vllm(plans) -> None:
     assert training["selector"]["matchLabels"] == {"llm-platform/job-kind": "training"}
     assert training["podMetricsEndpoints"][0]["port"] == "metrics"
     # Tenants make training pods: their series keep Kubernetes' namespace and pod, and `job`
-    # is the training operator's pod label, not what the process claims (dropped).
+    # is the JobSet controller's pod label (a TrainJob's name), not what the process claims
+    # (dropped).
     assert "honorLabels" not in training["podMetricsEndpoints"][0]
-    assert training["jobLabel"] == "training.kubeflow.org/job-name"
+    assert training["jobLabel"] == "jobset.sigs.k8s.io/jobset-name"
     assert training["podMetricsEndpoints"][0]["metricRelabelings"] == [
         {"action": "labeldrop", "regex": "exported_job"}
     ]

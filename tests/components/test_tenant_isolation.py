@@ -17,6 +17,7 @@ access `allowed`.
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import json
 from itertools import permutations
@@ -304,6 +305,31 @@ def test_every_pair_of_tenants_is_denied_and_each_its_own_allowed(plan) -> None:
     print("\n" + "\n".join(lines))
 
 
+def _trainjob(uid: int) -> dict[str, Any]:
+    from manifests.jobs.trainjob import build
+
+    return build(
+        name="run",
+        namespace="chat",
+        image="registry.example.com/trainer:1.0",
+        command=["train.py"],
+        instance_type="p5.48xlarge",
+        node_pool="h100",
+        nodes_min=1,
+        nodes_max=2,
+        checkpoint_dir="/fsx/checkpoints/run",
+        queue_name="default",
+        run_as_user=uid,
+    )
+
+
+def _patched_pod(job: dict[str, Any]) -> dict[str, Any]:
+    (patch,) = job["spec"]["runtimePatches"]
+    (rjob,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod: dict[str, Any] = rjob["template"]["spec"]["template"]["spec"]
+    return pod
+
+
 def test_admission_refuses_exposure_and_borrowed_identities(plan) -> None:
     uid = _uid(plan, "chat")
     assert pod_as(plan, "chat", uid)
@@ -322,6 +348,26 @@ def test_admission_refuses_exposure_and_borrowed_identities(plan) -> None:
         },
     }
     assert not _vap_admits(plan, "llmp-tenant-pods-chat", job, ["llmp:tenant:chat"])
+    # A TrainJob's pods are the runtime's with its runtime patches laid over: those are held
+    # to the tenant's uid, its accounts and its volumes.
+    train = _trainjob(uid)
+    assert _vap_admits(plan, "llmp-tenant-pods-chat", train, ["llmp:tenant:chat"])
+    for change in (
+        lambda pod: pod["securityContext"].update(runAsUser=0),
+        lambda pod: pod.update(serviceAccountName="serving-gateway"),
+        lambda pod: pod["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
+        lambda pod: pod["containers"][0].update(securityContext={"runAsUser": 0}),
+    ):
+        bad = copy.deepcopy(train)
+        change(_patched_pod(bad))
+        assert not _vap_admits(plan, "llmp-tenant-pods-chat", bad, ["llmp:tenant:chat"])
+    unpatched = copy.deepcopy(train)
+    del unpatched["spec"]["runtimePatches"]  # the runtime's pod: the image's own user
+    assert not _vap_admits(plan, "llmp-tenant-pods-chat", unpatched, ["llmp:tenant:chat"])
+    second = copy.deepcopy(train)
+    jobs = second["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    jobs["replicatedJobs"].append({"name": "other", "template": {}})
+    assert not _vap_admits(plan, "llmp-tenant-pods-chat", second, ["llmp:tenant:chat"])
     # The platform's own pods in a shared namespace are not held to a tenant's uid.
     assert _vap_admits(plan, "llmp-tenant-pods-chat", _pod(1), ["system:serviceaccounts"])
     services = "llmp-tenant-services"
@@ -406,7 +452,7 @@ def test_the_s3_endpoint_refuses_buckets_that_are_not_the_platforms(plan) -> Non
 
 
 def test_each_tenant_submits_training_and_data_jobs_in_its_own_namespace_only(plan) -> None:
-    kinds = [("kubeflow.org", "pytorchjobs"), ("ray.io", "rayjobs"), ("batch", "jobs")]
+    kinds = [("trainer.kubeflow.org", "trainjobs"), ("ray.io", "rayjobs"), ("batch", "jobs")]
     for a in TENANTS:
         for b in TENANTS:
             for api_group, resource in kinds:

@@ -4,7 +4,7 @@
 official client puts on the wire (paths, query strings, the server-side apply content
 type and field manager, JSON bodies) is what is checked. It serves the few resources
 `llmp job` touches: namespaces, PersistentVolumeClaims, ConfigMaps, pods and their logs,
-Kueue LocalQueues and Workloads, and Kubeflow PyTorchJobs. Objects live in a dict; a
+Kueue LocalQueues and Workloads, and Kubeflow Trainer v2 TrainJobs. Objects live in a dict; a
 `Cluster` script, driven by the test's fake clock, plays the controllers: Kueue making a
 Workload, reserving quota, waiting on its provisioning check and admitting; the training
 operator un-suspending the job and making pods; the pods running and rank 0 logging steps;
@@ -244,7 +244,7 @@ class FakeApiServer:
 
 @dataclass
 class Script:
-    """When each controller acts, in seconds after the PyTorchJob appears."""
+    """When each controller acts, in seconds after the TrainJob appears."""
 
     workload_at: float = 5
     quota_at: float | None = 30
@@ -260,13 +260,13 @@ class Script:
     flavor: str = "pool-h100"
     gpu_resource: str = "nvidia.com/gpu"
     quota_message: str = (
-        "couldn't assign flavors to pod set worker: insufficient unused quota for "
+        "couldn't assign flavors to pod set node: insufficient unused quota for "
         "nvidia.com/gpu in flavor pool-h100, 8 more needed"
     )
 
 
 class Cluster:
-    """Plays Kueue, the training operator, the scheduler and rank 0 on the store."""
+    """Plays Kueue, the Trainer and JobSet, the scheduler and rank 0 on the store."""
 
     def __init__(self, store: Store, clock: Callable[[], float], script: Script) -> None:
         self.store, self.clock, self.script = store, clock, script
@@ -291,15 +291,15 @@ class Cluster:
 
     def __call__(self) -> None:
         for (api, ns, plural, name), job in list(self.store.objects.items()):
-            if api == "kubeflow.org/v1" and plural == "pytorchjobs":
+            if api == "trainer.kubeflow.org/v1alpha1" and plural == "trainjobs":
                 key = f"{ns}/{name}"
                 self.born.setdefault(key, self.clock())
                 self._drive(ns, name, job, self.clock() - self.born[key])
 
     def _drive(self, ns: str, name: str, job: dict[str, Any], age: float) -> None:
         s = self.script
-        wl_name = f"pytorchjob-{name}-1a2b3"
-        replicas = job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+        wl_name = f"trainjob-{name}-1a2b3"
+        replicas = job["spec"]["trainer"]["numNodes"]
         if age < s.workload_at:
             return
         conds: list[dict[str, Any]] = []
@@ -311,10 +311,10 @@ class Cluster:
                 "name": wl_name,
                 "ownerReferences": [
                     {
-                        "kind": "PyTorchJob",
+                        "kind": "TrainJob",
                         "name": name,
                         "uid": job["metadata"]["uid"],
-                        "apiVersion": "kubeflow.org/v1",
+                        "apiVersion": "trainer.kubeflow.org/v1alpha1",
                     }
                 ],
             },
@@ -364,7 +364,7 @@ class Cluster:
                 "clusterQueue": s.cluster_queue,
                 "podSetAssignments": [
                     {
-                        "name": "worker",
+                        "name": "node",
                         "count": replicas,
                         "flavors": {"cpu": s.flavor, "memory": s.flavor, s.gpu_resource: s.flavor},
                     }
@@ -385,7 +385,7 @@ class Cluster:
                 ]
             if provisioned:
                 conds.append({"type": "Admitted", "status": "True", "reason": "Admitted"})
-                job["spec"]["runPolicy"]["suspend"] = False
+                job["spec"]["suspend"] = False
         self.store.put("kueue.x-k8s.io/v1beta2", ns, "workloads", wl)
         admitted = any(c["type"] == "Admitted" for c in conds)
         if not admitted:
@@ -400,12 +400,19 @@ class Cluster:
                     "apiVersion": "v1",
                     "kind": "Pod",
                     "metadata": {
-                        "name": f"{name}-worker-{i}",
+                        # The JobSet's pod: <jobset>-<replicated job>-<job index>-<completion
+                        # index>-<suffix>.
+                        "name": f"{name}-node-0-{i}-x{i}z9q",
                         "namespace": ns,
-                        "labels": {"llm-platform/job": name},
+                        "labels": {
+                            "llm-platform/job": name,
+                            "batch.kubernetes.io/job-completion-index": str(i),
+                            "jobset.sigs.k8s.io/jobset-name": name,
+                        },
+                        "creationTimestamp": "2026-12-03T10:00:00Z",
                     },
                     "spec": {
-                        "containers": [{"name": "pytorch", "image": "x"}],
+                        "containers": [{"name": "node", "image": "x"}],
                         "nodeName": f"ip-10-20-0-{10 + i}.us-west-2.compute.internal"
                         if running
                         else None,
@@ -445,27 +452,27 @@ class Cluster:
                     lines.append(
                         json.dumps({"event": "exit", "reason": "max_steps", "step": steps})
                     )
-                self.store.logs[(ns, f"{name}-worker-0")] = "\n".join(lines) + "\n"
-            job_conds = [{"type": "Created", "status": "True"}]
-            if running:
-                job_conds.append({"type": "Running", "status": "False" if done else "True"})
+                self.store.logs[(ns, f"{name}-node-0-0-x0z9q")] = "\n".join(lines) + "\n"
+            # Trainer v2.2.1: Suspended False once Kueue lets it run, Complete at the end;
+            # jobsStatus counts the JobSet's child Jobs (one, `node`).
+            job_conds = [{"type": "Suspended", "status": "False", "reason": "Resumed"}]
             if done:
                 job_conds.append(
                     {
-                        "type": "Succeeded",
+                        "type": "Complete",
                         "status": "True",
-                        "message": f"PyTorchJob {name} is successfully completed.",
+                        "reason": "JobsCompleted",
+                        "message": "jobset completed successfully",
                     }
                 )
-            job["status"] = {
-                "conditions": job_conds,
-                "replicaStatuses": {"Worker": {"succeeded" if done else "active": replicas}},
-            }
+            child = {"name": "node", "ready": 0 if done else int(running), "failed": 0}
+            child.update(succeeded=int(done), active=int(not done), suspended=0)
+            job["status"] = {"conditions": job_conds, "jobsStatus": [child]}
 
     def _drop_pods(self, ns: str, name: str) -> None:
         for key in [
             k
             for k in self.store.objects
-            if k[:3] == ("v1", ns, "pods") and k[3].startswith(f"{name}-worker-")
+            if k[:3] == ("v1", ns, "pods") and k[3].startswith(f"{name}-node-0-")
         ]:
             del self.store.objects[key]

@@ -125,10 +125,10 @@ ORDERING_EDGES = {
         "-system",
     ): "helm waits for the chart's controller Deployment, which needs the system pool",
     (
-        "kubernetes:kustomize/v2:Directory",
-        "aws:eks/nodeGroup:NodeGroup",
-        "-system",
-    ): "the training-operator's Deployment and webhook must run before its objects count",
+        "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime",
+        "kubernetes:helm.sh/v3:Release",
+        "-kubeflow-trainer",
+    ): "the ClusterTrainingRuntime CRD comes with the Trainer's chart",
     (
         "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor",
         "kubernetes:helm.sh/v3:Release",

@@ -33,7 +33,7 @@ from spec.stackfile import load_config, load_stack_file
 from tests.llmp import job_files
 from tests.llmp.fake_apiserver import APPLY, Cluster, FakeApiServer, Script, Store
 from tests.llmp.kube_fake import FakeClock
-from tests.manifests.jobs.k8s import as_pod, policy_violations, validate
+from tests.manifests.jobs.k8s import as_pod, node_template, policy_violations, validate
 
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 TRAINING_EXAMPLES = [
@@ -61,9 +61,9 @@ def test_every_example_renders_valid_objects_that_the_stacks_queues_admit(path: 
     prepared = prepare(str(path))
     config_map, job = prepared.manifests
     validate(config_map)
-    template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    template = node_template(job)
     validate(as_pod(template))
-    assert policy_violations(job, "kubernetes:kubeflow.org/v1:PyTorchJob") == []
+    assert policy_violations(job, "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob") == []
     # Kueue's own rule, against the queues the stack declares: the pool's flavor.
     assert prepared.admission.admitted, prepared.admission.problems
     assert prepared.flavor == kueue.flavor_name(prepared.job.pool)
@@ -101,13 +101,13 @@ def test_a_pool_without_efa_gets_a_job_that_asks_for_none() -> None:
     raw = load_stack_file(str(REPO_ROOT / "stacks" / "Pulumi.finetune.yaml"))
     raw["llm-platform:node_pools"]["h100"]["efa"] = False
     prepared = check(str(SFT), load_job_file(str(SFT)), load_config(raw))
-    worker = prepared.manifests[1]["spec"]["pytorchReplicaSpecs"]["Worker"]
-    resources = worker["template"]["spec"]["containers"][0]["resources"]
+    worker = node_template(prepared.manifests[1])
+    resources = worker["spec"]["containers"][0]["resources"]
     assert "vpc.amazonaws.com/efa" not in resources["limits"]
-    env = {e["name"] for e in worker["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"] for e in worker["spec"]["containers"][0]["env"]}
     assert "FI_EFA_USE_HUGE_PAGE" not in env
-    with_efa = prepare(str(SFT)).manifests[1]["spec"]["pytorchReplicaSpecs"]["Worker"]
-    limits = with_efa["template"]["spec"]["containers"][0]["resources"]["limits"]
+    with_efa = node_template(prepare(str(SFT)).manifests[1])
+    limits = with_efa["spec"]["containers"][0]["resources"]["limits"]
     assert limits["vpc.amazonaws.com/efa"] == "32"
 
 
@@ -127,7 +127,7 @@ def test_dry_run_prints_the_manifests_and_touches_no_cluster(
     result = CliRunner().invoke(app, ["job", "submit", str(SFT), "--dry-run"])
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.stdout))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "TrainJob"]
     assert docs == prepare(str(SFT)).manifests
     assert result.stdout == manifests_yaml(prepare(str(SFT)))
     assert "ClusterQueue chat, flavor pool-h100" in result.stderr
@@ -204,7 +204,7 @@ def test_a_job_kueue_would_never_admit_is_refused() -> None:
     raw["llm-platform:tenants"]["code"]["gpu_quota"]["h100"] = 0
     raw["llm-platform:tenants"]["code"]["serving_gpus"] = {"h100": 8}
     cfg = load_config(raw)
-    with pytest.raises(JobFileError, match="Kueue would never admit it: worker: no flavor"):
+    with pytest.raises(JobFileError, match="Kueue would never admit it: node: no flavor"):
         check(str(SFT), load_job_file(str(SFT)), cfg)
 
 
@@ -268,7 +268,7 @@ def test_submit_applies_server_side_and_follows_every_phase(fake: Any) -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == "applied ConfigMap chat/chat-sft-config (server-side, field manager llmp)"
-    assert lines[1] == "applied PyTorchJob chat/chat-sft (server-side, field manager llmp)"
+    assert lines[1] == "applied TrainJob chat/chat-sft (server-side, field manager llmp)"
     phases = [line.split()[1] for line in lines[2:] if not line.startswith(" " * 22)]
     order = ["created", "queued", "provisioning", "starting", "training", "succeeded"]
     assert [p for p in dict.fromkeys(phases) if p in order] == order
@@ -278,21 +278,18 @@ def test_submit_applies_server_side_and_follows_every_phase(fake: Any) -> None:
     assert "0/2 pods running; pending: 0/3 nodes are available" in text
     assert "training step 2/2000, loss 10.38" in text
     assert text.endswith(
-        "succeeded 2 workers succeeded; last step 30/2000, loss 10.1, 812,346 tokens/s"
+        "succeeded 2 nodes succeeded; last step 30/2000, loss 10.1, 812,346 tokens/s"
     )
     # What went on the wire: server-side apply, with our field manager, for both objects.
     patches = [r for r in f.store.requests if r.method == "PATCH"]
     assert [r.path for r in patches] == [
         "/api/v1/namespaces/chat/configmaps/chat-sft-config",
-        "/apis/kubeflow.org/v1/namespaces/chat/pytorchjobs/chat-sft",
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/chat/trainjobs/chat-sft",
     ]
     assert all(r.content_type == APPLY and r.query["fieldManager"] == ["llmp"] for r in patches)
-    stored = f.store.get("kubeflow.org/v1", "chat", "pytorchjobs", "chat-sft")
+    stored = f.store.get("trainer.kubeflow.org/v1alpha1", "chat", "trainjobs", "chat-sft")
     assert stored is not None
-    assert (
-        stored["spec"]["pytorchReplicaSpecs"]
-        == prepare(str(SFT)).manifests[1]["spec"]["pytorchReplicaSpecs"]
-    )
+    assert stored["spec"]["trainer"] == prepare(str(SFT)).manifests[1]["spec"]["trainer"]
     for line in lines:
         assert len(line) <= 80, line
 
@@ -383,7 +380,7 @@ def test_list_logs_and_cancel(fake: Any) -> None:
     cancelled = f.run("job", "cancel", "chat-sft")
     assert cancelled.exit_code == 0, cancelled.output
     assert cancelled.stdout.splitlines() == [
-        "deleted PyTorchJob chat/chat-sft",
+        "deleted TrainJob chat/chat-sft",
         "deleted ConfigMap chat/chat-sft-config",
     ]
     gone = f.run("job", "status", "chat-sft")
@@ -412,7 +409,7 @@ def _job(**status: Any) -> dict[str, Any]:
 
 def test_state_of_a_restarting_job_says_it_resumes() -> None:
     workload = {
-        "metadata": {"ownerReferences": [{"kind": "PyTorchJob", "uid": "u1"}]},
+        "metadata": {"ownerReferences": [{"kind": "TrainJob", "uid": "u1"}]},
         "status": {
             "conditions": [
                 {"type": "QuotaReserved", "status": "True"},
@@ -424,17 +421,20 @@ def test_state_of_a_restarting_job_says_it_resumes() -> None:
             },
         },
     }
-    job = _job(
-        conditions=[
-            {
-                "type": "Restarting",
-                "status": "True",
-                "message": "PyTorchJob j is restarting because 1 Worker replica(s) failed.",
-            }
-        ]
-    )
-    state = job_state.state_of(job_state.Snapshot("chat", "j", job, workload))
+    # Trainer v2.2 has no Restarting condition: the node's container restarting says it.
+    job = _job(conditions=[{"type": "Suspended", "status": "False", "reason": "Resumed"}])
+    pod = {
+        "metadata": {"name": "j-node-0-1-abcde"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "node", "restartCount": 1, "state": {"waiting": {"reason": "x"}}}
+            ],
+        },
+    }
+    state = job_state.state_of(job_state.Snapshot("chat", "j", job, workload, pods=[pod]))
     assert state.phase == "restarting"
+    assert state.detail.startswith("pod j-node-0-1-abcde restarted 1 time; ")
     assert "resume from the last checkpoint" in state.detail
     assert state.cluster_queue == "chat" and state.flavors == ("pool-h100",)
 

@@ -1,7 +1,7 @@
 """`llmp job` for the lifecycle's steps: `kind: promote` and `kind: quantize`.
 
 The same journey as a training run (tests/llmp/test_job.py): the job file is checked against
-its stack, rendered (a PyTorchJob of one pod and one torchrun process, valid for Kubernetes,
+its stack, rendered (a TrainJob of one pod and one torchrun process, valid for Kubernetes,
 admitted by the stack's Kueue queues), and submitted to the fake API server. What is the
 steps' own: the command is the module's (`python -m workloads.jobs.promotion | quantize`,
 parsed here by the module's own `parse_args`), the promote job mounts the training job's
@@ -31,7 +31,8 @@ from llmp.stacks import REPO_ROOT
 from manifests import kueue
 from manifests.jobs import jobfile
 from manifests.jobs.jobfile import JOB_LABEL
-from manifests.jobs.pytorchjob import JobSpec, build
+from manifests.jobs.trainjob import TrainJobSpec as JobSpec
+from manifests.jobs.trainjob import build, cluster_training_runtimes
 from manifests.queues import pool_capacities
 from spec.catalog import catalog
 from spec.stackfile import load_config, load_stack_file
@@ -39,7 +40,7 @@ from spec.tenancy import TENANT_BUCKETS
 from tests.llmp.fake_apiserver import APPLY, Cluster, FakeApiServer, Script, Store
 from tests.llmp.job_files import job_file
 from tests.llmp.kube_fake import FakeClock
-from tests.manifests.jobs.k8s import as_pod, policy_violations, validate
+from tests.manifests.jobs.k8s import as_pod, node_template, policy_violations, validate
 
 EXAMPLES = REPO_ROOT / "examples"
 PROMOTE = EXAMPLES / "promote.yaml"
@@ -50,7 +51,11 @@ FINETUNE = REPO_ROOT / "stacks" / "Pulumi.finetune.yaml"
 
 
 def worker(manifest: dict[str, Any]) -> dict[str, Any]:
-    return manifest["spec"]["pytorchReplicaSpecs"]["Worker"]
+    """The TrainJob's nodes: the pod template the Trainer makes, and how many."""
+    return {
+        "template": node_template(manifest),
+        "replicas": manifest["spec"]["trainer"]["numNodes"],
+    }
 
 
 def container(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -59,10 +64,12 @@ def container(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def module_args(manifest: dict[str, Any], module: str) -> list[str]:
-    """The arguments after `torchrun -m MODULE`: what the module's own argv is."""
+    """The arguments after `torchrun [its flags] -m MODULE`: what the module's own argv is."""
     command = container(manifest)["command"]
-    assert command[:3] == ["torchrun", "-m", module], command
-    return list(command[3:])
+    script = command.index("-m")
+    assert command[0] == "torchrun" and command[script : script + 2] == ["-m", module], command
+    assert all(a.startswith("--") for a in command[1:script]), command
+    return list(command[script + 2 :])
 
 
 # --- the examples: checked, valid, admitted, parsed by their module -----------------------
@@ -72,24 +79,25 @@ def module_args(manifest: dict[str, Any], module: str) -> list[str]:
 def test_a_step_is_one_pod_one_process_valid_and_admitted(path: Path) -> None:
     prepared = prepare(str(path))
     (job,) = prepared.manifests  # no ConfigMap of its own
-    assert job["kind"] == "PyTorchJob"
+    assert job["kind"] == "TrainJob"
     template = worker(job)["template"]
     validate(as_pod(template))
-    assert policy_violations(job, "kubernetes:kubeflow.org/v1:PyTorchJob") == []
+    assert policy_violations(job, "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob") == []
     # Kueue's own rule against the stack's queues: the pool's flavor, the tenant's queue.
     assert prepared.admission.admitted, prepared.admission.problems
     assert prepared.flavor == kueue.flavor_name(prepared.job.pool)
     assert prepared.admission.queue == prepared.job.tenant
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
-    assert job["spec"]["runPolicy"]["suspend"] is True
+    assert job["spec"]["suspend"] is True
     # One pod, one process: torchrun starts the module once.
     assert worker(job)["replicas"] == 1
-    assert job["spec"]["elasticPolicy"]["minReplicas"] == 1
-    assert job["spec"]["elasticPolicy"]["maxReplicas"] == 1
-    assert job["spec"]["nprocPerNode"] == "1"
-    # Its own errors fail it at once (not re-run); a killed or lost pod starts over.
-    assert worker(job)["restartPolicy"] == "ExitCode"
-    assert job["spec"]["elasticPolicy"]["maxRestarts"] == 0
+    command = container(job)["command"]
+    assert "--nnodes=1:1" in command and "--max-restarts=0" in command
+    assert job["spec"]["trainer"]["numProcPerNode"] == 1
+    # Its own errors fail it at once (not re-run); a killed or lost pod starts over: the
+    # step runtime's pod failure policy.
+    assert job["spec"]["runtimeRef"]["name"].startswith("llmp-step-")
+    assert template["spec"]["restartPolicy"] == "Never"
     # Not a training pod: no metrics port, no GPU-idle alert, no trainer environment.
     labels = template["metadata"]["labels"]
     assert (
@@ -120,7 +128,7 @@ def test_a_step_takes_one_gpu_and_its_share_of_the_node(path: Path) -> None:
     assert resources["requests"]["cpu"] == str(math.floor(itype.vcpus * share))
     # Within what Kueue's quota gives one GPU of the pool: the node's other GPUs keep theirs.
     (pool,) = [p for p in pool_capacities(prepared.config) if p.name == prepared.job.pool]
-    (pod_set,) = kueue.pod_sets(job)
+    (pod_set,) = kueue.pod_sets(job, cluster_training_runtimes())
     asked = pod_set.requests()
     assert asked["cpu"] <= pool.cpu_per_gpu
     assert asked["memory"] <= pool.memory_gib_per_gpu * 2**30
@@ -135,7 +143,7 @@ def test_a_step_takes_one_gpu_and_its_share_of_the_node(path: Path) -> None:
     assert container(big)["resources"]["requests"]["memory"] == (
         f"{math.floor(itype.memory_gib * 0.85)}Gi"
     )
-    assert big["spec"]["nprocPerNode"] == "1"  # still one process
+    assert big["spec"]["trainer"]["numProcPerNode"] == 1  # still one process
 
 
 @pytest.mark.full_tier("the promotion job's parser (torch)")
@@ -242,7 +250,7 @@ def test_dry_run_prints_the_step_and_its_checks() -> None:
         result = CliRunner().invoke(app, ["job", "submit", str(path), "--dry-run"])
         assert result.exit_code == 0, result.output
         docs = list(yaml.safe_load_all(result.stdout))
-        assert [d["kind"] for d in docs] == ["PyTorchJob"]
+        assert [d["kind"] for d in docs] == ["TrainJob"]
         assert result.stdout == manifests_yaml(prepare(str(path)))
         assert f"checked ({kind})" in result.stderr
         assert "one process on one node" in result.stderr
@@ -543,12 +551,10 @@ def test_host_share_follows_the_gpus() -> None:
         {**BASE, "job_kind": "quantization", "gpus_per_node": 2, "host_share": "gpus"}
     )
     body = build(**spec.model_dump())
-    requests = body["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
-        "resources"
-    ]["requests"]
+    requests = node_template(body)["spec"]["containers"][0]["resources"]["requests"]
     assert requests["memory"] == f"{math.floor(2048 * 0.85 * 2 / 8)}Gi"
     assert requests["cpu"] == str(math.floor(192 * 0.85 * 2 / 8))
-    assert body["spec"]["nprocPerNode"] == "2"  # one per GPU unless procs_per_node says
+    assert body["spec"]["trainer"]["numProcPerNode"] == 2  # one per GPU unless procs_per_node says
 
 
 # --- on a cluster: the fake API server ---------------------------------------------------------
@@ -588,17 +594,21 @@ def test_promote_needs_the_training_jobs_config_on_the_cluster(fake: Fake) -> No
     applied = fake.run("job", "submit", str(PROMOTE), "--detach")
     assert applied.exit_code == 0, applied.output
     assert applied.stdout.splitlines() == [
-        "applied PyTorchJob chat/chat-sft-promote (server-side, field manager llmp)"
+        "applied TrainJob chat/chat-sft-promote (server-side, field manager llmp)"
     ]
     patch = [r for r in fake.store.requests if r.method == "PATCH"][-1]
-    assert patch.path == "/apis/kubeflow.org/v1/namespaces/chat/pytorchjobs/chat-sft-promote"
+    assert patch.path == (
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/chat/trainjobs/chat-sft-promote"
+    )
     assert patch.content_type == APPLY
-    stored = fake.store.get("kubeflow.org/v1", "chat", "pytorchjobs", "chat-sft-promote")
-    assert stored is not None and worker(stored)["restartPolicy"] == "ExitCode"
+    stored = fake.store.get(
+        "trainer.kubeflow.org/v1alpha1", "chat", "trainjobs", "chat-sft-promote"
+    )
+    assert stored is not None and stored["spec"]["runtimeRef"]["name"].startswith("llmp-step-")
 
     # Cancelling the step leaves the training job's ConfigMap alone.
     cancelled = fake.run("job", "cancel", "chat-sft-promote")
-    assert cancelled.stdout.splitlines() == ["deleted PyTorchJob chat/chat-sft-promote"]
+    assert cancelled.stdout.splitlines() == ["deleted TrainJob chat/chat-sft-promote"]
     assert fake.store.get("v1", "chat", "configmaps", "chat-sft-config") is not None
 
 
@@ -646,9 +656,13 @@ def test_a_step_that_restarts_or_is_preempted_starts_over() -> None:
 
     (job,) = prepare(str(QUANTIZE)).manifests
     job = {**copy.deepcopy(job), "metadata": {**job["metadata"], "uid": "u1"}}
-    job["status"] = {"conditions": [{"type": "Restarting", "status": "True", "message": "x"}]}
+    job["status"] = {"conditions": [{"type": "Suspended", "status": "False"}]}
+    pod = {
+        "metadata": {"name": "x"},
+        "status": {"containerStatuses": [{"restartCount": 2, "state": {"terminated": {}}}]},
+    }
     admitted = {
-        "metadata": {"ownerReferences": [{"kind": "PyTorchJob", "uid": "u1"}]},
+        "metadata": {"ownerReferences": [{"kind": "TrainJob", "uid": "u1"}]},
         "status": {
             "conditions": [
                 {"type": "QuotaReserved", "status": "True"},
@@ -657,8 +671,11 @@ def test_a_step_that_restarts_or_is_preempted_starts_over() -> None:
             "admission": {"clusterQueue": "chat", "podSetAssignments": []},
         },
     }
-    state = job_state.state_of(job_state.Snapshot("chat", "chat-sft-fp8", job, admitted))
-    assert state.phase == "restarting" and state.detail == "x; its pod starts over"
+    state = job_state.state_of(
+        job_state.Snapshot("chat", "chat-sft-fp8", job, admitted, pods=[pod])
+    )
+    assert state.phase == "restarting"
+    assert state.detail == "pod x restarted 2 times; its pod starts over"
     preempted = {
         "metadata": admitted["metadata"],
         "status": {"conditions": [{"type": "Preempted", "status": "True", "reason": "R"}]},
@@ -681,19 +698,19 @@ def test_the_3d_example_renders_valid_objects_that_the_stacks_queues_admit() -> 
     validate(config_map)
     template = worker(job)["template"]
     validate(as_pod(template))
-    assert policy_violations(job, "kubernetes:kubeflow.org/v1:PyTorchJob") == []
+    assert policy_violations(job, "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob") == []
     assert prepared.admission.admitted, prepared.admission.problems
     assert prepared.flavor == kueue.flavor_name(prepared.job.pool)
     assert prepared.admission.queue == prepared.job.tenant
-    assert prepared.gpus == 128 and job["spec"]["runPolicy"]["suspend"] is True
+    assert prepared.gpus == 128 and job["spec"]["suspend"] is True
     # The 3-D trainer's own entry point and config, read back by its own parser and schema.
     args = parallel_main.parse_args(module_args(job, "workloads.training.parallel"))
     assert args.config == "/etc/llmp/job.json"
     trainer = ParallelJobConfig.model_validate_json(config_map["data"]["job.json"])
     assert trainer == prepared.trainer
     assert "zero_stage" not in json.loads(config_map["data"]["job.json"])
-    # The layout torchrun's world gives it: nodes x nprocPerNode ranks.
-    nodes, procs = worker(job)["replicas"], int(job["spec"]["nprocPerNode"])
+    # The layout torchrun's world gives it: nodes x numProcPerNode ranks.
+    nodes, procs = worker(job)["replicas"], int(job["spec"]["trainer"]["numProcPerNode"])
     layout = layout_for(trainer.parallel, nodes * procs)
     assert layout == Layout(tp=8, pp=2, dp=8)
     assert trainer.microbatches(layout.dp) == 72  # 1152 / (8 x 2): >= pp for 1F1B
@@ -720,7 +737,7 @@ def test_dry_run_prints_the_3d_job() -> None:
     result = CliRunner().invoke(app, ["job", "submit", str(PRETRAIN_3D), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert result.stdout == manifests_yaml(prepare(str(PRETRAIN_3D)))
-    assert [d["kind"] for d in yaml.safe_load_all(result.stdout)] == ["ConfigMap", "PyTorchJob"]
+    assert [d["kind"] for d in yaml.safe_load_all(result.stdout)] == ["ConfigMap", "TrainJob"]
     assert "Kueue admits 128 nvidia.com/gpu (128 nominal)" in result.stderr
     assert "  layout tp 8 x pp 2 x dp 8 (tp within a node)\n" in result.stderr
 
@@ -793,5 +810,5 @@ def test_an_elastic_3d_job_whose_every_size_is_a_layout_is_admitted(tmp_path: Pa
     )
     prepared = prepare(path)
     _, job = prepared.manifests
-    assert job["spec"]["elasticPolicy"]["minReplicas"] == 15
+    assert "--nnodes=15:16" in container(job)["command"]
     assert prepared.admission.admitted

@@ -31,7 +31,7 @@ def test_the_restart_example_renders_its_s3_locations_into_the_trainer_config() 
     )
     assert trainer["checkpoint"]["dir"] == "/fsx/checkpoints/base-1b"
     assert prepared.admission.admitted, prepared.admission.problems
-    assert job["kind"] == "PyTorchJob"
+    assert job["kind"] == "TrainJob"
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,8 @@ def test_every_verified_record_of_the_catalog_is_a_pin_with_its_value() -> None:
     assert by_key["addon_charts.kueue"].version == catalog().addon_charts["kueue"].version
     assert by_key["serving.vllm"].version == catalog().serving.vllm_image  # type: ignore[union-attr]
     assert by_key["trainer_image.base"].version.startswith("nvcr.io/nvidia/cuda:")
-    assert by_key["addon_manifests.training-operator"].version.startswith("v")
+    assert by_key["addon_charts.kubeflow-trainer"].version.startswith("2.2.")
+    assert by_key["addon_charts.jobset"].version == catalog().addon_charts["jobset"].version
 
 
 def test_every_requirements_file_names_the_day_its_pins_were_checked() -> None:

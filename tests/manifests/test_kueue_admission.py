@@ -1,7 +1,8 @@
 """Kueue's admission rule over every pod template the platform's builders render.
 
-The journey this guards: a job is rendered by a builder (PyTorchJob, fabric test, DCGM
-diagnostic, a data pipeline's RayJob), submitted to the tenant's LocalQueue, and Kueue admits it
+The journey this guards: a job is rendered by a builder (a TrainJob on the platform's
+ClusterTrainingRuntimes, fabric test, DCGM diagnostic, a data pipeline's RayJob), submitted
+to the tenant's LocalQueue, and Kueue admits it
 against the ClusterQueues and flavors the stack declares, with the Configuration the
 stack installs. Kueue refuses a workload that requests a resource its queue neither
 covers nor excludes, so a job that asks for `vpc.amazonaws.com/efa` would wait forever.
@@ -16,7 +17,7 @@ import yaml
 
 from components.addons import kueue_manager_config
 from manifests import kueue
-from manifests.jobs import pytorchjob
+from manifests.jobs import trainjob
 from manifests.jobs.dcgm_diag import DcgmDiagSpec, dcgm_diag_manifests
 from manifests.jobs.fabric import FabricSpec, fabric_manifests
 from manifests.jobs.rayjob import RayJobSpec, ray_job
@@ -103,11 +104,15 @@ def one_pool_stack(instance_type: str, nodes: int = 2, elastic: bool = False) ->
     )
 
 
+RUNTIMES = trainjob.cluster_training_runtimes()
+"""The ClusterTrainingRuntimes the program installs (components/addons.py)."""
+
+
 def training_job(
     instance_type: str, nodes: int, namespace: str = TENANT, pool: str = POOL
 ) -> dict[str, Any]:
-    """The PyTorchJob a user submits: `nodes` whole nodes of `pool`, queued to the tenant."""
-    return pytorchjob.build(
+    """The TrainJob a user submits: `nodes` whole nodes of `pool`, queued to the tenant."""
+    return trainjob.build(
         name="train",
         namespace=namespace,
         image="registry.example.com/trainer:1.0",
@@ -127,7 +132,7 @@ def workloads_for(instance_type: str, nodes: int = 2) -> dict[str, dict[str, Any
     acc = itype.accelerator
     assert acc is not None
     out: dict[str, dict[str, Any]] = {
-        "pytorchjob": training_job(instance_type, nodes),
+        "trainjob": training_job(instance_type, nodes),
         "rayjob-cpu": data_job(),
     }
     if acc.kind == "nvidia":
@@ -164,7 +169,12 @@ def admission(
     assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == kueue.LOCAL_QUEUE
     queue = next(q for q in queues if q.metadata.name == manifest["metadata"]["namespace"])
     return kueue.admit(
-        kueue.pod_sets(manifest), queue, flavors, cohort=queues, excluded=exclude, checks=checks
+        kueue.pod_sets(manifest, RUNTIMES),
+        queue,
+        flavors,
+        cohort=queues,
+        excluded=exclude,
+        checks=checks,
     )
 
 
@@ -180,7 +190,7 @@ def test_every_rendered_pod_is_admitted_by_the_queues_the_stack_declares(
     result = admission(cfg, manifest, excluded())
     assert result.admitted, result.problems
     flavor = "cpu" if kind == "rayjob-cpu" else kueue.flavor_name(POOL)
-    main = {"Job": "main", "RayJob": "workers"}.get(manifest["kind"], "worker")
+    main = {"Job": "main", "RayJob": "workers", "TrainJob": "node"}[manifest["kind"]]
     assert set(result.flavors[main].values()) == {flavor}
 
 
@@ -195,7 +205,7 @@ def test_each_requested_resource_is_covered_or_excluded_for_every_shape() -> Non
         _, queues = kueue.platform_queues(pool_capacities(cfg), tenant_shares(cfg))
         covered = {r for q in queues for g in q.spec.resource_groups for r in g.covered_resources}
         for manifest in workloads_for(instance_type).values():
-            for ps in kueue.pod_sets(manifest):
+            for ps in kueue.pod_sets(manifest, RUNTIMES):
                 for resource in kueue.pod_requests(ps.template["spec"]):
                     checked += 1
                     seen.add(resource)
@@ -213,10 +223,10 @@ def test_each_requested_resource_is_covered_or_excluded_for_every_shape() -> Non
 def test_without_the_exclusions_kueue_never_admits_an_efa_job() -> None:
     # What the queues did before excludeResourcePrefixes: the job waits forever.
     cfg = one_pool_stack("p5.48xlarge")
-    result = admission(cfg, workloads_for("p5.48xlarge")["pytorchjob"], exclude=())
+    result = admission(cfg, workloads_for("p5.48xlarge")["trainjob"], exclude=())
     assert not result.admitted
     assert result.problems == [
-        "worker: resource vpc.amazonaws.com/efa unavailable in ClusterQueue team"
+        "node: resource vpc.amazonaws.com/efa unavailable in ClusterQueue team"
     ]
     fabric = admission(cfg, workloads_for("p5.48xlarge")["fabric"], exclude=())
     assert {p.split(" unavailable")[0] for p in fabric.problems} == {
@@ -250,7 +260,7 @@ def test_a_tenant_borrows_idle_capacity_from_the_cohort() -> None:
             }
         }
     )
-    result = admission(cfg, workloads_for("p5.48xlarge")["pytorchjob"], excluded())
+    result = admission(cfg, workloads_for("p5.48xlarge")["trainjob"], excluded())
     assert result.admitted, result.problems
 
 
@@ -285,7 +295,7 @@ def test_a_job_on_an_elastic_pool_waits_for_provisioning_then_is_admitted() -> N
     result = admission(cfg, training_job("p5.48xlarge", nodes=2), excluded())
     # Quota is reserved on the pool's flavor; Kueue has asked the autoscaler for 2 nodes.
     assert result.admitted and not result.problems
-    assert result.flavors["worker"]["nvidia.com/gpu"] == kueue.flavor_name(POOL)
+    assert result.flavors["node"]["nvidia.com/gpu"] == kueue.flavor_name(POOL)
     assert result.waiting_for == [kueue.PROVISIONING_CHECK]
     assert result.state == "Pending: waiting for provisioning"
 
@@ -321,7 +331,7 @@ def test_a_queue_naming_a_check_that_does_not_exist_admits_nothing() -> None:
     ]
     # Without the declared checks the rule cannot tell what kind of check it waits for.
     unknown = kueue.admit(
-        kueue.pod_sets(training_job("p5.48xlarge", 2)), queue, flavors, cohort=queues
+        kueue.pod_sets(training_job("p5.48xlarge", 2), RUNTIMES), queue, flavors, cohort=queues
     )
     assert unknown.state == kueue.WAITING_FOR_CHECKS
 
@@ -364,6 +374,9 @@ def test_the_stacks_training_job_is_admitted_by_what_the_plan_declares(plans, st
     # Every check's parameters name a config the plan declares (else the check is inactive).
     for check in checks:
         assert check.spec.parameters is not None and check.spec.parameters.name in configs
+    runtimes = [m for m in manifests if m["kind"] == "ClusterTrainingRuntime"]
+    assert {r["metadata"]["name"] for r in runtimes} == {r["metadata"]["name"] for r in RUNTIMES}
+    assert "trainer.kubeflow.org/trainjob" in config["integrations"]["frameworks"]
     cfg = load_config(raw_stack(stack))
     submitted = 0
     for tenant, share in cfg.tenants.items():
@@ -372,11 +385,13 @@ def test_the_stacks_training_job_is_admitted_by_what_the_plan_declares(plans, st
             nodes = max(1, gpus // catalog().instance(itype_name).gpu_count)
             job = training_job(itype_name, nodes, namespace=tenant, pool=pool)
             queue = next(q for q in queues if q.metadata.name == local[tenant])
+            sets = kueue.pod_sets(job, runtimes)
+            assert [(ps.name, ps.count) for ps in sets] == [("node", nodes)]  # one gang
             result = kueue.admit(
-                kueue.pod_sets(job), queue, flavors, cohort=queues, excluded=exclude, checks=checks
+                sets, queue, flavors, cohort=queues, excluded=exclude, checks=checks
             )
             assert result.admitted, (tenant, pool, result.problems)
-            assert set(result.flavors["worker"].values()) == {kueue.flavor_name(pool)}
+            assert set(result.flavors["node"].values()) == {kueue.flavor_name(pool)}
             # An elastic pool's job waits for its nodes; a fixed fabric's is admitted on quota.
             expected = (
                 kueue.WAITING_FOR_PROVISIONING if cfg.node_pools[pool].elastic else kueue.ADMITTED

@@ -332,7 +332,7 @@ def test_fsx_full_and_export_backlog_reach_the_platform_channel(loop: Loop) -> N
 def test_a_stale_checkpoint_reaches_the_jobs_team_by_its_namespace(loop: Loop) -> None:
     receiver, labels, _ = loop.webhook.wait_for("CheckpointStale", PATIENCE_S)
     assert receiver == "foundation-warning"
-    # `job` is the target's (the training operator's pod label), never what the process said.
+    # `job` is the target's (the JobSet controller's pod label), never what the process said.
     assert labels["namespace"] == TEAM_NS and labels["job"] == TRAINING_JOB
     assert "exported_job" not in labels
 

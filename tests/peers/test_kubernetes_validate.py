@@ -39,10 +39,14 @@ from tests.conftest import STACKS, raw_stack
 # copier's ServiceAccount and CronJob. Inference's llama-8b routes by the endpoint picker:
 # its ServiceAccount, Role, RoleBinding, Deployment, Service, PDB and API-server
 # NetworkPolicy, and the InferencePool (custom); traces add the allow-traces NetworkPolicy.
+# Every stack has the Kubeflow Trainer's ClusterTrainingRuntimes (custom): three kinds at
+# each of the four priority classes (manifests/jobs/trainjob.py, validated against the
+# Trainer's CRD schema in tests/manifests/jobs/test_trainjob.py).
+RUNTIMES = 12
 EXPECTED = {
-    "pretrain": {"checked": 20, "custom": 6},
-    "finetune": {"checked": 46, "custom": 12},
-    "inference": {"checked": 41, "custom": 14},
+    "pretrain": {"checked": 20, "custom": 6 + RUNTIMES},
+    "finetune": {"checked": 46, "custom": 12 + RUNTIMES},
+    "inference": {"checked": 41, "custom": 14 + RUNTIMES},
 }
 # Each tenant's allow-kuberay NetworkPolicy (the KubeRay operator to a Ray head's dashboard)
 # is one more checked object per tenant: pretrain 1, finetune 3, inference 1.

@@ -222,3 +222,73 @@ def test_namespace_quota_fires_without_a_quota(plan) -> None:
     quota.inputs["metadata"]["namespace"] = "research-xyz"  # an auto-named namespace
     quota.dependencies = [extra.urn]
     assert hits(p, "k8s-namespace-quota") == []
+
+
+# --- Kubeflow Trainer v2: TrainJobs and their runtimes -------------------------------------
+
+TRAINJOB = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
+RUNTIME = "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"
+
+
+def _trainjob(**overrides: Any) -> dict[str, Any]:
+    from manifests.jobs.trainjob import build
+
+    fields: dict[str, Any] = {
+        "name": "run",
+        "namespace": "chat",
+        "image": "registry.example.com/trainer:1.0",
+        "command": ["train.py"],
+        "instance_type": "p5.48xlarge",
+        "node_pool": "h100",
+        "nodes_min": 1,
+        "nodes_max": 2,
+        "checkpoint_dir": "/fsx/checkpoints/run",
+        "queue_name": "default",
+    }
+    return build(**{**fields, **overrides})
+
+
+def _patched_pod(body: dict[str, Any]) -> dict[str, Any]:
+    (patch,) = body["spec"]["runtimePatches"]
+    (job,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod: dict[str, Any] = job["template"]["spec"]["template"]["spec"]
+    return pod
+
+
+def test_a_trainjob_the_builder_renders_passes_every_workload_rule(plan) -> None:
+    p = plan("finetune")
+    add(p, TRAINJOB, "train-run", _trainjob())
+    for rule in K8S_RULES:
+        assert hits(p, rule) == [], rule
+
+
+def test_the_rules_read_a_trainjobs_trainer_and_its_runtime_patches(plan) -> None:
+    p = plan("finetune")
+    body = _trainjob()
+    body["spec"]["trainer"]["image"] = "registry.example.com/trainer:latest"
+    limits = body["spec"]["trainer"]["resourcesPerNode"]["limits"]
+    del limits["nvidia.com/gpu"]
+    _patched_pod(body)["containers"][0]["securityContext"] = {"privileged": True}
+    add(p, TRAINJOB, "train-run", body)
+    assert "uses the latest tag" in hits(p, "k8s-image-pinned")[0].message
+    assert "requests nvidia.com/gpu without a limit" in hits(p, "k8s-gpu-limits")[0].message
+    assert names(hits(p, "k8s-no-privileged")) == {"train-run"}
+
+
+def test_the_platforms_runtimes_pass_and_a_privileged_runtime_does_not(plan) -> None:
+    from manifests.jobs.trainjob import cluster_training_runtimes
+
+    p = plan("finetune")
+    runtimes = cluster_training_runtimes()
+    for runtime in runtimes:
+        add(p, RUNTIME, f"runtime-{runtime['metadata']['name']}", runtime)
+    for rule in K8S_RULES:
+        assert hits(p, rule) == [], rule
+    bad = copy.deepcopy(runtimes[0])
+    (job,) = bad["spec"]["template"]["spec"]["replicatedJobs"]
+    (node,) = job["template"]["spec"]["template"]["spec"]["containers"]
+    node["securityContext"]["privileged"] = True
+    node["image"] = "pytorch/pytorch"
+    add(p, RUNTIME, "runtime-bad", bad)
+    assert names(hits(p, "k8s-no-privileged")) == {"runtime-bad"}
+    assert names(hits(p, "k8s-image-pinned")) == {"runtime-bad"}

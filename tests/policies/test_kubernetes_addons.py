@@ -30,15 +30,16 @@ def test_helm_chart_pinned_fires_on_a_floating_version(plan, version) -> None:
 
 
 def test_helm_chart_pinned_covers_remote_kustomizations(plan) -> None:
+    # The platform installs no kustomization since Trainer v2 (a chart): the rule still
+    # holds one to a tag.
     p = plan("pretrain")
-    directory = res(p, "addons-training-operator", KUSTOMIZE)
-    assert "?ref=v1.9.4" in directory.inputs["directory"]
-    directory.inputs["directory"] = directory.inputs["directory"].replace(
-        "?ref=v1.9.4", "?ref=master"
-    )
-    assert names(hits(p, "helm-chart-pinned")) == {"addons-training-operator"}
+    url = "https://github.com/kubeflow/trainer.git/manifests/overlays/manager"
+    directory = add(p, KUSTOMIZE, "addons-remote", {"directory": f"{url}?ref=v2.2.1"})
+    assert hits(p, "helm-chart-pinned") == []
+    directory.inputs["directory"] = f"{url}?ref=master"
+    assert names(hits(p, "helm-chart-pinned")) == {"addons-remote"}
     directory.inputs["directory"] = "https://github.com/x/y.git/manifests"
-    assert names(hits(p, "helm-chart-pinned")) == {"addons-training-operator"}
+    assert names(hits(p, "helm-chart-pinned")) == {"addons-remote"}
     directory.inputs["directory"] = "./manifests/local"
     assert hits(p, "helm-chart-pinned") == []
 

@@ -6,7 +6,7 @@
 1. finds the training jobs Prometheus has step times of now: `count by (namespace, job)
    (llmp_train_step_seconds)` (read-only: an instant query). A job is its namespace and its
    name: `namespace` is Kubernetes' label of the pod that published the series and `job` the
-   training operator's pod label (monitoring/charts.py: no tenant monitor honours the
+   JobSet controller's pod label (monitoring/charts.py: no tenant monitor honours the
    exposition's labels), so a pod can speak only for jobs of its own namespace;
 2. reads each job's last `--window` of step times, `{namespace=...,job=...}` (spec/promql.py
    quotes them), and analyses it (workloads/diagnosis/stragglers.py: `query_prometheus`,
@@ -24,7 +24,7 @@
    (workloads/diagnosis/isolation.py: cordon, taint, evict its training pods) while at most
    `--max-quarantined` nodes carry the quarantine taint; every action is logged and counted
    (`llmp_straggler_quarantine_actions_total{action}`). A node is acted on only where the job
-   that blames it runs a pod (`training.kubeflow.org/job-name` of the job, in its namespace):
+   that blames it runs a pod (`jobset.sigs.k8s.io/jobset-name` of the job, in its namespace):
    the `node` label is rank 0's word for where each rank runs, and a job's series must not
    take out a node it does not use (one `input` error, logged once, and left alone).
 
@@ -508,7 +508,7 @@ class Watcher:
             log.warning("quarantine: %s", line)
 
     def _runs_on(self, node: str, key: JobKey) -> bool:
-        """Whether a training pod of job `key` (its namespace, the training operator's job-name
+        """Whether a training pod of job `key` (its namespace, the JobSet controller's jobset-name
         label) is on `node`: what a job's series say about a node is taken only from a job
         that uses it. Names no pod or node can have are no."""
         namespace, job = key

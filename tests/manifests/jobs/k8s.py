@@ -39,3 +39,13 @@ def policy_violations(manifest: dict[str, Any], type_: str) -> list[str]:
     for rule in (k8s_gpu_limits, k8s_image_pinned, k8s_no_privileged):
         rule(args, lambda message, urn=None: found.append(message))  # type: ignore[arg-type]
     return found
+
+
+def node_template(train_job: dict[str, Any]) -> dict[str, Any]:
+    """The pod template the Trainer makes of a TrainJob on the platform's runtime it names
+    (its trainer node, `manifests.jobs.trainjob.node_pod_template`)."""
+    from manifests.jobs.trainjob import cluster_training_runtimes, node_pod_template
+
+    name = train_job["spec"]["runtimeRef"]["name"]
+    (runtime,) = [r for r in cluster_training_runtimes() if r["metadata"]["name"] == name]
+    return node_pod_template(train_job, runtime)

@@ -1,12 +1,19 @@
 """Stock torchrun agents as "nodes" on one machine, loopback only: the elastic recovery drill.
 
-Each node is one `python -m torch.distributed.run` agent in a session of its own,
-with `--nnodes MIN:MAX` and the c10d rendezvous, as the PyTorchJob's elasticPolicy
-runs it, except for where things listen:
+Each node is one `python -m torch.distributed.run` agent in a session of its own, launched
+the way a TrainJob's pod launches it (Kubeflow Trainer v2, manifests/jobs/trainjob.py): the
+command is the one the builder puts in `trainer.command` (`--nnodes MIN:MAX`, the c10d
+rendezvous at `$(PET_MASTER_ADDR):$(PET_MASTER_PORT)`, `--max-restarts`), expanded as the
+kubelet expands it, and the environment carries the PET_* variables the Trainer's torch
+plugin sets on the container: PET_NNODES (the fixed node count, which `--nnodes` overrides),
+PET_NPROC_PER_NODE (torchrun's processes per node: no `--nproc-per-node` flag), PET_NODE_RANK
+(the pod's completion index; a replacement takes the lost pod's), PET_MASTER_ADDR and
+PET_MASTER_PORT. What differs from a cluster is where things listen:
 
-- the rendezvous store is a FileStore (`--rdzv-conf store_type=file`, the endpoint
-  a file path): no socket at all, where c10d's default TCPStore server would listen
-  on every interface;
+- the rendezvous store is a FileStore (`--rdzv-conf store_type=file`): PET_MASTER_ADDR
+  is a path in the work directory instead of node 0's DNS name, so the expanded endpoint
+  is a file and no socket is opened, where c10d's TCPStore server would listen on every
+  interface;
 - TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 stops the agents from starting a TCPStore for
   their workers (also on every interface); the workers get MASTER_ADDR=127.0.0.1
   (`--local-addr`) and train.py's rank 0 binds their store to it;
@@ -28,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,12 +45,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from manifests.jobs import trainjob
+from manifests.jobs.trainjob import TrainJobSpec
 from tests.workloads.training.harness import REPO, job_config, listening
 from workloads.training import checkpointing as ckpt
 
 T = TypeVar("T")
 
 CHECKPOINT_INTERVAL = 3  # steps
+DRILL_INSTANCE_TYPE = "g6e.12xlarge"
+"""Any accelerated type the catalog knows (the builder validates the spec against it); the
+drill's nodes are CPU processes, and only the command and the PET_* variables are used."""
 
 # Inherited from a shell that is itself under torchrun, these would confuse the agents.
 _LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
@@ -258,8 +271,65 @@ class Cluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def command(self, name: str) -> list[str]:
+    def _train_job(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The TrainJob of the drill's job (its trainer command and node count) and the pod
+        the Trainer makes of it on its runtime."""
         e = self.elastic
+        spec = TrainJobSpec(
+            name="drill",
+            namespace="drill",
+            image="registry.example.com/trainer:drill",
+            command=[
+                "-m",
+                "workloads.training.train",
+                "--config",
+                str(self.config),
+                "--elastic-stop-grace-s",
+                str(e.stop_grace_s),
+            ],
+            instance_type=DRILL_INSTANCE_TYPE,
+            node_pool="drill",
+            nodes_min=e.min_nodes,
+            nodes_max=e.nodes,
+            max_restarts=e.max_restarts,
+            procs_per_node=e.nproc_per_node,
+            checkpoint_dir="/fsx/checkpoints/drill",
+            queue_name="drill",
+        )
+        job = trainjob.train_job(spec)
+        (runtime,) = [
+            r
+            for r in trainjob.cluster_training_runtimes()
+            if r["metadata"]["name"] == job["spec"]["runtimeRef"]["name"]
+        ]
+        return job, trainjob.node_pod_template(job, runtime)
+
+    def pet_env(self, index: int) -> dict[str, str]:
+        """The torch plugin's PET_* variables of the pod at completion `index`."""
+        _, pod = self._train_job()
+        (container,) = pod["spec"]["containers"]
+        pet = {v["name"]: v for v in container["env"] if v["name"].startswith("PET_")}
+        assert sorted(pet) == sorted(trainjob.TORCHRUN_PET_VARIABLES), sorted(pet)
+        env = {name: v["value"] for name, v in pet.items() if "value" in v}
+        # The completion index (a fieldRef on the cluster) and a file for node 0's address.
+        env["PET_NODE_RANK"] = str(index)
+        env["PET_MASTER_ADDR"] = str(self.rdzv)
+        return env
+
+    def command(self, name: str, index: int) -> list[str]:
+        """The TrainJob's trainer command, $(VAR)-expanded from the pod's PET_* variables as
+        the kubelet expands it, with the drill's own rendezvous timings and loopback address
+        before the script."""
+        e = self.elastic
+        _, pod = self._train_job()
+        (container,) = pod["spec"]["containers"]
+        env = self.pet_env(index)
+        expanded = [
+            re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), a)
+            for a in container["command"]
+        ]
+        assert expanded[0] == "torchrun" and "$(" not in " ".join(expanded), expanded
+        script = expanded.index("-m")
         conf = ",".join(
             [
                 "store_type=file",
@@ -269,30 +339,25 @@ class Cluster:
                 f"keep_alive_max_attempt={e.keep_alive_max_attempt}",
             ]
         )
+        drill_flags = [
+            f"--rdzv-conf={conf}",
+            f"--monitor-interval={e.monitor_interval_s}",
+            "--local-addr=127.0.0.1",
+            f"--log-dir={self.workdir / 'torchelastic' / name}",
+        ]
         return [
             sys.executable,
             "-m",
             "torch.distributed.run",
-            f"--nnodes={e.min_nodes}:{e.nodes}",
-            f"--nproc-per-node={e.nproc_per_node}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={self.rdzv}",
-            "--rdzv-id=drill",
-            f"--rdzv-conf={conf}",
-            f"--max-restarts={e.max_restarts}",
-            f"--monitor-interval={e.monitor_interval_s}",
-            "--local-addr=127.0.0.1",
-            f"--log-dir={self.workdir / 'torchelastic' / name}",
-            "-m",
-            "workloads.training.train",
-            "--config",
-            str(self.config),
-            "--elastic-stop-grace-s",
-            str(e.stop_grace_s),
+            *expanded[1:script],
+            *drill_flags,
+            *expanded[script:],
         ]
 
-    def start(self, name: str) -> Node:
-        node = Node(name, self.command(name), self.env, self.workdir)
+    def start(self, name: str, index: int) -> Node:
+        """A node as the pod at completion `index` (a replacement takes the lost one's)."""
+        env = {**self.env, **self.pet_env(index)}
+        node = Node(name, self.command(name, index), env, self.workdir)
         self.nodes.append(node)
         return node
 
@@ -471,7 +536,7 @@ def drill(
     t0 = time.monotonic()
     with Cluster(workdir, cfg, e) as cluster:
         for i in range(e.nodes):
-            cluster.start(f"n{i}")
+            cluster.start(f"n{i}", i)
         log(f"started {e.nodes} agents")
 
         def save_in_flight(incs: list[Incarnation]) -> Incarnation | None:
@@ -507,7 +572,8 @@ def drill(
             "the survivors' first step", started_after(kill_at, None), phase_timeout_s
         )
         log(f"world {shrunk.world_size} resumed at step {shrunk.resumed_step}")
-        replacement = cluster.start(f"n{e.nodes}")
+        # The Job creates the lost pod again at its completion index.
+        replacement = cluster.start(f"n{e.nodes}", int(victim.name.removeprefix("n")))
         grown = cluster.wait_for(
             f"the first step at {e.nodes} nodes",
             started_after(replacement.launched, e.nodes),
