@@ -75,7 +75,7 @@ Owns (each behind a flag of the `addons` config section):
   each TrainJob as; the
   trainer chart's own JobSet and built-in runtimes are off. The program renders its own
   ClusterTrainingRuntimes (manifests/jobs/trainjob.py: DeepSpeed, torch and the lifecycle
-  steps, one per priority class, torchrun launched with the job's elastic range) once the
+  steps, one per training priority class, torchrun launched with the job's elastic range) once the
   Trainer's CRDs exist. Kueue admits TrainJobs whole (`trainer.kubeflow.org/trainjob`
   integration, gang admission of the JobSet's pods); it need not start after the Trainer, as
   it sets a framework's controller up once that API is served. Trainer 2.2.x, not 2.3: Kueue

@@ -56,6 +56,7 @@ from manifests.jobs.pytorchjob import (
 )
 from manifests.scheduling import PRIORITIES
 from spec.labels import PART_OF
+from spec.tenancy import TRAINING_PRIORITIES
 
 API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 KIND: Final = "TrainJob"
@@ -187,8 +188,16 @@ def cluster_training_runtime(kind: RuntimeKind, priority_class: str) -> dict[str
 
 
 def cluster_training_runtimes() -> list[dict[str, Any]]:
-    """Every runtime a TrainJob of the platform can name: each kind at each priority class."""
-    return [cluster_training_runtime(k, p.name) for k in RUNTIME_KINDS for p in PRIORITIES]
+    """Every runtime a TrainJob of the platform can name: each kind at each training priority
+    class. None at `llmp-serving`: that class is the model servers', and a training job
+    named with it is refused (spec.tenancy); a runtime at it would let a TrainJob applied by
+    hand take the serving class past that check."""
+    return [
+        cluster_training_runtime(k, p.name)
+        for k in RUNTIME_KINDS
+        for p in PRIORITIES
+        if p.name in TRAINING_PRIORITIES
+    ]
 
 
 # --- the TrainJob ----------------------------------------------------------------------------

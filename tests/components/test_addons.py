@@ -204,16 +204,16 @@ def test_trainer_v2_and_jobset_come_from_their_pinned_charts_in_order(plans) -> 
 
 def test_the_platforms_runtimes_wait_for_the_trainer_and_cover_every_priority(plans) -> None:
     from manifests.jobs import trainjob
-    from manifests.scheduling import PRIORITIES
+    from spec.tenancy import TRAINING_PRIORITIES
 
     plan = plans("pretrain")
     trainer = _releases(plan)["kubeflow-trainer"].urn
     runtimes = plan.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")
     names = {r.inputs["metadata"]["name"] for r in runtimes}
     assert names == {
-        trainjob.runtime_name_for(kind, p.name)
+        trainjob.runtime_name_for(kind, p)
         for kind in trainjob.RUNTIME_KINDS
-        for p in PRIORITIES
+        for p in TRAINING_PRIORITIES
     }
     assert "llmp-deepspeed-training" in names and "llmp-step-preemptible" in names
     for r in runtimes:

@@ -40,9 +40,9 @@ from tests.conftest import STACKS, raw_stack
 # its ServiceAccount, Role, RoleBinding, Deployment, Service, PDB and API-server
 # NetworkPolicy, and the InferencePool (custom); traces add the allow-traces NetworkPolicy.
 # Every stack has the Kubeflow Trainer's ClusterTrainingRuntimes (custom): three kinds at
-# each of the four priority classes (manifests/jobs/trainjob.py, validated against the
+# each of the three training priority classes (manifests/jobs/trainjob.py, validated against the
 # Trainer's CRD schema in tests/manifests/jobs/test_trainjob.py).
-RUNTIMES = 12
+RUNTIMES = 9
 EXPECTED = {
     "pretrain": {"checked": 20, "custom": 6 + RUNTIMES},
     "finetune": {"checked": 46, "custom": 12 + RUNTIMES},

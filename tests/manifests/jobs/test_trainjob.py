@@ -22,7 +22,7 @@ import pytest
 
 from manifests import kueue
 from manifests.jobs import pytorchjob, trainjob
-from manifests.scheduling import PRIORITIES
+from spec.tenancy import SERVING_PRIORITY, TRAINING_PRIORITIES
 from tests.manifests.jobs.k8s import as_pod, policy_violations, validate
 from tests.manifests.serving.test_multinode import _unknown_fields
 
@@ -218,12 +218,20 @@ def test_the_pod_validates_strictly_and_passes_the_policy_pack(instance_type: st
 
 def test_a_runtime_per_kind_and_priority_class_and_the_job_picks_its_own() -> None:
     runtimes = {r["metadata"]["name"]: r for r in trainjob.cluster_training_runtimes()}
-    assert len(runtimes) == len(trainjob.RUNTIME_KINDS) * len(PRIORITIES)
-    for priority in PRIORITIES:
-        body = job(priority_class=priority.name)
+    assert len(runtimes) == len(trainjob.RUNTIME_KINDS) * len(TRAINING_PRIORITIES)
+    for priority in TRAINING_PRIORITIES:
+        body = job(priority_class=priority)
         pod = node(body)["spec"]
-        assert pod["priorityClassName"] == priority.name
+        assert pod["priorityClassName"] == priority
         assert body["spec"]["runtimeRef"]["name"] in runtimes
+    # The model servers' class has no training runtime: a TrainJob cannot take it.
+    classes = {
+        r["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+            "priorityClassName"
+        ]
+        for r in runtimes.values()
+    }
+    assert classes == set(TRAINING_PRIORITIES) and SERVING_PRIORITY not in classes
     assert job(priority_class="llmp-training-critical")["spec"]["runtimeRef"]["name"] == (
         "llmp-deepspeed-training-critical"
     )
