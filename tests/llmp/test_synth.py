@@ -14,7 +14,7 @@ import yaml
 from llmp.plan.synth import SECRET, SynthError, engine_config, run_program, synthesize, write_plan
 from llmp.stacks import REPO_ROOT
 from spec.catalog import catalog
-from spec.tenancy import PRIORITY_CLASSES
+from spec.tenancy import TRAINING_PRIORITIES
 from tests.conftest import STACKS, merge, raw_stack
 
 
@@ -107,11 +107,12 @@ def test_manifests_are_written_as_yaml(plans, tmp_path) -> None:
     # Monitoring's objects (components/monitoring.py) are tested there.
     monitoring = {"namespace-monitoring.yaml", "storageclass-gp3.yaml"}
     files = [f for f in files if "-monitoring-" not in f.name and f.name not in monitoring]
-    # The platform's Trainer runtimes, each kind at each priority (manifests/jobs/trainjob.py).
+    # The platform's Trainer runtimes, each kind at each training priority
+    # (manifests/jobs/trainjob.py).
     runtimes = sorted(
         f"clustertrainingruntime-llmp-{kind}-{priority.removeprefix('llmp-')}.yaml"
         for kind in ("deepspeed", "step", "torch")
-        for priority in PRIORITY_CLASSES
+        for priority in TRAINING_PRIORITIES
     )
     assert [f.name for f in files if f.name.startswith("clustertrainingruntime-")] == runtimes
     files = [f for f in files if not f.name.startswith("clustertrainingruntime-")]

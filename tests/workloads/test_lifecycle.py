@@ -440,7 +440,7 @@ def test_llmp_promote_publishes_and_points_the_server_at_the_revision(
     served = ServingModelConfig.model_validate(
         {**cfg["llm-platform:serving"]["models"][0], "revision": new}
     )
-    model_path = vllm_args(served, engine_plan(served, "g6e.12xlarge"))[1]
+    model_path = vllm_args(served, engine_plan(served, "g6e.12xlarge"))[0]  # positional
     assert model_path == f"{WEIGHTS_PATH}/{new}"
     key = mount_prefix(weights["prefix"]) + model_path.removeprefix(WEIGHTS_PATH + "/")
     head = boto3.client("s3", endpoint_url=endpoint).head_object(

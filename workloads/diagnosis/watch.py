@@ -97,7 +97,7 @@ def job_name(key: JobKey) -> str:
 class WatchSettings:
     prometheus: str
     interval_s: float = 60.0
-    window: str = "6m"
+    window: str = "4m"
     resolution: str = "15s"
     threshold: float = 0.05
     persist: float = 0.5
@@ -566,7 +566,7 @@ def parser() -> argparse.ArgumentParser:
         "--address", default="127.0.0.1", help="Address /metrics listens on (a pod: 0.0.0.0)."
     )
     p.add_argument("--interval", type=float, default=60.0, help="Seconds between runs.")
-    p.add_argument("--window", default="6m", help="Step times analysed per run (15m, 1h).")
+    p.add_argument("--window", default="4m", help="Step times analysed per run (15m, 1h).")
     p.add_argument("--resolution", default="15s", help="query_range step.")
     p.add_argument("--threshold", type=float, default=0.05, help="Slow: above median x (1+t).")
     p.add_argument("--persist", type=float, default=0.5, help="Flag when slow in this share.")

@@ -65,7 +65,8 @@ class LoopSettings:
     window: str = "60s"
     resolution: str = "1s"
     interval_s: float = 5.0
-    """The watcher's (the stack's: 6m, 15s, 60 s)."""
+    threshold: float = 0.05
+    """The watcher's (the stack's: 4m, 15s, 60 s, 0.05)."""
     group_wait: str = "1s"
     """Alertmanager's (the platform's: 30s)."""
     warm_s: float = 60.0
@@ -219,6 +220,7 @@ def _run(
             interval_s=s.interval_s,
             window=s.window,
             resolution=s.resolution,
+            threshold=s.threshold,
         )
     )
     port = int(watcher_target.rsplit(":", 1)[1])

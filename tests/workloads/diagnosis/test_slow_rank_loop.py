@@ -14,13 +14,16 @@ from tests.workloads.diagnosis import slow_rank
 
 
 def test_a_throttled_rank_is_named_with_its_node_and_cause_and_pages(tmp_path: Path) -> None:
-    settings = slow_rank.LoopSettings()
+    # A slowdown well above the noise of a loaded 2-core CI machine (the full suite runs
+    # beside it): rank 2 about twice as slow, flagged at 25% over the others' median. The
+    # stack's own threshold and intervals are bench/slow_rank_loop.py's.
+    settings = slow_rank.LoopSettings(delay_s=0.15, threshold=0.25)
     result = slow_rank.run_loop(tmp_path, settings)
     slow = slow_rank.node_of(settings.slow_rank)
     assert result.flagged == [slow]
     assert result.finding.ranks == (settings.slow_rank,)
     assert result.finding.cause == "compute"
-    assert result.finding.ratio > 1.05
+    assert result.finding.ratio > 1 + settings.threshold
     assert result.receiver == "platform-warning"
     assert result.alert["node"] == slow
     assert result.alert["training_namespace"] == slow_rank.NAMESPACE
