@@ -24,22 +24,10 @@ from manifests import kueue
 from manifests.jobs import pytorchjob, trainjob
 from spec.tenancy import SERVING_PRIORITY, TRAINING_PRIORITIES
 from tests.manifests.jobs.k8s import as_pod, policy_violations, validate
+from tests.manifests.jobs.test_pytorchjob import BASE
 from tests.manifests.serving.test_multinode import _unknown_fields
 
 DATA = Path(__file__).with_name("data")
-
-BASE: dict[str, Any] = {
-    "name": "llama-8b",
-    "namespace": "training",
-    "image": "nvcr.io/nvidia/pytorch:25.01-py3",
-    "command": ["-m", "workloads.training.train", "--config", "/fsx/configs/8b.yaml"],
-    "instance_type": "p5.48xlarge",
-    "node_pool": "p5",
-    "nodes_min": 2,
-    "nodes_max": 4,
-    "checkpoint_dir": "/fsx/checkpoints/llama-8b",
-    "queue_name": "training",
-}
 
 
 @functools.cache

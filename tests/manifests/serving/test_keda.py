@@ -20,6 +20,7 @@ import yaml
 from manifests.serving import keda
 from spec.catalog import catalog
 from spec.serving import ServingModelConfig, ServingScheduleConfig
+from tests.manifests.serving.test_multinode import _unknown_fields
 
 CRD = Path(__file__).parent / "data" / "keda.sh_scaledobjects.yaml"
 CRD_CHART_VERSION = "2.20.2"
@@ -49,21 +50,6 @@ def _schema() -> dict[str, Any]:
     [version] = [v for v in _crd()["spec"]["versions"] if v["name"] == "v1alpha1"]
     assert version["served"] and version["storage"]
     return version["schema"]["openAPIV3Schema"]
-
-
-def _unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """Fields the schema does not declare (the API server would prune them silently)."""
-    out: list[str] = []
-    if isinstance(value, dict) and "properties" in schema:
-        for key, item in value.items():
-            if key not in schema["properties"]:
-                out.append(f"{path}.{key}")
-            else:
-                out += _unknown_fields(item, schema["properties"][key], f"{path}.{key}")
-    elif isinstance(value, list) and "items" in schema:
-        for i, item in enumerate(value):
-            out += _unknown_fields(item, schema["items"], f"{path}[{i}]")
-    return out
 
 
 def test_the_vendored_crd_is_the_pinned_charts() -> None:
