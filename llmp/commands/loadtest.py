@@ -207,6 +207,9 @@ def render(report: Report) -> Any:
     load = (f"{report.concurrency}" if report.rate is None
             else f"{report.rate:g}/s {report.arrival}")  # fmt: skip
     table.add_row("load / wall (s)", f"{load} / {report.wall_s:.2f}", "")
+    if report.send_lag_ms:
+        lag = report.send_lag_ms
+        table.add_row("sent late by (ms)", _fmt(lag["p50"]), _fmt(lag["p99"]))
     return table
 
 

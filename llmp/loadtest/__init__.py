@@ -12,6 +12,9 @@ first. It always stops by itself: requests are capped (`MAX_REQUESTS`), the dura
 capped (`MAX_DURATION_S`), each request has a timeout, and in-flight requests are
 cancelled at `duration + timeout`.
 
+Connections are kept alive and reused, as guidellm and the OpenAI SDK keep them: only
+the first request on each connection pays for the TCP (and TLS) handshake.
+
 Each request is measured from its Server-Sent Events stream (`llmp.loadtest.request`):
 TTFT, inter-token latency (ITL), output tokens, and cached prompt tokens, giving the prefix
 hit rate. An error is a transport failure or timeout, a non-2xx status, an `error` object
@@ -118,6 +121,10 @@ class Report:
     slo_missed: list[str]
     # Per request: (latency - TTFT) / (output tokens - 1), vLLM's TPOT (guidellm's ITL).
     tpot_ms: dict[str, float | None] = field(default_factory=dict)
+    # Open loop: how late the client sent requests against its schedule (waits at the
+    # --concurrency cap included). A p99 near the mean gap means the client, not the
+    # server, limited the rate it offered.
+    send_lag_ms: dict[str, float | None] = field(default_factory=dict)
     rate: float | None = None
     arrival: str | None = None
     accepted: int = 0
@@ -298,6 +305,7 @@ def _base(url: str) -> str:
 
 
 async def run(opts: Options, progress: Progress | None = None) -> Report:
+    import anyio.lowlevel
     import httpx
 
     validate(opts)
@@ -325,7 +333,8 @@ async def run(opts: Options, progress: Progress | None = None) -> Report:
         if progress is not None:
             progress(len(samples), None if opts.requests is None and opts.duration_s else total)
 
-    async def one(client: httpx.AsyncClient) -> None:
+    async def one(client: httpx.AsyncClient, due: float | None = None) -> None:
+        sent = time.perf_counter() - start
         words = prompts.next()
         replica = router.pick(words) if router is not None else 0
         body = request_body(opts, words)
@@ -335,6 +344,8 @@ async def run(opts: Options, progress: Progress | None = None) -> Report:
         except TimeoutError:
             sample = Sample(ok=False, error="timeout")
         sample.replica = replica
+        if due is not None:
+            sample.due_s, sample.lag_s = due, max(sent - due, 0.0)
         samples.append(sample)
         report_progress()
 
@@ -359,9 +370,9 @@ async def run(opts: Options, progress: Progress | None = None) -> Report:
             await slots.acquire()  # at the cap, an arrival waits for a request to end
             issued += 1
 
-            async def bounded() -> None:
+            async def bounded(due: float = next_at - start) -> None:
                 try:
-                    await one(client)
+                    await one(client, due)
                 finally:
                     slots.release()
 
@@ -371,7 +382,10 @@ async def run(opts: Options, progress: Progress | None = None) -> Report:
         if in_flight:
             await asyncio.gather(*in_flight)
 
-    limits = httpx.Limits(max_connections=cap, max_keepalive_connections=0)
+    # Connections are kept and reused, as the field's clients (guidellm, the OpenAI SDK)
+    # do: a request's TTFT is then the server's and one round trip, not a TCP (and TLS)
+    # handshake each time; only the first request on each connection pays that.
+    limits = httpx.Limits(max_connections=cap, max_keepalive_connections=cap)
     timeout = httpx.Timeout(opts.timeout_s)
     async with httpx.AsyncClient(
         headers=headers, limits=limits, timeout=timeout, trust_env=False
@@ -379,7 +393,11 @@ async def run(opts: Options, progress: Progress | None = None) -> Report:
         if router is not None:
             await router.start(scrape_client, [_base(u) for u in urls])
         # The clock starts once the clients exist: making them takes a while (TLS
-        # contexts), and arrivals due meanwhile would otherwise go out in a burst.
+        # contexts), and arrivals due meanwhile would otherwise go out in a burst. The
+        # transport's async backend (anyio's, which httpcore runs on) is loaded on its
+        # first use: loaded here, it is not in the first request's TTFT (0.2 s of it
+        # without compiled bytecode).
+        await anyio.lowlevel.checkpoint()
         start = time.perf_counter()
         stop_issuing = start + duration
         if open_loop:
@@ -468,6 +486,8 @@ def summarize(opts: Options, url: str, samples: list[Sample], wall_s: float) -> 
         error_kinds=dict(sorted(kinds.items())),
         slo_missed=[],
         tpot_ms=_ms([sum(s.itl_s) / len(s.itl_s) for s in ok if s.itl_s]),
+        send_lag_ms=_ms([s.lag_s for s in samples if s.lag_s is not None])
+        if opts.rate is not None else {},
         rate=opts.rate,
         arrival=opts.arrival if opts.rate is not None else None,
         accepted=len(samples) - shed,

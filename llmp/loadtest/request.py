@@ -65,6 +65,10 @@ class Sample:
     """One request as its stream showed it."""
 
     ok: bool
+    # Open loop only: when the schedule said to send it (seconds after the run's start),
+    # and how much later it went (the client's own lag, not the server's).
+    due_s: float | None = None
+    lag_s: float | None = None
     ttft_s: float | None = None
     itl_s: list[float] = field(default_factory=list)
     output_tokens: int = 0

@@ -55,6 +55,11 @@ REASONS = {
 }
 
 
+async def _sleep_until(deadline: float) -> None:
+    """Sleep until `deadline` on time.monotonic()'s clock (at once if it has passed)."""
+    await asyncio.sleep(max(deadline - time.monotonic(), 0.0))
+
+
 @dataclass(frozen=True)
 class FakeModel:
     """How one replica behaves. Times are seconds."""
@@ -425,18 +430,24 @@ class FakeVllm:
             rec.start = time.monotonic() - self.t0
             if stream:
                 await http.start_stream()
+            # Each step waits until its own deadline, not for its length from whenever
+            # the last one woke: on a loaded host a late wake-up then delays one token,
+            # not every token after it, and the stream keeps the timing it was given.
             async with replica.prefill_lock:
                 cached = replica.cache.lookup_and_insert(tokens)
                 rec.cached_tokens = cached
-                await asyncio.sleep(m.prefill_s_per_token * (len(tokens) - cached))
+                due = time.monotonic() + m.prefill_s_per_token * (len(tokens) - cached)
+                await _sleep_until(due)
             replica.kv_tokens += len(tokens)
             kv_held += len(tokens)
-            await asyncio.sleep(m.ttft_s)
+            due += m.ttft_s
+            await _sleep_until(due)
             words = []
             for i in range(n_out):
                 if i:
                     slow = 1 + m.itl_slowdown_per_seq * max(replica.running - 1, 0)
-                    await asyncio.sleep(m.itl_s * slow)
+                    due += m.itl_s * slow
+                    await _sleep_until(due)
                 word = f" w{i}"
                 words.append(word)
                 replica.kv_tokens += 1

@@ -24,17 +24,14 @@ def test_ttft_and_itl_agree_with_guidellm_within_5_percent() -> None:
     sys.modules["bench_loadtest"] = bench
     spec.loader.exec_module(bench)
     # Prompts of one length: with 8 requests, percentiles of lengths that vary would
-    # depend on which requests each client counts (guidellm may leave some out).
-    # Two tries: the clients run one after the other on a host the rest of the suite
-    # shares, and a stall during one of them moves its percentiles; a client that measures
-    # differently disagrees on both tries.
-    misses: list[tuple[str, float, float]] = []
-    for _ in range(2):
-        rows = bench.peer_comparison(n=8, stdev=0)
-        assert [name for name, _, _ in rows][:2] == ["TTFT p50 (ms)", "TTFT p90 (ms)"]
-        misses = [(n, o, t) for n, o, t in rows if not _agrees(n, o, t)]
-        if not misses:
-            break
+    # depend on which requests each client counts (guidellm may leave some out). The two
+    # clients run at once, so a stall of the host the rest of the suite shares slows both;
+    # each figure is the least of three rounds, the reading least moved by that stall. A
+    # client that measures something else (another event, a handshake per request) still
+    # differs in every round.
+    rows = bench.peer_comparison(n=8, stdev=0, rounds=3)
+    assert [name for name, _, _ in rows][:2] == ["TTFT p50 (ms)", "TTFT p90 (ms)"]
+    misses = [(n, o, t) for n, o, t in rows if not _agrees(n, o, t)]
     assert not misses, misses
 
 
