@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from spec.monitoring import StragglerWatchConfig, duration_seconds  # noqa: E402
-from tests.workloads.diagnosis.slow_rank import LoopSettings, run_loop  # noqa: E402
+from tests.workloads.diagnosis.slow_rank import FalseAlarm, LoopSettings, run_loop  # noqa: E402
 
 _WATCH = StragglerWatchConfig()
 PROFILES = {
@@ -56,7 +56,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         workdir = args.keep or Path(scratch)
         t0 = time.monotonic()
-        result = run_loop(workdir, settings)
+        try:
+            result = run_loop(workdir, settings)
+        except FalseAlarm as exc:
+            print(f"no figure: {exc}")
+            return 1
         total = time.monotonic() - t0
     f = result.finding
     print(
@@ -68,6 +72,11 @@ def main() -> int:
         f"every {settings.interval_s:g} s, for x{settings.for_scale:g}, "
         f"group_wait {settings.group_wait}"
     )
+    if result.flagged_before:
+        print(
+            f"false alarms before the injection: {len(result.flagged_before)} watcher runs, "
+            f"up to {max(result.flagged_before):.2f}x (not counted)"
+        )
     print(f"injection -> diagnosis: {result.to_diagnosis_s:.1f} s")
     print(f"injection -> receiver:  {result.to_receiver_s:.1f} s")
     print(

@@ -239,10 +239,20 @@ class Webhook(_Server):
         ]
 
     def wait_for(
-        self, name: str, timeout: float, status: str = "firing", **labels: str
+        self,
+        name: str,
+        timeout: float,
+        status: str = "firing",
+        since: float | None = None,
+        **labels: str,
     ) -> tuple[str, dict[str, str], float]:
+        """The first `name` alert received (at or after `since`, a time.time()) whose
+        labels include `labels`."""
+
         def found() -> tuple[str, dict[str, str], float] | None:
             for r, got, at in self.received(status):
+                if since is not None and at < since:
+                    continue
                 if got.get("alertname") == name and all(got.get(k) == v for k, v in labels.items()):
                     return r, got, at
             return None

@@ -82,6 +82,10 @@ class LoopSettings:
     """How long to wait for the diagnosis and then the page before giving up."""
 
 
+class FalseAlarm(AssertionError):
+    """The slow node paged before anything slowed it: the run measures nothing."""
+
+
 @dataclass
 class LoopResult:
     injected_at: float
@@ -96,6 +100,9 @@ class LoopResult:
     """The labels of LlmpSlowNode as the webhook received it."""
     received: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     """(receiver, labels) of every alert the webhook received in firing state."""
+    flagged_before: list[float] = field(default_factory=list)
+    """The slow node's ratio at each watcher run that flagged it before the injection
+    (false alarms; the diagnosis counts only runs after it)."""
 
     @property
     def to_diagnosis_s(self) -> float:
@@ -123,8 +130,12 @@ def routing(group_wait: str) -> am.AlertRouting:
     )
 
 
-def _first_flag(watcher: watch.Watcher, node: str, seen: dict[str, Any]) -> None:
-    """Wrap the watcher's runs: note the time and finding of the first that flags `node`."""
+def _first_flag(
+    watcher: watch.Watcher, node: str, seen: dict[str, Any], armed: threading.Event
+) -> None:
+    """Wrap the watcher's runs: once `armed` (the injection), note the time and finding of
+    the first run that flags `node`; before it, the ratio of every run that does (a false
+    alarm: the host's noise above the threshold)."""
     real = watcher.run_once
 
     def run_once() -> watch.RunSummary:
@@ -133,8 +144,10 @@ def _first_flag(watcher: watch.Watcher, node: str, seen: dict[str, Any]) -> None
             found = watcher.jobs.get((NAMESPACE, JOB))
             flagged = [n for n in (found.nodes if found else ()) if n.flagged]
             mine = [n for n in flagged if n.node == node]
-            if mine:
+            if mine and armed.is_set():
                 seen.update(at=time.time(), finding=mine[0], flagged=[n.node for n in flagged])
+            elif mine:
+                seen.setdefault("before", []).append(mine[0].ratio)
         return summary
 
     watcher.run_once = run_once  # type: ignore[method-assign]
@@ -230,7 +243,8 @@ def _run(
     stack.callback(server.shutdown)
     seen: dict[str, Any] = {}
     stop = threading.Event()
-    _first_flag(watcher, slow_node, seen)
+    armed = threading.Event()
+    _first_flag(watcher, slow_node, seen, armed)
     loop = threading.Thread(target=watcher.run_forever, args=(stop,), daemon=True)
     loop.start()
     stack.callback(loop.join, 30)
@@ -249,6 +263,7 @@ def _run(
 
     inject.write_text(f"{s.delay_s}\n")
     injected_at = time.time()
+    armed.set()
 
     def diagnosed() -> bool:
         if any(p.poll() is not None for p in procs):
@@ -256,7 +271,22 @@ def _run(
         return "at" in seen
 
     servers.wait_until(diagnosed, s.patience_s, f"the watcher to flag {slow_node}", every=0.1)
-    receiver, alert, received_at = webhook.wait_for("LlmpSlowNode", s.patience_s, node=slow_node)
+    before = seen.get("before", [])
+    paged_early = [
+        at
+        for _, labels, at in webhook.received()
+        if labels.get("alertname") == "LlmpSlowNode" and at < injected_at
+    ]
+    if paged_early:
+        # Still firing, so Alertmanager sends nothing new: this run measures nothing.
+        raise FalseAlarm(
+            f"LlmpSlowNode paged before the injection: the watcher flagged {slow_node} "
+            f"{len(before)} times before it (up to {max(before, default=0):.2f}x the "
+            f"others' median, threshold {s.threshold:g}): the host's noise is above it"
+        )
+    receiver, alert, received_at = webhook.wait_for(
+        "LlmpSlowNode", s.patience_s, since=injected_at, node=slow_node
+    )
     return LoopResult(
         injected_at=injected_at,
         diagnosed_at=seen["at"],
@@ -266,4 +296,5 @@ def _run(
         receiver=receiver,
         alert=alert,
         received=[(r, labels) for r, labels, _ in webhook.received()],
+        flagged_before=before,
     )
