@@ -175,6 +175,17 @@ def lustre_feeds_gpus(args: StackValidationArgs, report: Report) -> None:
     demand, pool = config.get("demand"), config.get("node-pool")
     if not isinstance(demand, dict) or not pool:
         return
+    figures = {k: _number(demand.get(k)) for k in DEMAND_KEYS if k in demand}
+    unknown = sorted(set(demand) - set(DEMAND_KEYS))
+    bad = sorted(k for k, v in figures.items() if v is None or v < 0)
+    if unknown:
+        report(
+            f"demand config: unknown keys {', '.join(unknown)}; it takes {', '.join(DEMAND_KEYS)}"
+        )
+    if bad:
+        report(f"demand config: {', '.join(bad)} must be numbers, 0 or more")
+    if unknown or bad:
+        return
     groups = [g for g in of_type(args.resources, NODE_GROUP) if _pool(g) == pool]
     for fs in of_type(args.resources, LUSTRE):
         props = fs.props
@@ -198,7 +209,8 @@ def lustre_feeds_gpus(args: StackValidationArgs, report: Report) -> None:
         ]
         desired = int(max((d or 0) for d, _ in sizes))
         most = int(max((m or 0) for _, m in sizes))
-        nodes = job_nodes(desired, most, int(demand["nodes"]) if demand.get("nodes") else None)
+        asked = figures.get("nodes")
+        nodes = job_nodes(desired, most, int(asked) if asked else None)
         plan = BandwidthPlan(
             pool=str(pool),
             instance_type=types[0],
@@ -212,11 +224,11 @@ def lustre_feeds_gpus(args: StackValidationArgs, report: Report) -> None:
             demand=TrainingDemand(
                 nodes=nodes,
                 gpus_per_node=catalog().instance(types[0]).gpu_count,
-                tokens_per_second_per_gpu=float(demand.get("tokens_per_second_per_gpu", 0)),
-                bytes_per_token=float(demand.get("bytes_per_token", 2)),
-                prefetch_factor=float(demand.get("prefetch_factor", 2)),
-                checkpoint_gb=float(demand.get("checkpoint_gb", 0)),
-                write_seconds=float(demand.get("write_minutes", 60)) * 60,
+                tokens_per_second_per_gpu=figures.get("tokens_per_second_per_gpu") or 0,
+                bytes_per_token=figures.get("bytes_per_token") or 2,
+                prefetch_factor=figures.get("prefetch_factor") or 2,
+                checkpoint_gb=figures.get("checkpoint_gb") or 0,
+                write_seconds=(figures.get("write_minutes") or 60) * 60,
             ),
         )
         for problem in plan.problems():

@@ -233,8 +233,13 @@ def _from_stack(
     cfg = load_stack(stack, config)
     lustre_cfg = cfg.storage.lustre if cfg.storage is not None else None
     name = pool or (lustre_cfg.node_pool if lustre_cfg is not None else None)
-    if name is None or name not in cfg.node_pools:
-        known = ", ".join(sorted(cfg.node_pools)) or "none"
+    known = ", ".join(sorted(cfg.node_pools)) or "none"
+    if name is None:
+        raise BadInput(
+            f"--stack {stack} has no file system to take the pool from: name one "
+            f"with --pool ({known})"
+        )
+    if name not in cfg.node_pools:
         raise BadInput(f"--pool {name}: not a GPU pool of stack {stack} ({known})")
     itype = cfg.node_pools[name].instance_type
     if gpu_type is not None and gpu_type != itype:

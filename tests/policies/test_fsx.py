@@ -123,3 +123,12 @@ def test_feeds_gpus_reads_the_client_path_from_efa_enabled(plan) -> None:
         "raise the capacity or throughput_per_tib, or set efa"
     ]
     assert hits(p, FEEDS, feeds({**demand, "nodes": 3, "checkpoint_gb": 0})) == []
+
+
+def test_feeds_gpus_names_a_demand_config_it_cannot_read(plan) -> None:
+    found = hits(plan(), FEEDS, feeds({**PRETRAIN_DEMAND, "checkpoint_gb": "a lot", "gpus": 8}))
+    assert [v.message for v in found] == [
+        "demand config: unknown keys gpus; it takes tokens_per_second_per_gpu, bytes_per_token, "
+        "prefetch_factor, checkpoint_gb, write_minutes, nodes",
+        "demand config: checkpoint_gb must be numbers, 0 or more",
+    ]
