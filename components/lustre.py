@@ -181,6 +181,9 @@ class LustreFileSystemArgs:
     tenants: list[TenantDirectory] = field(default_factory=list)
     """Tenants sharing the file system, each in its own directory (empty: one team, the
     shared `/datasets` and `/checkpoints`)."""
+    efa: bool = False
+    """EFA and GPUDirect Storage support (`efa_enabled`): set at creation only; the
+    security groups then allow all traffic between the file system and its clients."""
 
 
 class LustreFileSystem(pulumi.ComponentResource):
@@ -242,6 +245,9 @@ class LustreFileSystem(pulumi.ComponentResource):
                 opts=child,
             )
 
+        if args.efa:
+            self._efa_rules(name, sg, args.client_security_group_id, child)
+
         fs = aws.fsx.LustreFileSystem(
             f"{name}-fs",
             deployment_type="PERSISTENT_2",
@@ -253,6 +259,9 @@ class LustreFileSystem(pulumi.ComponentResource):
                 mode=args.metadata_mode, iops=args.metadata_iops
             ),
             file_system_type_version=args.lustre_version,
+            # EFA needs PERSISTENT_2 with a metadata configuration (both above) and the
+            # all-traffic security group rules (_efa_rules); it cannot be turned on later.
+            efa_enabled=True if args.efa else None,
             subnet_ids=args.subnet_id,  # FSx for Lustre lives in exactly one subnet
             security_group_ids=[sg.id],
             kms_key_id=args.kms_key_arn,
@@ -374,3 +383,32 @@ class LustreFileSystem(pulumi.ComponentResource):
                 "log_group_name": self.log_group_name,
             }
         )
+
+    @staticmethod
+    def _efa_rules(
+        name: str,
+        sg: aws.ec2.SecurityGroup,
+        nodes: pulumi.Input[str],
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """All traffic between the file system and its clients, and within the file system's
+        own group, each rule naming a security group: an EFA file system needs both, and
+        CIDR rules (0.0.0.0/0 included) do not count (limit-access-security-groups.html)."""
+        rules: list[tuple[str, pulumi.Input[str], pulumi.Input[str], bool, str]] = [
+            ("efa-in-self", sg.id, sg.id, True, "from itself"),
+            ("efa-out-self", sg.id, sg.id, False, "to itself"),
+            ("efa-in-nodes", sg.id, nodes, True, "from the nodes"),
+            ("efa-out-nodes", sg.id, nodes, False, "to the nodes"),
+            ("nodes-efa-from-fs", nodes, sg.id, True, "from the file system"),
+            ("nodes-efa-to-fs", nodes, sg.id, False, "to the file system"),
+        ]
+        for role, group, peer, ingress, words in rules:
+            kind = aws.vpc.SecurityGroupIngressRule if ingress else aws.vpc.SecurityGroupEgressRule
+            kind(
+                f"{name}-{role}",
+                security_group_id=group,
+                referenced_security_group_id=peer,
+                ip_protocol="-1",
+                description=f"EFA: all traffic {words}",
+                opts=child,
+            )

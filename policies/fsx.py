@@ -16,8 +16,11 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
+from policies.nodes import instance_types
 from policies.props import Report, declared, deps_of_type, get, known, of_type, tags_of
+from spec.catalog import catalog
 from spec.labels import POOL_LABEL
+from spec.storage_bandwidth import BandwidthPlan, LustreThroughput, TrainingDemand, job_nodes
 
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 ASSOCIATION = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
@@ -144,3 +147,89 @@ def lustre_in_pool_az(args: StackValidationArgs, report: Report) -> None:
                 "group runs",
                 fs.urn,
             )
+
+
+DEMAND_KEYS = (
+    "tokens_per_second_per_gpu",
+    "bytes_per_token",
+    "prefetch_factor",
+    "checkpoint_gb",
+    "write_minutes",
+    "nodes",
+)
+"""The `demand` object of the fsx-feeds-gpus rule (`llmp policy` fills it from the stack's
+`storage.lustre.demand`)."""
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def lustre_feeds_gpus(args: StackValidationArgs, report: Report) -> None:
+    """The file system feeds the GPUs of the pool it serves and writes their checkpoints in
+    time: each node's read bandwidth (tokens/s per GPU x bytes per token x prefetch) and a
+    checkpoint's write within its time, against what the file system's capacity, tier and
+    client path deliver per node (AWS's published figures, spec/storage_bandwidth.py);
+    checked when the rule's config has a `demand` and a `node-pool`."""
+    config = args.get_config()
+    demand, pool = config.get("demand"), config.get("node-pool")
+    if not isinstance(demand, dict) or not pool:
+        return
+    figures = {k: _number(demand.get(k)) for k in DEMAND_KEYS if k in demand}
+    unknown = sorted(set(demand) - set(DEMAND_KEYS))
+    bad = sorted(k for k, v in figures.items() if v is None or v < 0)
+    if unknown:
+        report(
+            f"demand config: unknown keys {', '.join(unknown)}; it takes {', '.join(DEMAND_KEYS)}"
+        )
+    if bad:
+        report(f"demand config: {', '.join(bad)} must be numbers, 0 or more")
+    if unknown or bad:
+        return
+    groups = [g for g in of_type(args.resources, NODE_GROUP) if _pool(g) == pool]
+    for fs in of_type(args.resources, LUSTRE):
+        props = fs.props
+        capacity = known(lambda p=props: _number(get(p, "storageCapacity")), None)
+        tier = known(lambda p=props: _number(get(p, "perUnitStorageThroughput")), None)
+        efa = known(lambda p=props: get(p, "efaEnabled"), None) is True
+        types = [t for g in groups for t in known(lambda g=g: instance_types(g), [])]
+        if capacity is None or tier is None or not types or types[0] not in catalog().instances:
+            report(
+                f"{fs.name}: cannot model its bandwidth (capacity {capacity}, throughput "
+                f"{tier}, pool {pool} types {types})",
+                fs.urn,
+            )
+            continue
+        sizes = [
+            (
+                known(lambda g=g: _number(get(g.props, "scalingConfig", "desiredSize")), None),
+                known(lambda g=g: _number(get(g.props, "scalingConfig", "maxSize")), None),
+            )
+            for g in groups
+        ]
+        desired = int(max((d or 0) for d, _ in sizes))
+        most = int(max((m or 0) for _, m in sizes))
+        asked = figures.get("nodes")
+        nodes = job_nodes(desired, most, int(asked) if asked else None)
+        plan = BandwidthPlan(
+            pool=str(pool),
+            instance_type=types[0],
+            nodes=nodes,
+            lustre=LustreThroughput(
+                capacity_gib=int(capacity),
+                throughput_per_tib=int(tier),
+                efa=efa,
+                gpudirect_storage=efa and config.get("gpudirect-storage") is True,
+            ),
+            demand=TrainingDemand(
+                nodes=nodes,
+                gpus_per_node=catalog().instance(types[0]).gpu_count,
+                tokens_per_second_per_gpu=figures.get("tokens_per_second_per_gpu") or 0,
+                bytes_per_token=figures.get("bytes_per_token") or 2,
+                prefetch_factor=figures.get("prefetch_factor") or 2,
+                checkpoint_gb=figures.get("checkpoint_gb") or 0,
+                write_seconds=(figures.get("write_minutes") or 60) * 60,
+            ),
+        )
+        for problem in plan.problems():
+            report(f"{fs.name}: {problem}", fs.urn)

@@ -97,6 +97,25 @@ RULES: list[Rule] = [
         fsx.lustre_in_pool_az,
         {"node-pool": {"type": "string", "description": "GPU pool the file system serves."}},
     ),
+    _r(
+        "fsx-feeds-gpus",
+        M,
+        STACK,
+        fsx.lustre_feeds_gpus,
+        {
+            "node-pool": {"type": "string", "description": "GPU pool the file system serves."},
+            "demand": {
+                "type": "object",
+                "description": "What a training job asks of storage: "
+                + ", ".join(fsx.DEMAND_KEYS)
+                + " (the stack's storage.lustre.demand).",
+            },
+            "gpudirect-storage": {
+                "type": "boolean",
+                "description": "The pool's nodes read through GPUDirect Storage.",
+            },
+        },
+    ),
     _r("fsx-linked-no-backups", M, STACK, fsx.lustre_linked_no_backups),
     _r("fsx-backups", A, STACK, fsx.lustre_backups),
     # EKS

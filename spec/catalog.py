@@ -160,6 +160,29 @@ class IntelligentTiering(_Data):
     monitoring_usd_per_1000_objects_month: float
 
 
+class LustrePerformance(_Data):
+    """What FSx for Lustre delivers per client and per TiB (AWS's published figures)."""
+
+    source: str
+    read: str
+    per_client_gbps: dict[Literal["ena", "efa", "efa_gds"], float]
+    ena_per_server_gbps: float
+    network_baseline_mbps_per_tib: dict[int, float]
+    efa_capacity_step_gib: dict[int, int]
+    max_efa_connections: int
+    efa_clients: list[str]
+    gds_clients: list[str]
+
+
+class S3Performance(_Data):
+    """S3's request rates per prefix (throughput scales with prefixes and the client's NIC)."""
+
+    source: str
+    read: str
+    get_per_prefix_per_second: int
+    put_per_prefix_per_second: int
+
+
 class Storage(_Data):
     prices_as_of: str
     s3_usd_per_gb_month: dict[S3Class, float]
@@ -171,6 +194,8 @@ class Storage(_Data):
     replication_transfer_usd_per_gb: float
     replication_time_control_usd_per_gb: float
     fsx_lustre_persistent2_usd_per_gb_month: dict[int, float]
+    lustre_performance: LustrePerformance
+    s3_performance: S3Performance
 
 
 class Chart(_Data):
@@ -521,6 +546,14 @@ class Catalog(_Data):
         unknown = sorted(set(self.fabric_acceptance.thresholds) - set(self.instances))
         if unknown:
             raise ValueError(f"fabric_acceptance thresholds for unknown types: {unknown}")
+        return self
+
+    @model_validator(mode="after")
+    def _lustre_clients_known(self) -> Catalog:
+        perf = self.storage.lustre_performance
+        unknown = sorted(set(perf.efa_clients + perf.gds_clients) - set(self.instances))
+        if unknown:
+            raise ValueError(f"storage.lustre_performance names unknown types: {unknown}")
         return self
 
     def instance(self, name: str) -> InstanceType:

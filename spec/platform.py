@@ -592,6 +592,24 @@ class PlatformConfig(Section):
                     "directory imports from and exports to its first prefix; add one",
                 )
 
+    def _lustre_efa(self, lustre: LustreConfig, pool: NodePoolConfig) -> None:
+        perf = catalog().storage.lustre_performance
+        if lustre.efa and not (pool.efa and pool.instance_type in perf.efa_clients):
+            raise FieldError(
+                ("storage", "lustre", "efa"),
+                True,
+                f"pool {lustre.node_pool} is not an EFA client of FSx (it needs efa: true and "
+                f"one of {', '.join(perf.efa_clients)}; it has efa: "
+                f"{str(pool.efa).lower()}, {pool.instance_type}); set efa: false",
+            )
+        if lustre.gpudirect_storage and pool.instance_type not in perf.gds_clients:
+            raise FieldError(
+                ("storage", "lustre", "gpudirect_storage"),
+                True,
+                f"FSx serves GPUDirect Storage to {', '.join(perf.gds_clients)} only; pool "
+                f"{lustre.node_pool} is {pool.instance_type}",
+            )
+
     def _storage_refs(self, storage: StorageConfig) -> None:
         buckets = storage.buckets
         replicated = [k for k, b in buckets.items() if b.replicate]
@@ -632,6 +650,7 @@ class PlatformConfig(Section):
                     "single-AZ pool",
                 )
             self._lustre_tenants(lustre)
+            self._lustre_efa(lustre, pool)
         if storage.model_weights is not None:
             refs.append((("storage", "model_weights", "bucket"), storage.model_weights.bucket))
         for path, key in refs:

@@ -388,6 +388,62 @@ class AdoptionConfig(Section):
         return self._key_match()["id"]
 
 
+class TrainingIoConfig(Section):
+    """What one training job on the pool asks of storage (`storage.lustre.demand`): the
+    bandwidth model of `spec.storage_bandwidth` (reported by `llmp synth`, enforced by the
+    `fsx-feeds-gpus` rule). `llmp plan train` prints these figures for a model."""
+
+    tokens_per_second_per_gpu: float = Field(
+        gt=0, description="Training throughput per GPU (`llmp plan train` prints it)."
+    )
+    bytes_per_token: float = Field(
+        2,
+        gt=0,
+        description="Bytes of one token in the shards read (2: uint16 ids, vocabularies "
+        "under 65,536; 4: uint32).",
+    )
+    prefetch_factor: float = Field(
+        2,
+        ge=1,
+        description="The data loader reads this many times what the GPUs consume, so its "
+        "prefetch queue refills within a step after a stall (torch's DataLoader default 2).",
+    )
+    checkpoint_gb: float = Field(
+        0, ge=0, description="Size of one checkpoint in GB (`llmp plan train` prints it)."
+    )
+    checkpoint_interval_minutes: float = Field(
+        60, gt=0, description="Minutes between two checkpoints of the job."
+    )
+    checkpoint_write_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="Minutes a checkpoint may take to write (a synchronous save stalls "
+        "every GPU meanwhile); default the interval, which it must not exceed.",
+    )
+    nodes: int | None = Field(
+        None,
+        ge=1,
+        description="Nodes the job spans, reading and writing at once; default the pool's "
+        "desired size (its max size when that is 0).",
+    )
+
+    @model_validator(mode="after")
+    def _write_within_interval(self) -> TrainingIoConfig:
+        write = self.checkpoint_write_minutes
+        if write is not None and write > self.checkpoint_interval_minutes:
+            raise FieldError(
+                ("checkpoint_write_minutes",),
+                write,
+                f"exceeds checkpoint_interval_minutes ({self.checkpoint_interval_minutes:g}): "
+                "the next checkpoint would start before this one is written",
+            )
+        return self
+
+    @property
+    def write_minutes(self) -> float:
+        return self.checkpoint_write_minutes or self.checkpoint_interval_minutes
+
+
 class LustreConfig(Section):
     """FSx for Lustre (PERSISTENT_2) beside a GPU pool, linked to the datasets and
     checkpoints buckets."""
@@ -417,6 +473,22 @@ class LustreConfig(Section):
         90,
         description="Retention of the file system's log group (failed S3 imports and exports).",
     )
+    efa: bool = Field(
+        False,
+        description="EFA and GPUDirect Storage support (FSx `EfaEnabled`): 700 Gbps per "
+        "client instead of 100. Set at creation only (a change replaces the file system) "
+        "and it freezes `throughput_per_tib`; needs an EFA pool of an FSx EFA client type "
+        "and a capacity in the tier's EFA steps.",
+    )
+    gpudirect_storage: bool = Field(
+        False,
+        description="The pool's nodes read through GPUDirect Storage (NVIDIA's GDS driver on "
+        "the node, cuFile in the loader): 1200 Gbps per client; needs `efa`.",
+    )
+    demand: TrainingIoConfig | None = Field(
+        None,
+        description="What a training job asks of the file system; none: no bandwidth model.",
+    )
 
     @field_validator("storage_capacity_gib")
     @classmethod
@@ -445,6 +517,24 @@ class LustreConfig(Section):
                     ("metadata_iops",),
                     MISSING if iops is None else iops,
                     "USER_PROVISIONED needs 1500, 3000, 6000, or a multiple of 12000 up to 192000",
+                )
+        if self.gpudirect_storage and not self.efa:
+            raise FieldError(
+                ("gpudirect_storage",),
+                True,
+                "GPUDirect Storage runs over EFA: set efa: true (FSx supports GDS on "
+                "EFA-enabled file systems only)",
+            )
+        if self.efa:
+            step = catalog().storage.lustre_performance.efa_capacity_step_gib[
+                self.throughput_per_tib
+            ]
+            if self.storage_capacity_gib % step:
+                raise FieldError(
+                    ("storage_capacity_gib",),
+                    self.storage_capacity_gib,
+                    f"an EFA-enabled file system at {self.throughput_per_tib} MB/s/TiB takes "
+                    f"multiples of {step} GiB (getting-started.html)",
                 )
         return self
 

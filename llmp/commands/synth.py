@@ -105,6 +105,7 @@ def synth(
             to=console.out,
         )
     print_quotas(stack, config)
+    print_bandwidth(stack, config)
     console.notice(
         f"wrote {target / 'plan.json'} and {len(plan.manifests())} manifests", to=console.out
     )
@@ -210,6 +211,21 @@ def print_quotas(stack: str, config: Path | None) -> None:
 
     for line in quota_lines(load_stack(stack, config)):
         console.notice(line, to=console.out)
+
+
+def print_bandwidth(stack: str, config: Path | None) -> None:
+    """The storage bandwidth model of the file system and its pool (spec.storage_bandwidth),
+    one finding a line, its problems last (the fsx-feeds-gpus rule refuses those)."""
+    from llmp.stacks import load_stack
+    from spec.storage_bandwidth import bandwidth_plan
+
+    plan = bandwidth_plan(load_stack(stack, config))
+    if plan is None:
+        return
+    for line in plan.lines():
+        console.notice(f"bandwidth: {line}", to=console.out)
+    for problem in plan.problems():
+        console.notice(f"bandwidth: too slow: {problem}", to=console.out)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,8 @@ linked. Each `report_violation(message, urn)` becomes a `Violation`.
 
 Policy config is the pack's defaults, then what the stack file implies
 (`guardrails.gpu_budget_usd_per_hour` -> `gpu-budget`,
-`storage.lustre.node_pool` -> `fsx-in-gpu-pool-az`), then `--config FILE`.
+`storage.lustre.node_pool` -> `fsx-in-gpu-pool-az`, `storage.lustre.demand` ->
+`fsx-feeds-gpus`), then `--config FILE`.
 `stack_policy_config()` writes the same implied config for `pulumi preview
 --policy-pack policies --policy-pack-config FILE`.
 """
@@ -96,7 +97,24 @@ def stack_policy_config(stack: str, stack_file: Path | None = None) -> dict[str,
     if budget is not None:
         config["gpu-budget"] = {BUDGET_KEY: budget}
     if cfg.storage is not None and cfg.storage.lustre is not None:
-        config["fsx-in-gpu-pool-az"] = {"node-pool": cfg.storage.lustre.node_pool}
+        lustre = cfg.storage.lustre
+        config["fsx-in-gpu-pool-az"] = {"node-pool": lustre.node_pool}
+        if lustre.demand is not None:
+            io = lustre.demand
+            demand = {
+                "tokens_per_second_per_gpu": io.tokens_per_second_per_gpu,
+                "bytes_per_token": io.bytes_per_token,
+                "prefetch_factor": io.prefetch_factor,
+                "checkpoint_gb": io.checkpoint_gb,
+                "write_minutes": io.write_minutes,
+            }
+            if io.nodes is not None:
+                demand["nodes"] = io.nodes
+            config["fsx-feeds-gpus"] = {
+                "node-pool": lustre.node_pool,
+                "demand": demand,
+                "gpudirect-storage": lustre.gpudirect_storage,
+            }
     return config
 
 

@@ -173,3 +173,33 @@ def test_turning_logging_on_does_not_replace_the_file_system() -> None:
     assert rule.precious
     assert rule.verdict("logConfiguration.level") == "update"
     assert rule.verdict("logConfiguration.destination") == "update"
+
+
+def test_efa_file_system_allows_all_traffic_between_named_security_groups(plans) -> None:
+    """EFA needs all traffic between the file system's and the clients' groups and within the
+    file system's own, each rule naming a group (CIDR rules do not count)."""
+    plan = plans("pretrain")
+    fs = inputs_of(plan, FS, "lustre-fs")
+    assert fs["efaEnabled"] is True
+    assert fs["metadataConfiguration"]["mode"] == "USER_PROVISIONED"
+    fs_sg, node_sg = "lustre-fs-id", "sg-cluster-eks-cluster"
+
+    def all_traffic(type_: str) -> set[tuple[str, str]]:
+        rules = [
+            r.inputs
+            for r in plan.by_type(type_)
+            if r.name.startswith("lustre-") and r.inputs["ipProtocol"] == "-1"
+        ]
+        assert all("cidrIpv4" not in r and "fromPort" not in r for r in rules)
+        return {(r["securityGroupId"], r["referencedSecurityGroupId"]) for r in rules}
+
+    expected = {(fs_sg, fs_sg), (fs_sg, node_sg), (node_sg, fs_sg)}
+    assert all_traffic(INGRESS) == expected
+    assert all_traffic(EGRESS) == expected
+
+
+def test_a_file_system_without_efa_opens_only_the_lustre_ports(plans) -> None:
+    plan = plans("finetune")
+    assert "efaEnabled" not in inputs_of(plan, FS, "lustre-fs")
+    lustre = [r for r in plan.by_type(INGRESS) if r.name.startswith("lustre-")]
+    assert lustre and not [r for r in lustre if r.inputs["ipProtocol"] == "-1"]

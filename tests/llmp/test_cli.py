@@ -325,3 +325,18 @@ def test_a_reader_that_stops_early_leaves_the_commands_exit_code(tmp_path: Path)
     failing = _with_reader_gone("policy", "--plan", str(path))
     assert failing.returncode == 1, failing.stderr  # a mandatory violation stays a failure
     assert "Traceback" not in failing.stderr
+
+
+def test_plan_train_reads_at_80_columns(narrow) -> None:
+    code, text = narrow(
+        "plan", "train", "--params", "175e9", "--layers", "96", "--hidden", "12288",
+        "--tokens", "300e9", "--stack", "pretrain", "--hours", "72", "--tflops", "120",
+        "--tp", "8", "--pp", "8",
+    )  # fmt: skip
+    assert code == 0, text
+    assert_fits(
+        text,
+        "  ZeRO 3: 0.0 + 0.0 + 0.3 + 0.8 + 9.6 = 10.7: fits",
+        "10,176 GPUs",
+        phrases=("pool h100 of stack pretrain has at most 16",),
+    )

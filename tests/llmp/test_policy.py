@@ -43,12 +43,39 @@ def test_the_stacks_have_no_mandatory_violation(plans, stack: str) -> None:
     assert not failed(violations), [v for v in violations if v.level == "mandatory"]
 
 
-def test_the_stack_file_sets_the_budget_and_the_fsx_pool() -> None:
+def test_the_stack_file_sets_the_budget_the_fsx_pool_and_its_demand() -> None:
     assert stack_policy_config("pretrain") == {
         "gpu-budget": {"gpu-budget-usd-per-hour": 1500},
         "fsx-in-gpu-pool-az": {"node-pool": "h100"},
+        "fsx-feeds-gpus": {
+            "node-pool": "h100",
+            "demand": {
+                "tokens_per_second_per_gpu": 942,
+                "bytes_per_token": 4,
+                "prefetch_factor": 2,
+                "checkpoint_gb": 980,
+                "write_minutes": 10,
+            },
+            "gpudirect-storage": False,
+        },
     }
     assert stack_policy_config("no-such-stack") == {}
+
+
+def test_the_stack_file_demand_reaches_the_rule_and_a_slow_checkpoint_is_refused(
+    plans, tmp_path: Path
+) -> None:
+    """Pretrain's 980 GB checkpoint in 30 s needs 32.7 GB/s; its file system writes 23.4."""
+    text = (Path(__file__).parents[2] / "stacks" / "Pulumi.pretrain.yaml").read_text()
+    stack_file = tmp_path / "Pulumi.pretrain.yaml"
+    stack_file.write_text(
+        text.replace("checkpoint_write_minutes: 10", "checkpoint_write_minutes: 0.5")
+    )
+    violations = evaluate(plans("pretrain"), stack_policy_config("pretrain", stack_file))
+    refused = [v for v in violations if v.rule == "fsx-feeds-gpus"]
+    assert [v.level for v in refused] == ["mandatory"]
+    assert "980 GB checkpoint takes 42 s" in refused[0].message
+    assert "needs 32.7 GB/s" in refused[0].message
 
 
 def test_the_stack_budget_applies_to_a_plan(plans) -> None:

@@ -79,3 +79,56 @@ def test_pool_az_compares_with_the_configured_pool(plan) -> None:
     assert names(found) == {FS}
     found = hits(p, "fsx-in-gpu-pool-az", {"fsx-in-gpu-pool-az": {"node-pool": "nope"}})
     assert "no node group is labelled" in found[0].message
+
+
+FEEDS = "fsx-feeds-gpus"
+PRETRAIN_DEMAND = {
+    "tokens_per_second_per_gpu": 942,
+    "bytes_per_token": 4,
+    "prefetch_factor": 2,
+    "checkpoint_gb": 980,
+    "write_minutes": 10,
+}
+
+
+def feeds(demand: dict[str, float]) -> dict[str, dict[str, object]]:
+    return {FEEDS: {"node-pool": "h100", "demand": demand}}
+
+
+def test_feeds_gpus_passes_pretrains_70b_job_and_needs_a_demand(plan) -> None:
+    p = plan()
+    assert hits(p, FEEDS, feeds(PRETRAIN_DEMAND)) == []
+    assert hits(p, FEEDS) == []  # no demand configured: nothing to check
+
+
+def test_feeds_gpus_refuses_a_file_system_shrunk_below_the_checkpoints_need(plan) -> None:
+    """At 125 MB/s/TiB the 48,000 GiB file system writes 5.9 GB/s: 980 GB takes 2.8 min."""
+    p = plan()
+    inputs(p, FS, FS_TYPE)["perUnitStorageThroughput"] = 125
+    found = hits(p, FEEDS, feeds({**PRETRAIN_DEMAND, "write_minutes": 2}))
+    assert [v.level for v in found] == ["mandatory"] and names(found) == {FS}
+    assert found[0].message.startswith(f"{FS}: a 980 GB checkpoint takes 2.8 min to write")
+
+
+def test_feeds_gpus_reads_the_client_path_from_efa_enabled(plan) -> None:
+    """A loader of 20 MB per GPU per second: 320 MB/s per node over 4 nodes. A 1200 GiB file
+    system at 1000 MB/s/TiB: one server, so 625 MB/s per ENA client, 293 MB/s each of 4."""
+    p = plan()
+    fs = inputs(p, FS, FS_TYPE)
+    fs["storageCapacity"], fs["perUnitStorageThroughput"] = 1200, 1000
+    demand = {**PRETRAIN_DEMAND, "bytes_per_token": 10_000, "tokens_per_second_per_gpu": 2000}
+    found = hits(p, FEEDS, feeds({**demand, "nodes": 4, "checkpoint_gb": 0}))
+    assert [v.message for v in found] == [
+        f"{FS}: reading needs 320 MB/s per node but FSx delivers 293 MB/s to each of 4 nodes; "
+        "raise the capacity or throughput_per_tib, or set efa"
+    ]
+    assert hits(p, FEEDS, feeds({**demand, "nodes": 3, "checkpoint_gb": 0})) == []
+
+
+def test_feeds_gpus_names_a_demand_config_it_cannot_read(plan) -> None:
+    found = hits(plan(), FEEDS, feeds({**PRETRAIN_DEMAND, "checkpoint_gb": "a lot", "gpus": 8}))
+    assert [v.message for v in found] == [
+        "demand config: unknown keys gpus; it takes tokens_per_second_per_gpu, bytes_per_token, "
+        "prefetch_factor, checkpoint_gb, write_minutes, nodes",
+        "demand config: checkpoint_gb must be numbers, 0 or more",
+    ]
