@@ -56,6 +56,9 @@ class PoolTarget:
     desired_size: int
     namespace: str
     queue_name: str | None
+    topology: dict[str, str] = field(default_factory=dict)
+    """On a topology-aware pool, the Kueue annotations its checks' pods carry (unconstrained:
+    a check needs nodes of the pool, not nodes close together); empty elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,7 @@ def _dcgm_job(
         level=level,
         queue_name=t.queue_name,
         deadline_seconds=round(timeout_min * 60) if timeout_min else None,
+        topology=t.topology,
     )
     labels = {RUN_LABEL: run_id, CHECK_LABEL: "dcgm"}
     manifests = [_labelled(m, labels) for m in dcgm_diag.dcgm_diag_manifests(spec)]
@@ -202,6 +206,7 @@ def _fabric_job(t: PoolTarget, run_id: str, timeout_min: float | None) -> Accept
         name=name,
         queue_name=t.queue_name,
         deadline_seconds=deadline,
+        topology=t.topology,
     )
     labels = {RUN_LABEL: run_id, CHECK_LABEL: "fabric"}
     manifests = [_labelled(m, labels) for m in fabric.fabric_manifests(spec)]
