@@ -79,6 +79,7 @@ def pool_targets(
                 ns,
                 queue,
                 topology,
+                partitioned=pool.mig is not None,
             )
         )
     return targets

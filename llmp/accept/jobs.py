@@ -59,6 +59,8 @@ class PoolTarget:
     topology: dict[str, str] = field(default_factory=dict)
     """On a topology-aware pool, the Kueue annotations its checks' pods carry (unconstrained:
     a check needs nodes of the pool, not nodes close together); empty elsewhere."""
+    partitioned: bool = False
+    """The pool's GPUs are MIG-partitioned: no whole GPU for the DCGM diagnostic or NCCL."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,16 @@ def plan_jobs(
 
         acc = catalog().instance(t.instance_type).accelerator
         nvidia = acc is not None and acc.kind == "nvidia"
+        if t.partitioned:
+            why = (
+                "its GPUs are MIG partitions; the DCGM diagnostic and the fabric test take "
+                "whole GPUs"
+            )
+            if dcgm:
+                skip("dcgm", why)
+            if fabric_check and t.efa:
+                skip("fabric", why)
+            continue
         if dcgm:
             if not nvidia:
                 skip("dcgm", f"{t.instance_type} has no NVIDIA GPUs")
