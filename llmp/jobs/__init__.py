@@ -108,9 +108,13 @@ class Prepared:
     def _step_lines(self) -> list[str]:
         job = self.job
         of = catalog().instance(self.instance_type).accelerator
+        share = (
+            f"1 {job.partition} MIG partition"
+            if job.partition is not None
+            else f"{self.gpus_per_node} of its {of.count if of else '?'} GPUs"
+        )
         lines = [
-            f"  pool {job.pool}: {self.instance_type}, {self.gpus_per_node} of its "
-            f"{of.count if of else '?'} GPUs with {self.host}",
+            f"  pool {job.pool}: {self.instance_type}, {share} with {self.host}",
             "  one process on one node: its errors fail it, a lost pod starts over",
         ]
         if job.promote is not None:
@@ -269,14 +273,15 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
             path, key, value, f"Kueue would never admit it: {'; '.join(admission.problems)}"
         )
     requests = job_manifest["spec"]["trainer"]["resourcesPerNode"]["requests"]
-    nominal = tenant.gpu_quota[job.pool]
+    # On a MIG pool the tenant's GPUs are partitions in its queue.
+    nominal = tenant.gpu_quota[job.pool] * (partition[1] if partition is not None else 1)
     prepared = Prepared(
         path=path,
         job=job,
         config=cfg,
         instance_type=instance_type,
         gpus_per_node=spec.gpus,
-        gpu_resource=kind.resource,
+        gpu_resource=spec.accelerator_resource or kind.resource,
         trainer=trainer,
         manifests=rendered,
         admission=admission,
