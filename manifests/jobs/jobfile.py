@@ -754,9 +754,11 @@ class JobFile(BaseModel):
         service_account: str,
         team: str = "",
         run_as_user: int = 1000,
+        worker_topology: TopologyRequest | None = None,
     ) -> RayJobSpec:
         """The RayJob's spec on the pool (the stack decides its type and taint, and, for a
-        team stack on a shared cluster, the team its pools carry)."""
+        team stack on a shared cluster, the team its pools carry; `worker_topology`: what
+        the workers ask of Kueue's TAS on a topology-aware pool)."""
         if self.workers is None:
             raise ValueError(f"kind {self.kind} needs workers")
         return RayJobSpec(
@@ -777,6 +779,7 @@ class JobFile(BaseModel):
             priority_class=self.priority,
             labels={JOB_LABEL: self.name},
             run_as_user=run_as_user,
+            worker_topology=worker_topology.annotations() if worker_topology else {},
         )
 
     @property
