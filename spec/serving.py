@@ -751,7 +751,8 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
     per_seq = need.kv_per_token * model.max_model_len
     room = budget * GIB - need.fixed
     gpu = acc.model if model.mig_profile is None else f"{acc.model} {model.mig_profile} partition"
-    where = f"{eng.gpu_memory_utilization:.2f} x {gpu_gib:g} GiB of a {gpu} on {instance_type}"
+    size = f"{gpu_gib:g}" if model.mig_profile is None else f"{gpu_gib:.1f}"
+    where = f"{eng.gpu_memory_utilization:.2f} x {size} GiB of a {gpu} on {instance_type}"
     if pp > 1:
         where += f" (the heaviest of {pp} pipeline stages)"
     fits = math.floor(room / per_seq) if room > 0 else 0
@@ -771,11 +772,13 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
             shown,
             f"{model.name} needs {total / GIB:.1f} GiB per GPU ({need.describe()} + KV cache "
             f"{per_seq * seqs / GIB:.1f} at {model.max_model_len} tokens x {seqs} seqs) > "
-            f"{where}; lower max_num_seqs or max_model_len, or raise "
+            f"{where}; lower max_num_seqs or max_model_len, or "
             + (
-                "gpus_per_replica (tensor parallel size)"
+                "take a larger partition (mig_profile)"
+                if model.mig_profile is not None
+                else "raise gpus_per_replica (tensor parallel size)"
                 if tp < acc.count
-                else "nodes_per_replica (pipeline parallel size over nodes)"
+                else "raise nodes_per_replica (pipeline parallel size over nodes)"
             ),
         )
     batched = eng.max_num_batched_tokens
