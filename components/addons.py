@@ -231,14 +231,57 @@ def dcgm_metrics_csv() -> str:
     return "\n".join(lines) + "\n"
 
 
-def gpu_operator_values() -> dict[str, Any]:
+MIG_CONFIG = "llmp-mig-parted-config"
+"""The ConfigMap (key `config.yaml`) of the MIG manager's configs, created by the chart."""
+MIG_DISABLED = "all-disabled"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigLayout:
+    """One MIG pool's partitions, as a named mig-parted config its nodes select by label."""
+
+    config: str
+    """The config's name: the value of the pool's `nvidia.com/mig.config` node label."""
+    device_filter: str
+    """The PCI id of the pool's GPU model: the config applies to those GPUs only."""
+    per_gpu: dict[str, int]
+    """Profile -> instances on every GPU."""
+
+
+def mig_config_name(pool: str, team: str = "") -> str:
+    return f"llmp-{team}-{pool}" if team else f"llmp-{pool}"
+
+
+def mig_parted_config(layouts: list[MigLayout]) -> str:
+    """mig-parted's config file (`version: v1`, `mig-configs`): `all-disabled` (what the
+    operator labels a MIG-capable node that names no config) and one config per pool."""
+    configs: dict[str, Any] = {MIG_DISABLED: [{"devices": "all", "mig-enabled": False}]}
+    for layout in layouts:
+        configs[layout.config] = [
+            {
+                "device-filter": [layout.device_filter],
+                "devices": "all",
+                "mig-enabled": True,
+                "mig-devices": dict(layout.per_gpu),
+            }
+        ]
+    return yaml.safe_dump({"version": "v1", "mig-configs": configs}, sort_keys=False)
+
+
+def gpu_operator_values(
+    mig_strategy: str | None = None, mig_layouts: list[MigLayout] | None = None
+) -> dict[str, Any]:
+    """The chart's values. Where a pool has MIG (`mig_layouts`), the MIG manager (chart
+    v26.7.0: `migManager.enabled`, on by default) is given the platform's configs
+    (`migManager.config`: name, create, data, and `default: all-disabled`, the chart's), and
+    the device plugin the strategy (`mig.strategy`, cluster-wide)."""
     nvidia = catalog().accelerator_kinds["nvidia"].taint_key
     tolerations = [
         {"key": nvidia, "operator": "Exists", "effect": "NoSchedule"},
         # A quarantined node keeps its device plugin, DCGM and exporter: what diagnosis reads.
         {"key": QUARANTINE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
     ]
-    return {
+    values: dict[str, Any] = {
         # The EKS NVIDIA AMI has the driver and the container toolkit.
         "driver": {"enabled": False},
         "toolkit": {"enabled": False},
@@ -256,6 +299,18 @@ def gpu_operator_values() -> dict[str, Any]:
         "daemonsets": {"tolerations": tolerations},
         "node-feature-discovery": {"worker": {"tolerations": tolerations}},
     }
+    if mig_layouts:
+        values["mig"] = {"strategy": mig_strategy or "mixed"}
+        values["migManager"] = {
+            "enabled": True,
+            "config": {
+                "name": MIG_CONFIG,
+                "create": True,
+                "default": MIG_DISABLED,
+                "data": {"config.yaml": mig_parted_config(mig_layouts)},
+            },
+        }
+    return values
 
 
 def efa_plugin_values() -> dict[str, Any]:
@@ -568,6 +623,10 @@ class AddonsArgs:
     nvsentinel_max_quarantined_percent: int = 10
     """Circuit breaker: the share of all nodes cordoned within the window that stops it."""
     nvsentinel_quarantine_window_minutes: int = 60
+    mig_strategy: str = "mixed"
+    """How the device plugin advertises MIG partitions (`mixed`: one resource per profile)."""
+    mig_layouts: list[MigLayout] = field(default_factory=list)
+    """The MIG pools' partitions; empty: the MIG manager's configuration is left alone."""
     cluster_name: pulumi.Input[str]
     region: str
     vpc_id: pulumi.Input[str]
@@ -726,7 +785,10 @@ class Addons(pulumi.ComponentResource):
         gpu_operator = None
         if args.gpu_operator:
             gpu_operator = release(
-                GPU_OPERATOR, GPU_OPERATOR_NAMESPACE, gpu_operator_values(), on_system
+                GPU_OPERATOR,
+                GPU_OPERATOR_NAMESPACE,
+                gpu_operator_values(args.mig_strategy, args.mig_layouts),
+                on_system,
             )
         if args.nvsentinel and gpu_operator is not None:
             certificates = release(CERT_MANAGER, CERT_MANAGER, cert_manager_values(), on_system)
@@ -776,11 +838,12 @@ class Addons(pulumi.ComponentResource):
             after_crds = pulumi.ResourceOptions(parent=self, depends_on=self.kueue_ready)
             flavors, queues = kueue.platform_queues(args.pools, args.tenants)
             objects: list[
-                kueue.ResourceFlavor
+                kueue.Topology
+                | kueue.ResourceFlavor
                 | kueue.ClusterQueue
                 | kueue.AdmissionCheck
                 | kueue.ProvisioningRequestConfig
-            ] = [*flavors]
+            ] = [*kueue.topologies(args.pools), *flavors]
             provisioning = kueue.provisioning_check(args.pools, args.provisioning_resources)
             if provisioning is not None:
                 objects += provisioning

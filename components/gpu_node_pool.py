@@ -54,6 +54,7 @@ from spec.labels import (
     CAPACITY_TYPE_LABEL,
     CHECKPOINTING_LABEL,
     EFA_LABEL,
+    MIG_CONFIG_LABEL,
     POOL_LABEL,
 )
 
@@ -108,6 +109,12 @@ class GpuNodePoolArgs:
     elastic: bool = False
     """The Cluster Autoscaler may resize the group (min_size < max_size): its Auto Scaling
     group is tagged for discovery and for scale-up from zero."""
+    mig_config: str | None = None
+    """MIG: the mig-parted config the GPU operator's MIG manager applies to the nodes (their
+    `nvidia.com/mig.config` label); None: whole GPUs."""
+    mig_partitions: Mapping[str, int] = field(default_factory=dict)
+    """MIG: resource -> partitions per node the device plugin advertises (what the
+    autoscaler must assume of a node instead of whole GPUs)."""
     cluster_name: pulumi.Input[str]
     cluster_version: pulumi.Input[str]
     cluster_security_group_id: pulumi.Input[str]
@@ -131,7 +138,8 @@ def node_template(
     plugin or the kubelet adds later: without these a pod that requests EFA interfaces or
     huge pages never fits the simulated node, and the group never leaves zero.
 
-    - the accelerator's resource (`nvidia.com/gpu` or `aws.amazon.com/neuron`), per node;
+    - the accelerator's resource (`nvidia.com/gpu` or `aws.amazon.com/neuron`), per node, or
+      on a MIG pool its partitions (`nvidia.com/mig-1g.10gb`);
     - `vpc.amazonaws.com/efa`: every interface of the type, on EFA pools;
     - `hugepages-2Mi`: the pool's own reservation, a floor (a larger one the AMI makes is
       kept on the node), where it reserves any;
@@ -140,8 +148,9 @@ def node_template(
     """
     itype = catalog().instance(args.instance_type)
     assert itype.accelerator is not None  # checked by the constructor
+    devices = dict(args.mig_partitions) or {device_resource: itype.accelerator.count}
     resources = {
-        device_resource: str(itype.accelerator.count),
+        **{r: str(n) for r, n in devices.items()},
         "ephemeral-storage": f"{args.disk_size_gib}Gi",
     }
     if args.efa:
@@ -212,6 +221,7 @@ class GpuNodePool(pulumi.ComponentResource):
             EFA_LABEL: str(args.efa).lower(),
             CAPACITY_TYPE_LABEL: args.capacity_type.lower(),
             CHECKPOINTING_LABEL: str(args.checkpointing).lower(),
+            **({MIG_CONFIG_LABEL: args.mig_config} if args.mig_config else {}),
             **args.labels,
         }
         group = managed_node_group(

@@ -67,6 +67,7 @@ import pulumi_kubernetes as k8s
 
 from components.helm import pinned_release
 from components.iam import pod_identity_role
+from manifests import kueue
 from manifests.serving import (
     NAMESPACE,
     EngineSettings,
@@ -237,6 +238,13 @@ class ServingArgs:
     vpc_cidr: str
     pools: Mapping[str, str]
     """Instance type per node pool."""
+    pool_topology: Mapping[str, int] = field(default_factory=dict)
+    """The topology-aware pools (Kueue's TAS) and the EC2 network layers of their nodes: a
+    replica there asks for a placement (a group: preferred at the lowest layer; one pod:
+    unconstrained), as every pod set on a TAS flavor must."""
+    partitions: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    """Model -> the MIG partition its replicas ask for instead of GPUs: the resource and
+    how many one GPU holds."""
     system_nodes: list[pulumi.Resource] = field(default_factory=list)
     """What KEDA's operator Deployment and the CSI driver's hook need first (the system node
     group)."""
@@ -314,6 +322,8 @@ class Serving(pulumi.ComponentResource):
                 suffix = "" if track == vllm.STABLE else f"-{track}"
                 workload = vllm.workload_name(model.name, track)
                 leaders = None
+                layers = args.pool_topology.get(model.node_pool)
+                resource, per_gpu = args.partitions.get(model.name, (kind.resource, 1))
                 if model.nodes_per_replica > 1:
                     lws = multinode.leader_worker_set(
                         model,
@@ -325,6 +335,9 @@ class Serving(pulumi.ComponentResource):
                         track=track,
                         revision=revision,
                         replicas=replicas,
+                        topology=kueue.default_topology_request(layers).annotations()
+                        if layers
+                        else None,
                     ).manifest()
                     k8s.apiextensions.CustomResource(
                         f"{name}-{model.name}{suffix}",
@@ -343,12 +356,16 @@ class Serving(pulumi.ComponentResource):
                             model,
                             args.engines[model.name],
                             itype,
-                            kind.resource,
+                            resource,
                             kind.taint_key,
                             gateway_model=routes[model.name],
                             track=track,
                             revision=revision,
                             replicas=replicas,
+                            pod_annotations=kueue.TopologyRequest("unconstrained").annotations()
+                            if layers
+                            else None,
+                            partitions_per_gpu=per_gpu,
                         ),
                         opts=key_ready,
                     )

@@ -473,6 +473,9 @@ class TenancyArgs:
     """By name: each name is also its namespace."""
     gpu_resources: dict[str, str]
     """Pool name -> its accelerator resource (nvidia.com/gpu, aws.amazon.com/neuron)."""
+    pool_partitions: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """A MIG pool's name -> its partitions' resources and how many one GPU holds: a tenant's
+    GPUs there are that many partitions in its namespace's quota."""
     cluster_name: pulumi.Input[str]
     region: str
     s3_ranges: pulumi.Input[Sequence[str]]
@@ -533,7 +536,10 @@ class Tenancy(pulumi.ComponentResource):
 
             gpus = dict.fromkeys(accelerators, 0)
             for pool, n in [*cfg.gpu_quota.items(), *cfg.serving_gpus.items()]:
-                gpus[args.gpu_resources[pool]] += n
+                for resource, each in (
+                    args.pool_partitions.get(pool) or {args.gpu_resources[pool]: 1}
+                ).items():
+                    gpus[resource] = gpus.get(resource, 0) + n * each
             k8s.core.v1.ResourceQuota(f"{prefix}-quota", quota_args(ns_name, cfg, gpus), opts=child)
             priorities = priority_quota_args(ns_name, cfg)
             if priorities is not None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from manifests.jobs.trainjob import NODE, node_pod_template
 from spec.labels import POOL_LABEL, TEAM_LABEL
@@ -53,6 +53,16 @@ ATOMIC_SCALE_UP: Final = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 PROVISIONING_CHECK = "gpu-provisioning"
 PROVISIONING_CONFIG = "gpu-atomic-scale-up"
 PART_OF = {"app.kubernetes.io/part-of": "llm-platform"}
+
+
+_DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+NETWORK_LAYER_LABEL: Final = "topology.k8s.aws/network-node-layer-"
+"""EKS's node labels of the EC2 network topology: `-1` the top of the hierarchy (the least
+selective), `-3` the bottom on most types, `-4` the bottom on types with four layers."""
+REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
+UNCONSTRAINED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-unconstrained-topology"
 
 
 class _Model(BaseModel):
@@ -76,8 +86,42 @@ class Toleration(_Model):
 
 
 class ResourceFlavorSpec(_Model):
-    node_labels: dict[str, str] = Field(default_factory=dict, alias="nodeLabels")
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_labels: dict[str, str] = Field(default_factory=dict, alias="nodeLabels", max_length=8)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=8)
+    topology_name: str | None = Field(
+        None, alias="topologyName", pattern=_DNS_SUBDOMAIN_PATTERN, max_length=253
+    )
+    """A TAS flavor: Kueue places the pods of the workloads it admits here on nodes of one
+    domain of this Topology (kueue.x-k8s.io/v1beta2 at 0.19; at least one node label)."""
+
+    @model_validator(mode="after")
+    def _labelled(self) -> ResourceFlavorSpec:
+        if self.topology_name is not None and not self.node_labels:
+            raise ValueError("at least one nodeLabel is required when topology is set")
+        return self
+
+
+_LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+
+
+class TopologyLevel(_Model):
+    node_label: str = Field(alias="nodeLabel", pattern=_LABEL_KEY, min_length=1, max_length=316)
+
+
+class TopologySpec(_Model):
+    levels: list[TopologyLevel] = Field(min_length=1, max_length=16)
+
+    @model_validator(mode="after")
+    def _levels(self) -> TopologySpec:
+        labels = [level.node_label for level in self.levels]
+        if len(set(labels)) != len(labels):
+            raise ValueError("levels must be unique")
+        if HOSTNAME_LABEL in labels[:-1]:
+            raise ValueError(f"{HOSTNAME_LABEL} can only be the lowest level of topology")
+        return self
 
 
 class ResourceQuota(_Model):
@@ -193,6 +237,11 @@ class ResourceFlavor(_Resource):
     spec: ResourceFlavorSpec
 
 
+class Topology(_Resource):
+    kind: Literal["Topology"] = "Topology"
+    spec: TopologySpec
+
+
 class ClusterQueue(_Resource):
     kind: Literal["ClusterQueue"] = "ClusterQueue"
     spec: ClusterQueueSpec
@@ -235,10 +284,25 @@ class PoolCapacity:
     team: str = ""
     """On a shared cluster, the team stack that owns the pool: its flavor is named after the
     team and also selects the team's label, so two teams' pools of one name stay apart."""
+    topology_layers: int | None = None
+    """Topology Aware Scheduling on the pool: its flavor names the Topology of this many EC2
+    network layers (`network_topology`); None: quota only."""
+    partitions: dict[str, int] = field(default_factory=dict)
+    """MIG: resource -> instances per GPU the device plugin advertises
+    (`nvidia.com/mig-1g.10gb: 7`); empty: whole GPUs as `gpu_resource`."""
 
     @property
     def flavor(self) -> str:
         return f"{self.team}-{flavor_name(self.name)}" if self.team else flavor_name(self.name)
+
+    @property
+    def topology(self) -> str | None:
+        return topology_name(self.topology_layers) if self.topology_layers else None
+
+    @property
+    def per_gpu(self) -> dict[str, int]:
+        """What one of the pool's GPUs adds to its flavor's quota, by resource."""
+        return dict(self.partitions) or {self.gpu_resource: 1}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,15 +332,43 @@ def flavor_name(pool: str) -> str:
     return f"pool-{pool}"
 
 
+def topology_name(layers: int) -> str:
+    return f"ec2-network-{layers}"
+
+
+def network_levels(layers: int) -> list[str]:
+    """The Topology's levels for a type of `layers` EC2 network layers: EKS's labels from the
+    top of the network down, then the node. Every level must be on every node (Kueue leaves
+    a node without one out of the flavor), so a Topology has exactly the type's layers; the
+    node level last lets Kueue pin each pod to its node and honour the nodes' taints."""
+    return [f"{NETWORK_LAYER_LABEL}{i}" for i in range(1, layers + 1)] + [HOSTNAME_LABEL]
+
+
+def topologies(pools: list[PoolCapacity]) -> list[Topology]:
+    """One Topology per depth of network the topology-aware pools have (3 or 4 layers)."""
+    depths = sorted({p.topology_layers for p in pools if p.topology_layers})
+    return [
+        Topology(
+            metadata=Metadata(name=topology_name(n)),
+            spec=TopologySpec(
+                levels=[TopologyLevel(node_label=label) for label in network_levels(n)]
+            ),
+        )
+        for n in depths
+    ]
+
+
 def resource_flavors(pools: list[PoolCapacity], cpu: bool = True) -> list[ResourceFlavor]:
-    """A flavor per GPU pool (its node label, its taint tolerated) and, unless `cpu` is
-    false (a team stack: the shared stack owns it), a `cpu` flavor."""
+    """A flavor per GPU pool (its node label, its taint tolerated, its Topology where the
+    pool is topology-aware) and, unless `cpu` is false (a team stack: the shared stack owns
+    it), a `cpu` flavor."""
     flavors = [
         ResourceFlavor(
             metadata=Metadata(name=p.flavor),
             spec=ResourceFlavorSpec(
                 node_labels={POOL_LABEL: p.name, **({TEAM_LABEL: p.team} if p.team else {})},
                 tolerations=[Toleration(key=p.taint_key, operator="Exists", effect="NoSchedule")],
+                topology_name=p.topology,
             ),
         )
         for p in pools
@@ -305,7 +397,7 @@ def _group(
     """One group covering cpu, memory and every GPU resource: the `cpu` flavor first (no
     GPUs, so GPU work moves on to a pool flavor), then a flavor per pool. `unlent`: GPUs
     per pool the queue keeps from the cohort (a lending limit on the pool's GPUs)."""
-    gpu_resources = sorted({p.gpu_resource for p in pools})
+    gpu_resources = sorted({r for p in pools for r in p.per_gpu})
     covered = ["cpu", "memory", *gpu_resources]
     kept = unlent or {}
 
@@ -335,8 +427,8 @@ def _group(
                 resources=quotas(
                     _cpu(n * p.cpu_per_gpu),
                     _gib(n * p.memory_gib_per_gpu),
-                    {p.gpu_resource: n},
-                    {p.gpu_resource: n - keep} if keep else None,
+                    {r: n * each for r, each in p.per_gpu.items()},
+                    {r: (n - keep) * each for r, each in p.per_gpu.items()} if keep else None,
                 ),
             )
         )
@@ -370,7 +462,7 @@ def provisioning_check(
     `resources`: accelerator resources to manage beside the elastic pools' own (a shared
     stack's check serves the elastic pools team stacks bring).
     """
-    resources = sorted({p.gpu_resource for p in pools if p.elastic} | set(resources))
+    resources = sorted({r for p in pools if p.elastic for r in p.per_gpu} | set(resources))
     if not resources:
         return None
     config = ProvisioningRequestConfig(
@@ -701,6 +793,233 @@ def flavor_selects(flavor: ResourceFlavor, pod_spec: dict[str, Any]) -> bool:
     return any(all(_matches(r, labels) for r in term) for term in terms)
 
 
+# ---------------------------------------------------------------------------
+# Topology Aware Scheduling: what a pod set asks, and where Kueue would place it
+# ---------------------------------------------------------------------------
+
+TopologyMode = Literal["required", "preferred", "unconstrained"]
+LEVEL_NAMES: Final = {
+    **{f"layer-{i}": f"{NETWORK_LAYER_LABEL}{i}" for i in range(1, 5)},
+    "node": HOSTNAME_LABEL,
+}
+"""The job file's short names of the Topology's levels."""
+
+
+@dataclass(frozen=True)
+class TopologyRequest:
+    """What a pod set asks of Kueue's Topology Aware Scheduling, as its pod template's
+    annotations say it (Kueue 0.19: `podset-required-topology`, `podset-preferred-topology`
+    with a level's node label, `podset-unconstrained-topology: "true"`).
+
+    - required: every pod in one domain of `level`, or the workload waits;
+    - preferred: one domain of `level` if one has room, else of the level above, and so on;
+      at the top, spread over as few domains as hold it;
+    - unconstrained: anywhere on the flavor's nodes (Kueue still counts each node's room).
+    """
+
+    mode: TopologyMode
+    level: str | None = None
+    """A level's node label (`topology.k8s.aws/network-node-layer-3`); None when unconstrained."""
+
+    def __post_init__(self) -> None:
+        if (self.level is None) != (self.mode == "unconstrained"):
+            takes = "a level" if self.level is None else "no level"
+            raise ValueError(f"a {self.mode} topology request takes {takes}")
+
+    def annotations(self) -> dict[str, str]:
+        if self.mode == "unconstrained":
+            return {UNCONSTRAINED_TOPOLOGY: "true"}
+        assert self.level is not None
+        key = REQUIRED_TOPOLOGY if self.mode == "required" else PREFERRED_TOPOLOGY
+        return {key: self.level}
+
+    @classmethod
+    def of(cls, template: dict[str, Any]) -> TopologyRequest | None:
+        """The request of a pod template, or None where it asks for none."""
+        notes = (template.get("metadata") or {}).get("annotations") or {}
+        if REQUIRED_TOPOLOGY in notes:
+            return cls("required", notes[REQUIRED_TOPOLOGY])
+        if PREFERRED_TOPOLOGY in notes:
+            return cls("preferred", notes[PREFERRED_TOPOLOGY])
+        if str(notes.get(UNCONSTRAINED_TOPOLOGY, "")).lower() == "true":
+            return cls("unconstrained")
+        return None
+
+    @classmethod
+    def parse(cls, mode: TopologyMode, level: str | None) -> TopologyRequest:
+        """From the job file's words: a mode and a short level name (`layer-3`, `node`)."""
+        if level is None:
+            return cls(mode)
+        if level not in LEVEL_NAMES:
+            raise ValueError(f"level {level!r}: one of {', '.join(LEVEL_NAMES)}")
+        return cls(mode, LEVEL_NAMES[level])
+
+
+def default_topology_request(layers: int) -> TopologyRequest:
+    """What a gang on a topology-aware pool asks when its file says nothing: its nodes under
+    one switch of the lowest network layer if one has room, else as close above as fits."""
+    return TopologyRequest("preferred", f"{NETWORK_LAYER_LABEL}{layers}")
+
+
+@dataclass(frozen=True)
+class TopologyNode:
+    """One node as Kueue's TAS cache sees it: its labels and what it still has free (its
+    allocatable less what runs there), for every resource a pod may request."""
+
+    name: str
+    labels: dict[str, str]
+    free: dict[str, Fraction]
+
+
+def instance_node(
+    name: str,
+    instance_type: str,
+    labels: dict[str, str],
+    *,
+    hugepages_2mi_mib: int = 0,
+    partitions: dict[str, int] | None = None,
+) -> TopologyNode:
+    """A node of `instance_type` with the whole instance free (the catalog's vCPUs, memory,
+    accelerators or `partitions` per node, EFA interfaces, reserved huge pages), labelled
+    `labels` and its name as `kubernetes.io/hostname`. The kubelet's own reservation is left
+    out: a test that needs it passes a smaller node."""
+    from spec.catalog import catalog
+
+    itype = catalog().instance(instance_type)
+    kind = catalog().accelerator_kind(instance_type)
+    free: dict[str, Fraction] = {
+        "cpu": Fraction(itype.vcpus),
+        "memory": Fraction(itype.memory_gib * 2**30),
+    }
+    if partitions:
+        free |= {r: Fraction(n) for r, n in partitions.items()}
+    elif kind is not None:
+        free[kind.resource] = Fraction(itype.gpu_count)
+    if itype.efa_interfaces:
+        free["vpc.amazonaws.com/efa"] = Fraction(itype.efa_interfaces)
+    if hugepages_2mi_mib:
+        free["hugepages-2Mi"] = Fraction(hugepages_2mi_mib * 2**20)
+    return TopologyNode(name=name, labels={**labels, HOSTNAME_LABEL: name}, free=free)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where Kueue puts a pod set on a TAS flavor: the domains of `level` it uses and the
+    pods on each node (the node selectors it injects before ungating them)."""
+
+    level: str
+    domains: list[tuple[str, ...]]
+    """Each domain as its label values from the top level down to `level`."""
+    pods: dict[str, int]
+    """Node -> pods of the set there."""
+
+
+def _fits_on(free: dict[str, Fraction], per_pod: dict[str, Fraction]) -> int:
+    counts = [int(free.get(r, 0) // amount) for r, amount in per_pod.items() if amount > 0]
+    return min(counts) if counts else 0
+
+
+def place(
+    request: TopologyRequest,
+    count: int,
+    per_pod: dict[str, Fraction],
+    template: dict[str, Any],
+    flavor: ResourceFlavor,
+    topology: Topology,
+    nodes: Sequence[TopologyNode],
+    used: dict[str, dict[str, Fraction]],
+) -> Placement | str:
+    """Kueue 0.19's TAS assignment (pkg/cache/scheduler/tas_flavor_snapshot.go, BestFit) of
+    `count` pods requesting `per_pod` each (every resource, excluded ones too: TAS reads the
+    pod spec) on the nodes of `flavor`, or why not, in Kueue's words. `used` is what earlier
+    pod sets took, per node; it is updated.
+
+    The flavor's nodes are those with its node labels and every level's label (Kueue leaves
+    out a node missing one), that the pod's node selector and affinity select. Each node
+    holds as many pods as its free resources fit; a domain what its nodes hold. Domains of a
+    level are sorted by what they hold, most first: where the first holds the set, the one
+    that holds it with the least room left is taken (best fit); where none does, required
+    fails, preferred tries the level above, and at the top (or unconstrained, at the node
+    level) the set is spread over domains, most room first, the last by best fit. Within
+    the chosen domains pods go to nodes the same way.
+    """
+    levels = [level.node_label for level in topology.spec.levels]
+    name = topology.metadata.name
+    if request.level is not None and request.level not in levels:
+        return f"no requested topology level: {request.level}"
+    pod_spec = template.get("spec") or {}
+    room: dict[str, int] = {}
+    values: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        labels = node.labels
+        if any(labels.get(k) != v for k, v in flavor.spec.node_labels.items()):
+            continue
+        if any(level not in labels for level in levels):
+            continue
+        terms = _selector_terms(pod_spec, set(labels))
+        if not any(all(_matches(r, labels) for r in term) for term in terms):
+            continue
+        taken = used.get(node.name, {})
+        free = {r: amount - taken.get(r, Fraction(0)) for r, amount in node.free.items()}
+        room[node.name] = _fits_on(free, per_pod)
+        values[node.name] = tuple(labels[level] for level in levels)
+
+    def domains(depth: int) -> list[tuple[tuple[str, ...], int]]:
+        held: dict[tuple[str, ...], int] = {}
+        for node, n in room.items():
+            key = values[node][: depth + 1]
+            held[key] = held.get(key, 0) + n
+        return sorted(held.items(), key=lambda item: (-item[1], item[0]))
+
+    def best_fit(ranked: list[tuple[tuple[str, ...], int]], need: int) -> tuple[str, ...]:
+        fitting = [d for d, n in ranked if n >= need]
+        return min(fitting, key=lambda d: dict(ranked)[d]) if fitting else ranked[0][0]
+
+    def spread(ranked: list[tuple[tuple[str, ...], int]], need: int) -> list[tuple[str, ...]]:
+        chosen: list[tuple[str, ...]] = []
+        left = [(d, n) for d, n in ranked if n > 0]
+        while need > 0 and left:
+            pick = best_fit(left, need) if left[0][1] >= need else left[0][0]
+            held = dict(left)[pick]
+            chosen.append(pick)
+            need -= held
+            left = [(d, n) for d, n in left if d != pick]
+        return chosen
+
+    if not room:
+        return f"no topology domains at level: {levels[0]}"
+    depth = len(levels) - 1 if request.level is None else levels.index(request.level)
+    chosen: list[tuple[str, ...]] = []
+    while True:
+        ranked = domains(depth)
+        if ranked[0][1] >= count:
+            chosen = [best_fit(ranked, count)]
+            break
+        if request.mode == "required":
+            return f'topology "{name}" allows to fit only {ranked[0][1]} out of {count} pod(s)'
+        if depth > 0 and request.mode == "preferred":
+            depth -= 1
+            continue
+        if sum(n for _, n in ranked) < count:
+            total = sum(n for _, n in ranked)
+            return f'topology "{name}" allows to fit only {total} out of {count} pod(s)'
+        chosen = spread(ranked, count)
+        break
+    inside = [n for n in room if values[n][: depth + 1] in chosen]
+    per_node = sorted(((n, room[n]) for n in inside), key=lambda item: (-item[1], item[0]))
+    pods: dict[str, int] = {}
+    need = count
+    for (host,) in spread([((n,), k) for n, k in per_node], need):
+        take = min(room[host], need)
+        pods[host] = take
+        need -= take
+    for host, n in pods.items():
+        taken = used.setdefault(host, {})
+        for r, amount in per_pod.items():
+            taken[r] = taken.get(r, Fraction(0)) + amount * n
+    return Placement(level=levels[depth], domains=chosen, pods=pods)
+
+
 ADMITTED: Final = "Admitted"
 WAITING_FOR_PROVISIONING: Final = "Pending: waiting for provisioning"
 """Quota reserved on an elastic flavor: Kueue has asked the autoscaler for the nodes
@@ -723,6 +1042,13 @@ class Admission:
     """The admission checks of its flavors, which must be Ready before it is admitted."""
     provisioning: bool = False
     """One of them is the ProvisioningRequest check: its nodes are being asked for."""
+    placements: dict[str, Placement] = field(default_factory=dict)
+    """Pod set -> where Topology Aware Scheduling puts it (pod sets on a TAS flavor, when
+    the nodes were given)."""
+    topology_unchecked: list[str] = field(default_factory=list)
+    """Pod sets on a TAS flavor whose placement was not simulated: no nodes were given (an
+    offline check knows the quota, not which network block each node is in), or the
+    provisioning check comes first (Kueue assigns the topology once the nodes exist)."""
 
     @property
     def admitted(self) -> bool:
@@ -811,6 +1137,35 @@ def _pending_checks(
     return waiting, provisioning
 
 
+def _tas_mismatch(
+    request: TopologyRequest | None,
+    flavor: ResourceFlavor,
+    queue_flavors: list[ResourceFlavor],
+    topologies: dict[str, Topology] | None,
+) -> str | None:
+    """Why Kueue 0.19 skips `flavor` for the pod set (flavorassigner's
+    checkPodSetAndFlavorMatchForTAS), or None. A queue whose flavors are all TAS implies a
+    request (unconstrained) for a pod set that makes none; ours have the `cpu` flavor."""
+    implied = request is None and all(f.spec.topology_name for f in queue_flavors)
+    name = flavor.metadata.name
+    if request is not None or implied:
+        if implied:
+            return None
+        if flavor.spec.topology_name is None:
+            return f'Flavor "{name}" does not support TopologyAwareScheduling'
+        topology = (topologies or {}).get(flavor.spec.topology_name)
+        if topologies is not None and topology is None:
+            return f'Flavor "{name}" information missing in TAS cache'
+        levels = [level.node_label for level in topology.spec.levels] if topology else []
+        wanted = request.level if request is not None else None
+        if topology is not None and wanted is not None and wanted not in levels:
+            return f'Flavor "{name}" does not contain the requested level'
+        return None
+    if flavor.spec.topology_name is not None:
+        return f'Flavor "{name}" supports only TopologyAwareScheduling'
+    return None
+
+
 def admit(
     sets: list[PodSet],
     queue: ClusterQueue,
@@ -819,6 +1174,8 @@ def admit(
     cohort: list[ClusterQueue] | None = None,
     excluded: tuple[str, ...] = EXCLUDED_RESOURCE_PREFIXES,
     checks: Sequence[AdmissionCheck] | None = None,
+    topologies: Sequence[Topology] | None = None,
+    nodes: Sequence[TopologyNode] | None = None,
 ) -> Admission:
     """Kueue's admission rule for `sets` in `queue`, on an empty cluster.
 
@@ -834,8 +1191,23 @@ def admit(
     its nodes). `checks`: the AdmissionChecks that exist, to tell the provisioning check
     from others and to find a queue made inactive by a check that does not exist; None
     assumes every named check exists and says nothing of its kind.
+
+    Topology Aware Scheduling (a flavor with `topologyName`): a pod set that asks for a
+    topology (`TopologyRequest.of` its template) is placed on TAS flavors only, and one that
+    asks for none on the others. With `topologies` (the Topology objects) and `nodes` (the
+    cluster's nodes, what is free on each) the pod set is then placed as Kueue would
+    (`place`): its pods within one network block, or why they fit in none; without nodes
+    the placement is left out (`Admission.topology_unchecked`).
     """
     by_name = {f.metadata.name: f for f in flavors}
+    by_topology = {t.metadata.name: t for t in topologies} if topologies is not None else None
+    queue_flavors = [
+        by_name[fq.name]
+        for g in queue.spec.resource_groups
+        for fq in g.flavors
+        if fq.name in by_name
+    ]
+    tas_flavor_of: dict[str, str] = {}
     assigned: dict[str, dict[str, str]] = {}
     problems: list[str] = []
     used: dict[tuple[str, str], Fraction] = {}
@@ -854,6 +1226,7 @@ def admit(
                 )
             elif group not in groups:
                 groups.append(group)
+        request = TopologyRequest.of(ps.template)
         for group in groups:
             need = {r: wanted[r] for r in group.covered_resources if r in wanted}
             chosen = None
@@ -864,6 +1237,10 @@ def admit(
                     why.append(f"flavor {fq.name} does not exist")
                     continue
                 if not flavor_selects(flavor, ps.template.get("spec") or {}):
+                    continue
+                mismatch = _tas_mismatch(request, flavor, queue_flavors, by_topology)
+                if mismatch is not None:
+                    why.append(mismatch)
                     continue
                 free = {
                     r: _capacity(queue, cohort or [], fq.name, r) - used.get((fq.name, r), 0)
@@ -884,15 +1261,38 @@ def admit(
             for r, amount in need.items():
                 used[(chosen, r)] = used.get((chosen, r), Fraction(0)) + amount
                 assigned[ps.name][r] = chosen
+            if by_name[chosen].spec.topology_name is not None:
+                tas_flavor_of[ps.name] = chosen
     waiting: list[str] = []
     provisioning = False
     if not problems:
         on = {f for by_resource in assigned.values() for f in by_resource.values()}
         waiting, provisioning = _pending_checks(queue, on, checks, problems)
+    placements: dict[str, Placement] = {}
+    unchecked: list[str] = []
+    on_nodes: dict[str, dict[str, Fraction]] = {}
+    for ps in sets:
+        flavor_name_ = tas_flavor_of.get(ps.name)
+        if flavor_name_ is None or problems:
+            continue
+        flavor = by_name[flavor_name_]
+        topology = (by_topology or {}).get(flavor.spec.topology_name or "")
+        if provisioning or nodes is None or topology is None:
+            unchecked.append(ps.name)
+            continue
+        request = TopologyRequest.of(ps.template) or TopologyRequest("unconstrained")
+        per_pod = {r: a for r, a in pod_requests(ps.template.get("spec") or {}).items() if a}
+        placed = place(request, ps.count, per_pod, ps.template, flavor, topology, nodes, on_nodes)
+        if isinstance(placed, str):
+            problems.append(f"{ps.name}: {placed}")
+        else:
+            placements[ps.name] = placed
     return Admission(
         queue=queue.metadata.name,
         flavors=assigned,
         problems=problems,
         waiting_for=waiting if not problems else [],
         provisioning=provisioning and not problems,
+        placements=placements if not problems else {},
+        topology_unchecked=unchecked if not problems else [],
     )

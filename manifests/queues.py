@@ -8,6 +8,24 @@ from __future__ import annotations
 from manifests import kueue
 from spec.catalog import catalog
 from spec.platform import PlatformConfig
+from spec.pools import NodePoolConfig
+
+
+def mig_resource(strategy: str, profile: str, whole: str = "nvidia.com/gpu") -> str:
+    """The resource a MIG partition is advertised as: `nvidia.com/mig-<profile>` with the
+    mixed strategy, `nvidia.com/gpu` (`whole`) with single (the GPU operator's device plugin)."""
+    return f"nvidia.com/mig-{profile}" if strategy == "mixed" else whole
+
+
+def pool_partitions(cfg: PlatformConfig, pool: NodePoolConfig) -> dict[str, int]:
+    """A MIG pool's resources per GPU (resource -> instances); empty for whole GPUs."""
+    kind = catalog().accelerator_kind(pool.instance_type)
+    whole = kind.resource if kind is not None else "nvidia.com/gpu"
+    out: dict[str, int] = {}
+    for profile, count in (pool.mig or {}).items():
+        resource = mig_resource(cfg.addons.mig_strategy, profile, whole)
+        out[resource] = out.get(resource, 0) + count
+    return out
 
 
 def pool_capacities(cfg: PlatformConfig, team: str = "") -> list[kueue.PoolCapacity]:
@@ -30,6 +48,8 @@ def pool_capacities(cfg: PlatformConfig, team: str = "") -> list[kueue.PoolCapac
                 memory_gib_per_gpu=itype.memory_gib / count,
                 elastic=pool.elastic,
                 team=team,
+                topology_layers=itype.network_topology_layers if pool.topology_aware else None,
+                partitions=pool_partitions(cfg, pool),
             )
         )
     return out

@@ -20,7 +20,7 @@ import pulumi
 import pulumi_aws as aws
 from pydantic import BaseModel
 
-from components.addons import AddonsArgs
+from components.addons import AddonsArgs, MigLayout, mig_config_name
 from components.checkpoint_milestones import CheckpointMilestonesArgs
 from components.cluster import ClusterArgs, SystemPool
 from components.cpu_node_pool import CpuNodePoolArgs
@@ -42,7 +42,7 @@ from components.storage import (
 )
 from components.straggler_watch import StragglerWatchArgs
 from components.tenancy import Tenant
-from manifests.queues import pool_capacities, tenant_shares
+from manifests.queues import mig_resource, pool_capacities, tenant_shares
 from manifests.serving.gateway import ClientRate
 from monitoring.alertmanager import PLATFORM, Audience
 from spec.catalog import catalog
@@ -133,8 +133,17 @@ def cluster_args(
     )
 
 
-def gpu_pool_args(name: str, pool: NodePoolConfig, **from_components: Any) -> GpuNodePoolArgs:
-    """`from_components`: the cluster's and the network's outputs the pool is built on."""
+def gpu_pool_args(
+    name: str, pool: NodePoolConfig, mig_strategy: str = "mixed", **from_components: Any
+) -> GpuNodePoolArgs:
+    """`from_components`: the cluster's and the network's outputs the pool is built on;
+    `mig_strategy`: the stack's `addons.mig_strategy` (how a MIG pool's partitions are
+    advertised)."""
+    gpus = catalog().instance(pool.instance_type).gpu_count
+    partitions: dict[str, int] = {}
+    for profile, count in (pool.mig or {}).items():
+        resource = mig_resource(mig_strategy, profile)
+        partitions[resource] = partitions.get(resource, 0) + count * gpus
     return shared(
         pool,
         GpuNodePoolArgs,
@@ -142,8 +151,49 @@ def gpu_pool_args(name: str, pool: NodePoolConfig, **from_components: Any) -> Gp
         size=pool_size(pool),
         placement_group=pool.uses_placement_group,
         hugepages_2mi_mib=pool.hugepages_2mi_reserved,
+        mig_config=mig_config_name(name) if pool.mig else None,
+        mig_partitions=partitions,
         **from_components,
     )
+
+
+def pool_topology(cfg: PlatformConfig) -> dict[str, int]:
+    """The topology-aware pools and the EC2 network layers of their type."""
+    return {
+        name: layers
+        for name, pool in cfg.node_pools.items()
+        if pool.topology_aware
+        and (layers := catalog().instance(pool.instance_type).network_topology_layers)
+    }
+
+
+def serving_partitions(cfg: PlatformConfig, serving: ServingConfig) -> dict[str, tuple[str, int]]:
+    """Model -> the MIG partition a replica asks for (its resource, and how many one GPU of
+    its pool holds), for the models on a partition."""
+    out = {}
+    for model in serving.models:
+        layout = cfg.node_pools[model.node_pool].mig or {}
+        if model.mig_profile is not None and model.mig_profile in layout:
+            resource = mig_resource(cfg.addons.mig_strategy, model.mig_profile)
+            out[model.name] = (resource, layout[model.mig_profile])
+    return out
+
+
+def mig_layouts(cfg: PlatformConfig) -> list[MigLayout]:
+    """The MIG pools' configs for the GPU operator's MIG manager."""
+    layouts = []
+    for name, pool in cfg.node_pools.items():
+        model = catalog().mig_model(pool.instance_type)
+        if pool.mig is None or model is None:
+            continue
+        layouts.append(
+            MigLayout(
+                config=mig_config_name(name),
+                device_filter=model.pci_device_id,
+                per_gpu=dict(pool.mig),
+            )
+        )
+    return layouts
 
 
 def cpu_pool_args(
@@ -196,6 +246,7 @@ def addons_args(
         and cfg.addons.gpu_operator
         and cfg.monitoring.enabled
         and (sharing or any(_nvidia(p.instance_type) for p in cfg.node_pools.values())),
+        mig_layouts=mig_layouts(cfg),
         cluster_name=cluster_name,
         region=cfg.region,
         vpc_id=vpc_id,

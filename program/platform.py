@@ -45,6 +45,7 @@ from components.storage_csi import (
 from components.straggler_watch import StragglerWatch
 from components.tenancy import Tenancy, TenancyArgs, TenantBuckets
 from manifests import kueue
+from manifests.queues import pool_partitions
 from manifests.scheduling import PRIORITIES
 from manifests.serving.gateway import AccessLogs
 from monitoring import rules, serving_slo
@@ -168,6 +169,7 @@ def _node_pools(site: Site) -> tuple[dict[str, GpuNodePool], dict[str, CpuNodePo
             args.gpu_pool_args(
                 pool_name,
                 pool,
+                cfg.addons.mig_strategy,
                 cluster_name=cluster.name,
                 cluster_version=cluster.version,
                 cluster_security_group_id=cluster.security_group_id,
@@ -282,6 +284,11 @@ def _tenancy(site: Site, buckets: Storage | None, addons: Addons) -> Tenancy:
                 name: kind.resource
                 for name, pool in cfg.node_pools.items()
                 if (kind := catalog().accelerator_kind(pool.instance_type))
+            },
+            pool_partitions={
+                name: pool_partitions(cfg, pool)
+                for name, pool in cfg.node_pools.items()
+                if pool.mig is not None
             },
             cluster_name=cluster.name,
             region=cfg.region,
@@ -524,6 +531,8 @@ def _serving(site: Site, buckets: Storage | None, tenancy: Tenancy) -> None:
                 kms_key_arn=buckets.kms_key_arn if buckets is not None else None,
                 vpc_cidr=cfg.network.vpc_cidr,
                 pools={name: pool.instance_type for name, pool in cfg.node_pools.items()},
+                pool_topology=args.pool_topology(cfg),
+                partitions=args.serving_partitions(cfg, serve),
                 system_nodes=system_nodes,
                 traces_endpoint=cfg.monitoring.traces_endpoint,
                 # The ALB's and WAF's logs, into buckets whose policies already admit them.

@@ -46,6 +46,11 @@ class InstanceType(_Data):
     network_gbps: float
     on_demand_usd_per_hour: float
     capacity_block_usd_per_hour: float | None = None
+    network_topology_layers: Literal[3, 4] | None = Field(
+        None,
+        description="network nodes EC2 instance topology reports for the type, which EKS puts "
+        "on its nodes as topology.k8s.aws/network-node-layer-1..N; None: the type has none",
+    )
 
     @property
     def gpu_count(self) -> int:
@@ -56,6 +61,47 @@ class AcceleratorKind(_Data):
     ami_type: str
     resource: str
     taint_key: str
+
+
+_MIG_PROFILE = re.compile(r"^(?P<compute>[1-7])g\.(?P<memory>[0-9]+)gb$")
+
+
+class MigModel(_Data):
+    """One accelerator model's MIG partitions (GPU instances) as the MIG manager knows them."""
+
+    pci_device_id: str = Field(
+        pattern=r"^0x[0-9A-F]{8}$",
+        description="the GPU's PCI device and vendor id, mig-parted's `device-filter`",
+    )
+    profiles: dict[str, int] = Field(
+        description="profile (`<compute slices>g.<memory GB>gb`) -> most instances per GPU"
+    )
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, v: dict[str, int]) -> dict[str, int]:
+        for name, most in v.items():
+            if not _MIG_PROFILE.match(name):
+                raise ValueError(f"{name}: not a MIG profile name (<n>g.<memory>gb)")
+            if not 1 <= most <= 7:
+                raise ValueError(f"{name}: {most} instances per GPU, not 1..7")
+        return v
+
+    def compute_slices(self, profile: str) -> int:
+        match = _MIG_PROFILE.match(profile)
+        assert match is not None  # checked on load
+        return int(match["compute"])
+
+    def memory_gb(self, profile: str) -> int:
+        match = _MIG_PROFILE.match(profile)
+        assert match is not None
+        return int(match["memory"])
+
+
+class Mig(_Data):
+    source: str
+    read: str = Field(description="the day `source` was read")
+    models: dict[str, MigModel] = Field(description="by the catalog's accelerator model")
 
 
 class Prices(_Data):
@@ -516,6 +562,7 @@ class Catalog(_Data):
     prices: Prices
     instances: dict[str, InstanceType]
     accelerator_kinds: dict[str, AcceleratorKind]
+    mig: Mig
     cpu_ami_type: str
     platform_prices: PlatformPrices
     spot_discount_assumption: float = Field(gt=0, lt=1)
@@ -555,6 +602,19 @@ class Catalog(_Data):
         if unknown:
             raise ValueError(f"storage.lustre_performance names unknown types: {unknown}")
         return self
+
+    @model_validator(mode="after")
+    def _mig_models_known(self) -> Catalog:
+        models = {t.accelerator.model for t in self.instances.values() if t.accelerator}
+        unknown = sorted(set(self.mig.models) - models)
+        if unknown:
+            raise ValueError(f"mig.models for accelerators no instance type has: {unknown}")
+        return self
+
+    def mig_model(self, instance_type: str) -> MigModel | None:
+        """The MIG partitions of the type's GPUs; None where they have none (or no GPUs)."""
+        acc = self.instance(instance_type).accelerator
+        return self.mig.models.get(acc.model) if acc is not None else None
 
     def instance(self, name: str) -> InstanceType:
         """The catalog's facts of `name`; ValueError (one line) for a type it does not list."""

@@ -7,7 +7,9 @@ gateway, no GPU nodes running until a pool asks for them.
 
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 
 from pydantic import Field, field_validator, model_validator
 
@@ -195,6 +197,7 @@ class PlatformConfig(Section):
                         f"not one of network.availability_zones ({', '.join(zones)})",
                     )
         check_offerings(self)
+        self._mig()
         self._release_versions()
         if self.storage is not None:
             self._storage_refs(self.storage)
@@ -204,6 +207,41 @@ class PlatformConfig(Section):
         if self.serving is not None:
             self._serving_refs(self.serving)
         return self
+
+    def _mig(self) -> None:
+        """MIG pools need the GPU operator (its MIG manager applies the layout), and the single
+        strategy a single profile per pool (every partition is then `nvidia.com/gpu`)."""
+        for name, pool in self.node_pools.items():
+            if pool.topology_aware and self.on_shared_cluster:
+                raise FieldError(
+                    ("node_pools", name, "topology_aware"),
+                    True,
+                    "a team stack's flavors cannot name a Topology: Topologies are cluster-"
+                    "wide and the shared stack declares none for team pools; set false",
+                )
+            if pool.mig is not None and self.on_shared_cluster:
+                raise FieldError(
+                    ("node_pools", name, "mig"),
+                    pool.mig,
+                    "the MIG manager's configs are the shared stack's GPU operator's: a team "
+                    "stack's pool cannot add one; remove mig",
+                )
+            if pool.mig is None:
+                continue
+            if not self.addons.gpu_operator:
+                raise FieldError(
+                    ("node_pools", name, "mig"),
+                    pool.mig,
+                    "the GPU operator's MIG manager partitions the GPUs: set "
+                    "addons.gpu_operator true, or remove mig",
+                )
+            if self.addons.mig_strategy == "single" and len(pool.mig) > 1:
+                raise FieldError(
+                    ("node_pools", name, "mig"),
+                    pool.mig,
+                    "addons.mig_strategy single advertises every partition as nvidia.com/gpu: "
+                    "one profile per pool, or mig_strategy mixed",
+                )
 
     def _release_versions(self) -> None:
         """An AMI release is built for one Kubernetes minor: the cluster's."""
@@ -369,6 +407,8 @@ class PlatformConfig(Section):
                     not_in("pool", "node_pools", self.node_pools),
                 )
             gpus = catalog().instance(pool.instance_type).gpu_count
+            if model.mig_profile is not None or pool.mig is not None:
+                self._serving_partition(here, model, pool)
             if model.gpus_per_replica > gpus:
                 raise FieldError(
                     (*here, "gpus_per_replica"),
@@ -416,8 +456,36 @@ class PlatformConfig(Section):
             )
 
     @staticmethod
+    def _serving_partition(
+        here: tuple[str | int, ...], model: ServingModelConfig, pool: NodePoolConfig
+    ) -> None:
+        """A model on a MIG pool runs on one of its partitions, and one on a partition on a
+        MIG pool that has it."""
+        layout = pool.mig or {}
+        if model.mig_profile is None:
+            raise FieldError(
+                (*here, "mig_profile"),
+                MISSING,
+                f"pool {model.node_pool} is partitioned by MIG: a replica runs on one "
+                f"partition, one of {', '.join(layout)}",
+            )
+        if model.mig_profile not in layout:
+            where = f"its layout has {', '.join(layout)}" if layout else "it has no mig layout"
+            raise FieldError(
+                (*here, "mig_profile"),
+                model.mig_profile,
+                f"not a partition of pool {model.node_pool} ({where})",
+            )
+        if model.gpus_per_replica != 1 or model.nodes_per_replica != 1:
+            raise FieldError(
+                (*here, "gpus_per_replica"),
+                model.gpus_per_replica,
+                "a replica on a MIG partition takes one partition of one node: "
+                "gpus_per_replica 1, nodes_per_replica 1",
+            )
+
     def _serving_demand(
-        serving: ServingConfig, multi_node: bool | None = None
+        self, serving: ServingConfig, multi_node: bool | None = None
     ) -> dict[str, tuple[list[int], int, str]]:
         """Pool -> (indexes of its models, GPUs they need at max_replicas, their list);
         `multi_node` True/False: only the models over several nodes, or on one.
@@ -434,14 +502,23 @@ class PlatformConfig(Section):
             canary = m.live_canary
             return m.max_replicas + (canary.replicas if canary is not None else 0)
 
+        def per_replica(m: ServingModelConfig) -> Fraction:
+            """GPUs a replica holds: a MIG partition is its share of one GPU."""
+            layout = self.node_pools[m.node_pool].mig or {}
+            if m.mig_profile is not None and m.mig_profile in layout:
+                return Fraction(1, layout[m.mig_profile])
+            return Fraction(m.gpus_per_replica * m.nodes_per_replica)
+
         def term(m: ServingModelConfig) -> str:
+            if m.mig_profile is not None:
+                return f"{m.name} {replicas(m)} x {per_replica(m)}"
             nodes = f" x {m.nodes_per_replica}" if m.nodes_per_replica > 1 else ""
             return f"{m.name} {replicas(m)} x {m.gpus_per_replica}{nodes}"
 
         demand = {}
         for pool_name, indexes in on_pool.items():
             models = [serving.models[i] for i in indexes]
-            need = sum(replicas(m) * m.gpus_per_replica * m.nodes_per_replica for m in models)
+            need = math.ceil(sum(replicas(m) * per_replica(m) for m in models))
             demand[pool_name] = (indexes, need, ", ".join(term(m) for m in models))
         return demand
 

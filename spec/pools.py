@@ -121,8 +121,34 @@ class NodePoolConfig(PoolSizes):
             "min_size below max_size."
         ),
     )
+    topology_aware: bool = Field(
+        False,
+        description=(
+            "Kueue's Topology Aware Scheduling on the pool: its flavor names the Topology of "
+            "the EC2 network labels EKS puts on its nodes (topology.k8s.aws/network-node-"
+            "layer-1..N, then the node), and every pod set placed there asks for a level "
+            "(jobs: `topology`, default preferred at the lowest network layer). Needs an "
+            "instance type that reports its network topology."
+        ),
+    )
+    mig: dict[str, int] | None = Field(
+        None,
+        description=(
+            "MIG partitions of every GPU of the pool's nodes: profile -> instances per GPU "
+            "(`{1g.10gb: 7}`, `{3g.40gb: 2}`), applied by the GPU operator's MIG manager. "
+            "Jobs and model servers then ask for a partition, not a GPU; the tenants' "
+            "gpu_quota still counts whole GPUs. With addons.mig_strategy single, one profile."
+        ),
+    )
 
     _instance = field_validator("instance_type")(known_instance)
+
+    @field_validator("mig")
+    @classmethod
+    def _mig_counts(cls, v: dict[str, int] | None) -> dict[str, int] | None:
+        if v is not None and (not v or any(n < 1 for n in v.values())):
+            raise ValueError("name at least one profile, each with at least 1 instance per GPU")
+        return v
 
     @field_validator("instance_type")
     @classmethod
@@ -179,6 +205,21 @@ class NodePoolConfig(PoolSizes):
                 self.capacity_reservation_id,
                 "spot capacity cannot use a reservation; remove it or use ON_DEMAND",
             )
+        if self.topology_aware and itype.network_topology_layers is None:
+            reporting = [
+                n
+                for n, t in catalog().instances.items()
+                if t.accelerator and t.network_topology_layers
+            ]
+            raise FieldError(
+                ("topology_aware",),
+                True,
+                f"{self.instance_type} reports no EC2 network topology, so its nodes carry no "
+                "topology.k8s.aws/network-node-layer labels and Kueue would find none of them; "
+                f"set false or use one of {sorted_names(reporting)}",
+            )
+        if self.mig is not None:
+            self._check_mig(self.mig)
         zones = self.availability_zones
         if self.efa or self.capacity_reservation_id:
             why = "an EFA pool" if self.efa else "a pool on a reservation"
@@ -195,6 +236,52 @@ class NodePoolConfig(PoolSizes):
                     f"{why} must sit in one subnet (one AZ); list exactly one",
                 )
         return self
+
+    def _check_mig(self, layout: dict[str, int]) -> None:
+        """The layout exists on the pool's GPUs and fits one GPU: each profile at most its
+        count, at most 7 compute slices and 8 memory slices in all (a necessary condition;
+        the MIG manager refuses a placement the GPU cannot make when it applies it)."""
+        model = catalog().mig_model(self.instance_type)
+        acc = catalog().instance(self.instance_type).accelerator
+        assert acc is not None  # _accelerated
+        if model is None:
+            with_mig = [n for n in catalog().instances if catalog().mig_model(n) is not None]
+            raise FieldError(
+                ("mig",),
+                layout,
+                f"the {acc.model} GPUs of {self.instance_type} have no MIG partitions; remove "
+                f"mig or use one of {sorted_names(with_mig)}",
+            )
+        gpu_gb = acc.memory_gib / acc.count
+        compute = memory = 0
+        for profile, count in layout.items():
+            if profile not in model.profiles:
+                raise FieldError(
+                    ("mig", profile),
+                    count,
+                    f"not a MIG profile of the {acc.model}; one of {', '.join(model.profiles)}",
+                )
+            if count > model.profiles[profile]:
+                raise FieldError(
+                    ("mig", profile),
+                    count,
+                    f"a {acc.model} holds at most {model.profiles[profile]} of {profile}",
+                )
+            compute += model.compute_slices(profile) * count
+            memory += round(model.memory_gb(profile) / (gpu_gb / 8)) * count
+        if compute > 7 or memory > 8:
+            raise FieldError(
+                ("mig",),
+                layout,
+                f"takes {compute} of a {acc.model}'s 7 compute slices and {memory} of its 8 "
+                "memory slices; a layout must fit one GPU",
+            )
+
+    @property
+    def mig_partitions(self) -> dict[str, int]:
+        """Profile -> instances per node (per GPU x the node's GPUs); empty without MIG."""
+        gpus = catalog().instance(self.instance_type).gpu_count
+        return {p: n * gpus for p, n in (self.mig or {}).items()}
 
     @property
     def hugepages_2mi_reserved(self) -> int:

@@ -380,6 +380,12 @@ class ServingModelConfig(Section):
         "LeaderWorkerSet of whole nodes (gpus_per_replica = the node's GPUs), queued to "
         "Kueue as one group.",
     )
+    mig_profile: str | None = Field(
+        None,
+        description="A MIG partition of this profile per replica (`3g.40gb`), on a pool whose "
+        "`mig` layout has it: a small model, or an evaluation endpoint, on part of a GPU "
+        "(gpus_per_replica 1, nodes_per_replica 1; the memory check takes the partition's).",
+    )
     min_replicas: int = Field(1, ge=0, description="Replicas kept inside serving hours.")
     max_replicas: int = Field(2, ge=1, description="Most replicas under load.")
     max_model_len: int = Field(8192, ge=128, le=1048576, description="vLLM --max-model-len.")
@@ -670,6 +676,11 @@ class EnginePlan:
     """Where vLLM sends its request spans (OTLP gRPC); None: untraced."""
 
 
+def mig_memory_gb(profile: str) -> int:
+    """The memory of a MIG profile (`3g.40gb`: 40), in GB as NVIDIA names it."""
+    return int(profile.rsplit(".", 1)[-1].removesuffix("gb"))
+
+
 def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
     """The engine settings of `model` on `instance_type`: defaults derived, memory checked.
 
@@ -721,6 +732,10 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
         )
     eng = model.engine
     gpu_gib = acc.memory_gib / acc.count
+    if model.mig_profile is not None:
+        # A partition's name gives its memory in GB (10^9 bytes): less than the GiB it shows,
+        # which errs on the side of fitting.
+        gpu_gib = mig_memory_gb(model.mig_profile) * 1e9 / GIB
     budget = eng.gpu_memory_utilization * gpu_gib
     lora = eng.lora
     spec = eng.speculative
@@ -735,9 +750,9 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
     )
     per_seq = need.kv_per_token * model.max_model_len
     room = budget * GIB - need.fixed
-    where = (
-        f"{eng.gpu_memory_utilization:.2f} x {gpu_gib:g} GiB of a {acc.model} on {instance_type}"
-    )
+    gpu = acc.model if model.mig_profile is None else f"{acc.model} {model.mig_profile} partition"
+    size = f"{gpu_gib:g}" if model.mig_profile is None else f"{gpu_gib:.1f}"
+    where = f"{eng.gpu_memory_utilization:.2f} x {size} GiB of a {gpu} on {instance_type}"
     if pp > 1:
         where += f" (the heaviest of {pp} pipeline stages)"
     fits = math.floor(room / per_seq) if room > 0 else 0
@@ -757,11 +772,13 @@ def engine_plan(model: ServingModelConfig, instance_type: str) -> EnginePlan:
             shown,
             f"{model.name} needs {total / GIB:.1f} GiB per GPU ({need.describe()} + KV cache "
             f"{per_seq * seqs / GIB:.1f} at {model.max_model_len} tokens x {seqs} seqs) > "
-            f"{where}; lower max_num_seqs or max_model_len, or raise "
+            f"{where}; lower max_num_seqs or max_model_len, or "
             + (
-                "gpus_per_replica (tensor parallel size)"
+                "take a larger partition (mig_profile)"
+                if model.mig_profile is not None
+                else "raise gpus_per_replica (tensor parallel size)"
                 if tp < acc.count
-                else "nodes_per_replica (pipeline parallel size over nodes)"
+                else "raise nodes_per_replica (pipeline parallel size over nodes)"
             ),
         )
     batched = eng.max_num_batched_tokens

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Collection
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -198,6 +199,16 @@ class AddonsConfig(Section):
 
     gpu_operator: bool = Field(
         True, description="NVIDIA GPU operator (device plugin, DCGM exporter; no driver/toolkit)."
+    )
+    mig_strategy: Literal["single", "mixed"] = Field(
+        "mixed",
+        description=(
+            "How the GPU operator's device plugin advertises the MIG partitions of pools with "
+            "`mig`: mixed, one resource per profile (`nvidia.com/mig-1g.10gb`), so a pod asks "
+            "for the partition it fits in; single, every partition as `nvidia.com/gpu` (one "
+            "profile per pool). Cluster-wide (the chart's `mig.strategy`); set only where a "
+            "pool has `mig`."
+        ),
     )
     efa_device_plugin: bool = Field(True, description="EFA device plugin on EFA nodes.")
     kueue: bool = Field(True, description="Kueue: quotas, queues and preemption for jobs.")

@@ -30,7 +30,7 @@ from llmp.accept.jobs import FINAL, Finding, PoolNodes, PoolTarget, Result
 from llmp.clients import kube
 from llmp.clients.kube import REQUEST_TIMEOUT, KubeApis, KubeError
 from manifests.jobs import dcgm_diag, fabric
-from manifests.kueue import LOCAL_QUEUE
+from manifests.kueue import LOCAL_QUEUE, TopologyRequest
 from spec.platform import PlatformConfig
 
 POLL_SECONDS = 10.0
@@ -66,9 +66,20 @@ def pool_targets(
                 "pass --namespace NS"
             )
         queue = LOCAL_QUEUE if cfg.addons.kueue and ns in cfg.tenants else None
+        topology = (
+            TopologyRequest("unconstrained").annotations() if pool.topology_aware and queue else {}
+        )
         targets.append(
             PoolTarget(
-                name, pool.instance_type, pool.efa, pool.min_size, pool.desired_size, ns, queue
+                name,
+                pool.instance_type,
+                pool.efa,
+                pool.min_size,
+                pool.desired_size,
+                ns,
+                queue,
+                topology,
+                partitioned=pool.mig is not None,
             )
         )
     return targets

@@ -56,6 +56,11 @@ class PoolTarget:
     desired_size: int
     namespace: str
     queue_name: str | None
+    topology: dict[str, str] = field(default_factory=dict)
+    """On a topology-aware pool, the Kueue annotations its checks' pods carry (unconstrained:
+    a check needs nodes of the pool, not nodes close together); empty elsewhere."""
+    partitioned: bool = False
+    """The pool's GPUs are MIG-partitioned: no whole GPU for the DCGM diagnostic or NCCL."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,16 @@ def plan_jobs(
 
         acc = catalog().instance(t.instance_type).accelerator
         nvidia = acc is not None and acc.kind == "nvidia"
+        if t.partitioned:
+            why = (
+                "its GPUs are MIG partitions; the DCGM diagnostic and the fabric test take "
+                "whole GPUs"
+            )
+            if dcgm:
+                skip("dcgm", why)
+            if fabric_check and t.efa:
+                skip("fabric", why)
+            continue
         if dcgm:
             if not nvidia:
                 skip("dcgm", f"{t.instance_type} has no NVIDIA GPUs")
@@ -186,6 +201,7 @@ def _dcgm_job(
         level=level,
         queue_name=t.queue_name,
         deadline_seconds=round(timeout_min * 60) if timeout_min else None,
+        topology=t.topology,
     )
     labels = {RUN_LABEL: run_id, CHECK_LABEL: "dcgm"}
     manifests = [_labelled(m, labels) for m in dcgm_diag.dcgm_diag_manifests(spec)]
@@ -202,6 +218,7 @@ def _fabric_job(t: PoolTarget, run_id: str, timeout_min: float | None) -> Accept
         name=name,
         queue_name=t.queue_name,
         deadline_seconds=deadline,
+        topology=t.topology,
     )
     labels = {RUN_LABEL: run_id, CHECK_LABEL: "fabric"}
     manifests = [_labelled(m, labels) for m in fabric.fabric_manifests(spec)]

@@ -108,9 +108,13 @@ class Prepared:
     def _step_lines(self) -> list[str]:
         job = self.job
         of = catalog().instance(self.instance_type).accelerator
+        share = (
+            f"1 {job.partition} MIG partition"
+            if job.partition is not None
+            else f"{self.gpus_per_node} of its {of.count if of else '?'} GPUs"
+        )
         lines = [
-            f"  pool {job.pool}: {self.instance_type}, {self.gpus_per_node} of its "
-            f"{of.count if of else '?'} GPUs with {self.host}",
+            f"  pool {job.pool}: {self.instance_type}, {share} with {self.host}",
             "  one process on one node: its errors fail it, a lost pod starts over",
         ]
         if job.promote is not None:
@@ -232,9 +236,16 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
             trainer = job.trainer_config(instance_type)
         except ValidationError as exc:
             raise validation_error(path, exc, "trainer.") from None
+    topology = _topology_request(path, job, cfg)
+    partition = _partition(path, job, cfg)
     try:
         spec = job.job_spec(
-            instance_type, pool.efa, bucket, run_as_user=tenant_uid(job.tenant, tenant)
+            instance_type,
+            pool.efa,
+            bucket,
+            run_as_user=tenant_uid(job.tenant, tenant),
+            topology=topology,
+            partition=partition,
         )
     except ValidationError as exc:
         raise validation_error(path, exc) from None
@@ -254,6 +265,7 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
         flavors,
         cohort=queues,
         checks=checks,
+        topologies=kueue.topologies(pools),
     )
     if not admission.admitted:
         key, value = ("gpus_per_node", spec.gpus) if job.is_step else ("nodes.max", job.nodes.max)
@@ -261,14 +273,15 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
             path, key, value, f"Kueue would never admit it: {'; '.join(admission.problems)}"
         )
     requests = job_manifest["spec"]["trainer"]["resourcesPerNode"]["requests"]
-    nominal = tenant.gpu_quota[job.pool]
+    # On a MIG pool the tenant's GPUs are partitions in its queue.
+    nominal = tenant.gpu_quota[job.pool] * (partition[1] if partition is not None else 1)
     prepared = Prepared(
         path=path,
         job=job,
         config=cfg,
         instance_type=instance_type,
         gpus_per_node=spec.gpus,
-        gpu_resource=kind.resource,
+        gpu_resource=spec.accelerator_resource or kind.resource,
         trainer=trainer,
         manifests=rendered,
         admission=admission,
@@ -288,12 +301,81 @@ def check(path: str, job: JobFile, cfg: PlatformConfig) -> Prepared:
                 f"it cannot publish to s3://{bucket}/{job.promote.key_prefix()}: {why}; "
                 "the job would export and evaluate, then fail to publish (AccessDenied, exit 1)"
             )
+    if topology is not None:
+        level = topology.level.rsplit("/", 1)[-1] if topology.level else "anywhere"
+        prepared.notes.append(
+            f"topology: {topology.mode} {level}; Kueue places the nodes by the network labels "
+            "of the pool's nodes at admission (not checked offline)"
+        )
     if job.nodes.min < job.nodes.max and not pool.elastic:
         prepared.notes.append(
             f"pool {job.pool} is fixed at {pool.max_size} nodes: after losing one the job "
             "grows back when it is repaired or replaced"
         )
     return prepared
+
+
+def _topology_request(path: str, job: JobFile, cfg: PlatformConfig) -> kueue.TopologyRequest | None:
+    """What the job's pods ask of Kueue's Topology Aware Scheduling: the file's `topology`, or
+    on a topology-aware pool by default preferred at its lowest network layer; none on a
+    pool that is not (Kueue would then find no flavor for it)."""
+    pool = cfg.node_pools[job.pool]
+    if not pool.topology_aware:
+        if job.topology is not None:
+            raise bad_key(
+                path,
+                "topology",
+                job.topology.model_dump(exclude_defaults=True),
+                f"pool {job.pool} is not topology-aware (node_pools.{job.pool}.topology_aware); "
+                "Kueue would find no flavor for the job: remove topology",
+            )
+        return None
+    layers = catalog().instance(pool.instance_type).network_topology_layers
+    assert layers is not None  # spec.pools refuses topology_aware without them
+    if job.topology is None:
+        return kueue.default_topology_request(layers)
+    request = job.topology.request()
+    if request.level is not None and request.level not in kueue.network_levels(layers):
+        names = [
+            n for n, label in kueue.LEVEL_NAMES.items() if label in kueue.network_levels(layers)
+        ]
+        raise bad_key(
+            path,
+            "topology",
+            job.topology.model_dump(exclude_defaults=True),
+            f"the {pool.instance_type} nodes of pool {job.pool} have {layers} network layers: "
+            f"one of {', '.join(names)}",
+        )
+    return request
+
+
+def _partition(path: str, job: JobFile, cfg: PlatformConfig) -> tuple[str, int] | None:
+    """A step's MIG partition on a MIG pool: its resource and how many one GPU holds."""
+    from manifests.queues import mig_resource
+
+    pool = cfg.node_pools[job.pool]
+    if pool.mig is None:
+        if job.partition is not None:
+            raise bad_key(
+                path,
+                "partition",
+                job.partition,
+                f"pool {job.pool} has no MIG partitions (node_pools.{job.pool}.mig): remove "
+                "partition for whole GPUs",
+            )
+        return None
+    if job.partition is None or job.partition not in pool.mig:
+        key, value = ("partition", job.partition) if job.partition else ("pool", job.pool)
+        raise bad_key(
+            path,
+            key,
+            value,
+            f"pool {job.pool} is partitioned by MIG ({', '.join(pool.mig)} per GPU): a step "
+            "asks for one of them (`partition`); training takes whole GPUs on another pool",
+        )
+    if (job.gpus_per_node or 1) != 1:
+        raise bad_key(path, "gpus_per_node", job.gpus_per_node, "a step takes one partition")
+    return mig_resource(cfg.addons.mig_strategy, job.partition), pool.mig[job.partition]
 
 
 def prepare(

@@ -195,6 +195,10 @@ def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
             service_account=WORKLOAD_SERVICE_ACCOUNT,
             team=cfg.team_name(job.stack),
             run_as_user=tenant_uid(job.tenant, cfg.tenants[job.tenant]),
+            # Ray workers share no collectives: anywhere on a topology-aware pool.
+            worker_topology=kueue.TopologyRequest("unconstrained")
+            if gpu and cfg.node_pools[job.pool].topology_aware
+            else None,
         )
     except ValidationError as exc:
         raise validation_error(path, exc) from None

@@ -121,6 +121,11 @@ class DcgmDiagSpec(BaseModel):
     level: int | None = Field(None, description="Default: the catalog's default_level.")
     image: str | None = Field(None, description="Default: the catalog's dcgm_diagnostic.image.")
     queue_name: str | None = None
+    topology: dict[str, str] = Field(
+        default_factory=dict,
+        description="Kueue's Topology Aware Scheduling annotations of its pods: what a pod set on "
+        "a topology-aware pool must carry (`kueue.x-k8s.io/podset-unconstrained-topology`).",
+    )
     deadline_seconds: int | None = Field(
         None, ge=60, description="Default: the level's deadline_minutes from the catalog."
     )
@@ -235,7 +240,7 @@ def dcgm_diag_manifests(spec: DcgmDiagSpec) -> list[dict[str, Any]]:
             ttl_seconds_after_finished=24 * 3600,
             suspend=True if spec.queue_name else None,
             template=PodTemplate(
-                metadata=ObjectMeta(labels=labels),
+                metadata=ObjectMeta(labels=labels, annotations=dict(spec.topology) or None),
                 spec=PodSpec(
                     service_account_name="default",
                     # The diagnostic never talks to the API server.

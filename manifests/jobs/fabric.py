@@ -93,6 +93,11 @@ class FabricSpec(BaseModel):
     iterations: int = Field(50, ge=1)
     queue_name: str | None = None
     deadline_seconds: int = Field(1800, ge=60, description="Hung runs must not hold the nodes.")
+    topology: dict[str, str] = Field(
+        default_factory=dict,
+        description="Kueue's Topology Aware Scheduling annotations of its pods: what a pod set on "
+        "a topology-aware pool must carry (`kueue.x-k8s.io/podset-unconstrained-topology`).",
+    )
 
     @property
     def pinned_image(self) -> str:
@@ -227,7 +232,7 @@ def fabric_manifests(spec: FabricSpec) -> list[dict[str, Any]]:
             success_policy=SuccessPolicy(rules=[SuccessPolicyRule(succeeded_indexes="0")]),
             suspend=True if spec.queue_name else None,
             template=PodTemplate(
-                metadata=ObjectMeta(labels=labels),
+                metadata=ObjectMeta(labels=labels, annotations=dict(spec.topology) or None),
                 spec=PodSpec(
                     service_account_name="default",
                     priority_class_name="llmp-training",

@@ -119,7 +119,7 @@ from manifests.jobs.pod import FSX_MOUNT, check_dns_label, check_image, on_fsx
 from manifests.jobs.pytorchjob import CONFIG_MOUNT, JobKind
 from manifests.jobs.rayjob import RayJobSpec
 from manifests.jobs.trainjob import TrainJobSpec
-from manifests.kueue import LOCAL_QUEUE
+from manifests.kueue import LEVEL_NAMES, LOCAL_QUEUE, TopologyRequest
 from manifests.scheduling import check_priority_class
 from spec.catalog import catalog
 from spec.labels import PART_OF
@@ -390,6 +390,44 @@ def config_map_name(job: str) -> str:
     return f"{job}-config"
 
 
+class TopologyChoice(BaseModel):
+    """`topology`: where Kueue places the job's nodes on a topology-aware pool, by the EC2
+    network labels of its nodes. One of `required: <level>` (all nodes under one network
+    node of that layer, or the job waits), `preferred: <level>` (there if one has room,
+    else as close above as fits) or `unconstrained: true`. Levels: `layer-1` (the top of
+    the network, the least selective) to `layer-3` (`layer-4` on types with four layers),
+    and `node`. Default on a topology-aware pool: preferred at its lowest layer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    required: str | None = Field(None, description="A level every node must share.")
+    preferred: str | None = Field(None, description="A level the nodes should share.")
+    unconstrained: bool = Field(False, description="Anywhere on the pool.")
+
+    @field_validator("required", "preferred")
+    @classmethod
+    def _level(cls, v: str | None) -> str | None:
+        if v is not None and v not in LEVEL_NAMES:
+            raise ValueError(f"not a level; one of {', '.join(LEVEL_NAMES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> TopologyChoice:
+        given = [k for k in ("required", "preferred") if getattr(self, k)]
+        if self.unconstrained:
+            given.append("unconstrained")
+        if len(given) != 1:
+            raise ValueError("give one of required, preferred or unconstrained")
+        return self
+
+    def request(self) -> TopologyRequest:
+        if self.unconstrained:
+            return TopologyRequest("unconstrained")
+        if self.required is not None:
+            return TopologyRequest.parse("required", self.required)
+        return TopologyRequest.parse("preferred", self.preferred)
+
+
 class NodeRange(BaseModel):
     """How many nodes (pods, one per node): elastic between `min` and `max`."""
 
@@ -430,6 +468,16 @@ class JobFile(BaseModel):
     )
     gpus_per_node: int | None = Field(
         None, ge=1, description="Default: every accelerator (training), 1 (a step)."
+    )
+    topology: TopologyChoice | None = Field(
+        None,
+        description="On a topology-aware pool: `{required: layer-3}`, `{preferred: layer-2}` "
+        "or `{unconstrained: true}`; default preferred at the pool's lowest network layer.",
+    )
+    partition: str | None = Field(
+        None,
+        description="On a MIG pool, a step (promote's evaluation, quantize) runs on one MIG "
+        "partition of this profile (`3g.40gb`) instead of whole GPUs.",
     )
     image: str = Field(description="The trainer image, pinned by tag or digest.")
     data: str | None = Field(
@@ -583,6 +631,17 @@ class JobFile(BaseModel):
                 raise ValueError(f"{problem} (trainer.model)")
         return v
 
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("kind")
+        if v is not None and kind is not None and kind not in STEP_KINDS:
+            raise ValueError(
+                f"kind {kind} takes no partition: a MIG partition runs one process "
+                f"(the steps: {', '.join(STEP_KINDS)}); training takes whole GPUs"
+            )
+        return v
+
     @field_validator("name", "tenant", "queue", "pool")
     @classmethod
     def _dns(cls, v: str) -> str:
@@ -695,9 +754,11 @@ class JobFile(BaseModel):
         service_account: str,
         team: str = "",
         run_as_user: int = 1000,
+        worker_topology: TopologyRequest | None = None,
     ) -> RayJobSpec:
         """The RayJob's spec on the pool (the stack decides its type and taint, and, for a
-        team stack on a shared cluster, the team its pools carry)."""
+        team stack on a shared cluster, the team its pools carry; `worker_topology`: what
+        the workers ask of Kueue's TAS on a topology-aware pool)."""
         if self.workers is None:
             raise ValueError(f"kind {self.kind} needs workers")
         return RayJobSpec(
@@ -718,6 +779,7 @@ class JobFile(BaseModel):
             priority_class=self.priority,
             labels={JOB_LABEL: self.name},
             run_as_user=run_as_user,
+            worker_topology=worker_topology.annotations() if worker_topology else {},
         )
 
     @property
@@ -786,10 +848,15 @@ class JobFile(BaseModel):
         efa: bool = True,
         bucket: str | None = None,
         run_as_user: int = 1000,
+        *,
+        topology: TopologyRequest | None = None,
+        partition: tuple[str, int] | None = None,
     ) -> TrainJobSpec:
         """The TrainJob's spec on a pool of `instance_type`; `efa`: whether the pool's nodes
         have their EFA interfaces (a pool without them offers no `vpc.amazonaws.com/efa`);
-        `bucket`: promote's bucket, by its physical name.
+        `bucket`: promote's bucket, by its physical name; `topology`: what its pods ask of
+        Kueue's Topology Aware Scheduling (the pool is topology-aware); `partition`: a step on
+        a MIG pool, the partition's resource and how many one GPU holds.
 
         A step is one pod and one process (`procs_per_node` 1) with 1 GPU by default, CPU
         and memory in proportion to its GPUs (`host_share`), no EFA (no collectives), its own
@@ -810,7 +877,10 @@ class JobFile(BaseModel):
             "labels": {JOB_LABEL: self.name},
             # The tenant's uid: admission refuses any other in its namespace.
             "run_as_user": run_as_user,
+            "topology": topology.annotations() if topology is not None else {},
         }
+        if partition is not None:
+            common["accelerator_resource"], common["partitions_per_gpu"] = partition
         if self.is_step:
             return TrainJobSpec(
                 **common,

@@ -209,6 +209,32 @@ class JobSpec(BaseModel):
     labels: dict[str, str] = Field(
         default_factory=dict, description="Extra labels on the job and its pods."
     )
+    accelerator_resource: str | None = Field(
+        None,
+        description="The extended resource asked for instead of the accelerator kind's: a MIG "
+        "partition (`nvidia.com/mig-3g.40gb`), gpus_per_node of them.",
+    )
+    partitions_per_gpu: int = Field(
+        1,
+        ge=1,
+        le=7,
+        description="With accelerator_resource, how many such partitions one GPU holds: a "
+        "partition's host share (host_share gpus) is that GPU's divided by it.",
+    )
+    topology: dict[str, str] = Field(
+        default_factory=dict,
+        description="Kueue's Topology Aware Scheduling request, as the pod annotations it reads "
+        "(`kueue.x-k8s.io/podset-required-topology: <level>` and the like): what a job on a "
+        "topology-aware pool must carry, and one on any other pool must not.",
+    )
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, v: dict[str, str]) -> dict[str, str]:
+        unknown = [k for k in v if not k.startswith("kueue.x-k8s.io/podset-")]
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not a Kueue pod-set annotation")
+        return v
 
     @field_validator("name", "namespace", "node_pool", "queue_name")
     @classmethod
@@ -333,13 +359,13 @@ def _resources(spec: JobSpec) -> ResourceRequirements:
     assert kind is not None  # the spec's validator refuses instance types without one
     fraction = spec.memory_fraction
     if spec.host_share == "gpus" and itype.accelerator is not None:
-        fraction *= spec.gpus / itype.accelerator.count
+        fraction *= spec.gpus / itype.accelerator.count / spec.partitions_per_gpu
     memory_gib = math.floor(itype.memory_gib * fraction)
     # No hugepages-2Mi: libfabric is told not to use them (FI_EFA_USE_HUGE_PAGE=0, see
     # training_env). Memory request == limit keeps the kernel from OOM-killing a rank
     # while it pins EFA buffers (those errors look like EFA faults).
     both = {
-        kind.resource: str(spec.gpus),
+        spec.accelerator_resource or kind.resource: str(spec.gpus),
         "memory": f"{memory_gib}Gi",
     }
     if spec.efa:
@@ -378,7 +404,7 @@ def pod_template(spec: JobSpec) -> PodTemplate:
                 "app.kubernetes.io/component": spec.job_kind,
                 JOB_KIND_LABEL: spec.job_kind,
             },
-            annotations={SAFE_TO_EVICT: "false"},
+            annotations={SAFE_TO_EVICT: "false", **spec.topology},
         ),
         spec=PodSpec(
             service_account_name=spec.service_account,

@@ -232,6 +232,11 @@ class RayJobSpec(BaseModel):
     active_deadline_seconds: int | None = Field(None, ge=1)
     run_as_user: int = Field(1000, ge=1)
     labels: dict[str, str] = Field(default_factory=dict)
+    worker_topology: dict[str, str] = Field(
+        default_factory=dict,
+        description="Kueue's Topology Aware Scheduling annotations of the workers: what their "
+        "pod set must carry on a topology-aware pool (the head stays on the system pool).",
+    )
 
     @field_validator("name", "namespace", "pool", "queue_name")
     @classmethod
@@ -379,7 +384,7 @@ def worker_template(
         metadata=ObjectMeta(
             labels=_labels(spec, "worker"),
             # A worker's objects live in its store: evicting it for bin-packing loses them.
-            annotations={SAFE_TO_EVICT: "false"},
+            annotations={SAFE_TO_EVICT: "false", **spec.worker_topology},
         ),
         spec=RayPodSpec(
             service_account_name=spec.service_account,

@@ -230,6 +230,11 @@ def train_job(spec: JobSpec) -> dict[str, Any]:
         "containers": [{"name": NODE, "volumeMounts": container["volumeMounts"]}],
     }
     labels = dict(template["metadata"]["labels"])
+    # Kueue builds the pod set from the runtime's template with these patches applied (Trainer
+    # v2.2.1's runtime framework): its topology request rides on the patch's pod metadata.
+    patch_meta: dict[str, Any] = {"labels": labels}
+    if spec.topology:
+        patch_meta["annotations"] = dict(spec.topology)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -266,7 +271,7 @@ def train_job(spec: JobSpec) -> dict[str, Any]:
                                         "template": {
                                             "spec": {
                                                 "template": {
-                                                    "metadata": {"labels": labels},
+                                                    "metadata": patch_meta,
                                                     "spec": patch_pod,
                                                 }
                                             }

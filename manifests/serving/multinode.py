@@ -169,6 +169,10 @@ def _env() -> list[EnvVarArgs]:
     ]
 
 
+GROUP_ANNOTATION = "kueue.x-k8s.io/podset-group-name"
+"""Kueue 0.19: pod sets of one group name are assigned flavors and a topology domain as one."""
+
+
 def templates(
     model: ServedModel,
     engine: EngineSettings,
@@ -180,8 +184,10 @@ def templates(
     name: str,
     revision: str | None = None,
     labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(leader, worker) pod templates of one group, as plain manifests."""
+    """(leader, worker) pod templates of one group, as plain manifests; `annotations`: on
+    both (Kueue's topology request on a topology-aware pool)."""
     itype = catalog().instance(instance_type)
     efa = {EFA_RESOURCE: str(itype.efa_interfaces)} if itype.efa_interfaces else {}
     pod_labels = labels or vllm.labels(model.name)
@@ -215,7 +221,9 @@ def templates(
             revision=revision,
             containers=containers,
         )
-        meta = ObjectMetaArgs(labels={**pod_labels, ROLE_LABEL: role})
+        meta = ObjectMetaArgs(
+            labels={**pod_labels, ROLE_LABEL: role}, annotations=annotations or None
+        )
         return plain(PodTemplateSpecArgs(metadata=meta, spec=spec))
 
     leader = template(
@@ -243,9 +251,12 @@ def leader_worker_set(
     track: str = vllm.STABLE,
     revision: str | None = None,
     replicas: int | None = None,
+    topology: dict[str, str] | None = None,
 ) -> LeaderWorkerSet:
     """The model's LeaderWorkerSet: `engine.pipeline_parallel_size` nodes per group, its
-    leaders' gateway `gateway_model`'s."""
+    leaders' gateway `gateway_model`'s. `topology`: on a topology-aware pool, Kueue's request
+    for the group, put on the leader and the workers with one pod-set group name, so Kueue
+    places a group's nodes as one unit (`kueue.x-k8s.io/podset-group-name`)."""
     name = vllm.workload_name(model.name, track)
     obj_labels = vllm.labels(model.name, track)
     leader, worker = templates(
@@ -258,6 +269,7 @@ def leader_worker_set(
         name=name,
         revision=revision,
         labels=obj_labels,
+        annotations={**topology, GROUP_ANNOTATION: "group"} if topology else None,
     )
     return LeaderWorkerSet(
         metadata=Metadata(

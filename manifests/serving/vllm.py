@@ -182,9 +182,12 @@ def vllm_args(model: ServedModel, engine: EngineSettings, revision: str | None =
     return args
 
 
-def replica_resources(model: ServedModel, itype: InstanceType) -> tuple[int, int]:
-    """(vCPUs, GiB) of a replica: its share of the node by GPUs, less 10% for the node."""
-    share = model.gpus_per_replica / itype.gpu_count
+def replica_resources(
+    model: ServedModel, itype: InstanceType, partitions_per_gpu: int = 1
+) -> tuple[int, int]:
+    """(vCPUs, GiB) of a replica: its share of the node by GPUs (on a MIG partition, its
+    GPU's share over the partitions the GPU holds), less 10% for the node."""
+    share = model.gpus_per_replica / itype.gpu_count / partitions_per_gpu
     cpu = max(1, math.floor(itype.vcpus * share * 0.9) - 1)
     memory = max(4, math.floor(itype.memory_gib * share * 0.9) - 2)
     return cpu, memory
@@ -210,6 +213,7 @@ def vllm_container(
     extra_resources: dict[str, str] | None = None,
     extra_env: list[EnvVarArgs] | None = None,
     probe_command: list[str] | None = None,
+    partitions_per_gpu: int = 1,
 ) -> ContainerArgs:
     """vLLM's container (`command`: a script that starts the server itself, as a group's
     leader or worker does; `probe_command`: probes that run it instead of asking the
@@ -219,7 +223,7 @@ def vllm_container(
     def check() -> dict[str, object]:
         return {"exec_": ExecActionArgs(command=probe_command or HEALTH_CHECK)}
 
-    cpu, memory = replica_resources(model, catalog().instance(instance_type))
+    cpu, memory = replica_resources(model, catalog().instance(instance_type), partitions_per_gpu)
     gpus = str(model.gpus_per_replica)
     more = dict(extra_resources or {})
     pins = catalog().serving
@@ -334,9 +338,13 @@ def deployment_args(
     track: str = STABLE,
     revision: str | None = None,
     replicas: int | None = None,
+    pod_annotations: dict[str, str] | None = None,
+    partitions_per_gpu: int = 1,
 ) -> DeploymentInitArgs:
     """The model's Deployment, its gateway `gateway_model`'s (`track` canary: its canary's,
-    serving `revision` with fixed `replicas`; the stable leaves replicas to KEDA)."""
+    serving `revision` with fixed `replicas`; the stable leaves replicas to KEDA).
+    `pod_annotations`: Kueue's topology request on a topology-aware pool; `gpu_resource`
+    with `partitions_per_gpu`: a MIG partition, of which one GPU holds that many."""
     name = workload_name(model.name, track)
     pod_labels = labels(model.name, track)
     pod = pod_spec(
@@ -348,6 +356,7 @@ def deployment_args(
         gateway_model=gateway_model,
         spread_selector=selector(name),
         revision=revision,
+        partitions_per_gpu=partitions_per_gpu,
     )
     return DeploymentInitArgs(
         metadata=ObjectMetaArgs(
@@ -368,7 +377,7 @@ def deployment_args(
             revision_history_limit=5,
             progress_deadline_seconds=STARTUP_BUDGET_S + 600,
             template=PodTemplateSpecArgs(
-                metadata=ObjectMetaArgs(labels=pod_labels),
+                metadata=ObjectMetaArgs(labels=pod_labels, annotations=pod_annotations or None),
                 spec=pod,
             ),
         ),
@@ -386,6 +395,7 @@ def pod_spec(
     spread_selector: dict[str, str],
     revision: str | None = None,
     containers: list[ContainerArgs] | None = None,
+    partitions_per_gpu: int = 1,
 ) -> PodSpecArgs:
     """A serving pod: vLLM and the gateway sidecar on the model's pool (`containers`:
     others, a LeaderWorkerSet's), as the model server's account, with its model's keys."""
@@ -408,7 +418,14 @@ def pod_spec(
         termination_grace_period_seconds=GRACE_S,
         containers=containers
         or [
-            vllm_container(model, engine, instance_type, gpu_resource, revision),
+            vllm_container(
+                model,
+                engine,
+                instance_type,
+                gpu_resource,
+                revision,
+                partitions_per_gpu=partitions_per_gpu,
+            ),
             gateway_container(gateway_model),
         ],
         tolerations=[TolerationArgs(key=taint_key, operator="Exists", effect="NoSchedule")],

@@ -553,3 +553,56 @@ def test_cli_with_a_credential_command_that_fails_is_one_line(tmp_path: Path) ->
         f"accept: kubeconfig {kubeconfig}: its credential command failed: "
     )
     assert "llmp-test-no-such-command" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_checks_on_a_topology_aware_pool_ask_kueue_for_any_placement_and_mig_pools_skip() -> None:
+    """Kueue places a pod set on a TAS flavor only if it asks for a topology: the checks ask
+    unconstrained there. A MIG pool has no whole GPU for them: both are not checked."""
+    from manifests import kueue
+
+    raw = merge(
+        raw_stack("pretrain"),
+        {
+            "llm-platform:node_pools": {
+                "h100-block": {"topology_aware": True},
+                "eval": {
+                    "instance_type": "p5.48xlarge",
+                    "min_size": 2,
+                    "desired_size": 2,
+                    "max_size": 2,
+                    "mig": {"3g.40gb": 2},
+                },
+            },
+            "llm-platform:tenants": {"foundation": {"gpu_quota": {"eval": 8}}},
+        },
+    )
+    cfg = load_config(raw)
+    targets = {t.pool: t for t in accept.pool_targets(cfg, ["h100-block", "eval"])}
+    block, partitioned = targets["h100-block"], targets["eval"]
+    assert block.topology == {kueue.UNCONSTRAINED_TOPOLOGY: "true"} and not block.partitioned
+    assert partitioned.partitioned and partitioned.topology == {}
+    nodes = [f"ip-{i}" for i in range(2)]
+    pools = [
+        accept_jobs.PoolNodes(t, nodes, accept_jobs.Finding(t.pool, "nodes", "pool", "pass", ""))
+        for t in (block, partitioned)
+    ]
+    jobs, skipped = accept_jobs.plan_jobs(
+        pools, "r1", dcgm=True, fabric_check=True, level=None, timeout_minutes=None
+    )
+    assert {(j.check, j.target.pool) for j in jobs} == {
+        ("dcgm", "h100-block"),
+        ("fabric", "h100-block"),
+    }
+    for job in jobs:
+        (workload,) = [m for m in job.manifests if m["kind"] == "Job"]
+        notes = workload["spec"]["template"]["metadata"]["annotations"]
+        assert notes == {kueue.UNCONSTRAINED_TOPOLOGY: "true"}
+    # (eval has no EFA: no fabric check was due there anyway.)
+    assert [(s.pool, s.check, s.result, s.detail) for s in skipped] == [
+        (
+            "eval",
+            "dcgm",
+            "not checked",
+            "its GPUs are MIG partitions; the DCGM diagnostic and the fabric test take whole GPUs",
+        )
+    ]
