@@ -143,8 +143,7 @@ class ExtractConfig(_Model):
 
 class WebPipelineConfig(TextPipelineConfig):
     sources: tuple[SourceEntry, ...] = Field(
-        min_length=1,
-        description="The source manifest: every input file's source, with its licence.",
+        description="The source manifest: every input file's source, with its licence."
     )
     urls: UrlFilterConfig = Field(
         default_factory=UrlFilterConfig, description="Domain block lists."
@@ -153,6 +152,13 @@ class WebPipelineConfig(TextPipelineConfig):
     extract: ExtractConfig = Field(
         default_factory=ExtractConfig, description="Main-text extraction and WARC splits."
     )
+
+    @field_validator("sources")
+    @classmethod
+    def _some(cls, v: tuple[SourceEntry, ...]) -> tuple[SourceEntry, ...]:
+        if not v:
+            raise ValueError("no sources: every input file needs a source with its licence")
+        return v
 
     @model_validator(mode="after")
     def _distinct_sources(self) -> Self:

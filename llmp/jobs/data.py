@@ -42,7 +42,6 @@ from spec.labels import CPU_POOL_TAINT
 from spec.platform import PlatformConfig
 from spec.tenancy import tenant_uid
 
-
 CPU_DATA_KINDS = ("data-text", "data-web")
 """Data kinds whose pipeline uses no GPU: a GPU pool is refused."""
 
@@ -120,8 +119,8 @@ def _quantity(value: Fraction) -> str:
 
 
 def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
-    """A data job (`data-text`, `data-web`, `data-multimodal`) against the stack: JobFileError on the
-    first problem, else the ConfigMap and RayJob and Kueue's verdict."""
+    """A data job (`data-text`, `data-web`, `data-multimodal`) against the stack:
+    JobFileError on the first problem, else the ConfigMap and RayJob and Kueue's verdict."""
     from manifests.queues import pool_capacities, tenant_shares
 
     stack = job.stack

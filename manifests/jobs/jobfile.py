@@ -70,9 +70,10 @@ workloads.data.multimodal`: frames, CLIP, VAD and Whisper, on a GPU pool, `gpus_
 GPUs per worker, or on a CPU pool). They take `workers` (a count: Kueue admits the Ray
 cluster at that size, as one gang), `input` (s3:// of the stack's buckets, in the tenant's
 `s3_prefixes`, or under /fsx/), `output` (the same) and `pipeline` (the pipeline's own
-config, validated by its `TextPipelineConfig`, `WebPipelineConfig` or `MultimodalPipelineConfig`, keyed
-`pipeline.<field>`), and none of the trainer's keys. The ConfigMap `<name>-config` holds the
-pipeline config (`pipeline.json`), mounted at /etc/llmp; the head runs on the system pool.
+config, validated by its `TextPipelineConfig`, `WebPipelineConfig` or
+`MultimodalPipelineConfig`, keyed `pipeline.<field>`), and none of the trainer's keys. The
+ConfigMap `<name>-config` holds the pipeline config (`pipeline.json`), mounted at
+/etc/llmp; the head runs on the system pool.
 
 ```yaml
 kind: data-text
