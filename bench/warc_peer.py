@@ -380,10 +380,10 @@ def main() -> None:
             f"{j['junk_kept']:>5,} {seconds:>8.2f} {html / seconds:>12,.0f}"
         )
     print()
-    print(
-        "docs/s/core: HTML responses / seconds, one process each; agreement over the "
-        f"{args.pages:,} planted pages (a page not kept scores 0)"
-    )
+    with_main = sum(1 for p in pages if p.main)
+    print(f"docs/s/core: HTML responses / seconds, one process each ({os.cpu_count()} cores);")
+    print(f"agreement over the {with_main:,} pages with main text, copies included (a page")
+    print("not kept scores 0); junk: pages kept that have none (the 404s)")
 
 
 if __name__ == "__main__":
