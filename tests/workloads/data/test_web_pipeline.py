@@ -215,6 +215,14 @@ def test_every_record_of_a_warc_belongs_to_exactly_one_range(tmp_path: Path) -> 
                     (p.offset, p.url) for p in read_range(f, start, end, size, name.endswith("gz"))
                 ]
         assert got == expected, name
+        # Ranges cut exactly at each response: each owns its record and no other.
+        offsets = [o for o, _ in expected]
+        cuts = list(zip([0, *offsets[1:]], [*offsets[1:], size], strict=True))
+        with path.open("rb") as f:
+            owned = [
+                [p.offset for p in read_range(f, a, b, size, name.endswith("gz"))] for a, b in cuts
+            ]
+        assert owned == [[o] for o in offsets], name
 
 
 def test_the_kept_documents_are_the_articles_with_their_url_date_and_language(

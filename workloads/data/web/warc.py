@@ -101,14 +101,16 @@ def first_record(f: Any, start: int, end: int, size: int, gz: bool) -> int | Non
     """The offset of the first record that starts in [start, end), or None."""
     if start == 0:
         return 0 if size else None
+    # A plain record starts after a newline: the window begins one byte early, so that a
+    # record starting exactly at `start` is seen.
+    mark, lead = (GZIP_MAGIC, 0) if gz else (b"\nWARC/1.", 1)
     pos = start
     while pos < end:
-        f.seek(pos)
-        window = f.read(min(_SCAN, end - pos) + 8)
-        mark = GZIP_MAGIC if gz else b"\nWARC/1."
+        f.seek(pos - lead)
+        window = f.read(min(_SCAN, end - pos) + lead + len(mark))
         at = window.find(mark)
         while at >= 0:
-            candidate = pos + at + (0 if gz else 1)
+            candidate = pos - lead + at + lead
             if candidate >= end:
                 return None
             if candidate >= start and (
