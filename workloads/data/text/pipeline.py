@@ -30,6 +30,12 @@ Stages (each a Ray Data operator; no worker holds the corpus):
    task, which sorts its documents by id and writes its shards. The driver writes the
    manifests last.
 
+Stages 2-6 are `run_from`, which the web pipeline (`workloads.data.web`) calls on its own
+read stage. Its rows carry a `meta` column (url, date, source; the language is added in
+stage 2) and a `Provenance`: after near dedup each source is cut to its quota (the
+documents with the smallest xxh64 of their id: `apply_quotas`), each part writes a
+per-document index beside its shards, and the manifests carry the source manifest.
+
 Determinism: every choice (which copy is kept, the sample, a part's content and order)
 is a function of document ids and texts, so the same input and config give
 byte-identical shards, tokenizer.json and manifests, however Ray schedules the blocks.
