@@ -224,7 +224,7 @@ class AddonsConfig(Section):
     kuberay: bool = Field(
         True,
         description="KubeRay operator: the RayJobs of `llmp job` data kinds (data-text, "
-        "data-multimodal), admitted by Kueue as gangs.",
+        "data-web, data-multimodal), admitted by Kueue as gangs.",
     )
     nvsentinel: bool = Field(
         True,

@@ -1,6 +1,8 @@
-"""A data job file (`kind: data-text`, `data-multimodal`) checked against its stack: a RayJob.
+"""A data job file (`kind: data-text`, `data-web`, `data-multimodal`) checked against its
+stack: a RayJob.
 
-`check_data`: the pool is a CPU pool of `cpu_pools` (data-text; a GPU pool is refused) or
+`check_data`: the pool is a CPU pool of `cpu_pools` (data-text, data-web; a GPU pool is
+refused) or
 either kind of pool (data-multimodal: GPUs per worker on a GPU pool, where the tenant needs
 a `gpu_quota`), the workers fit the pool (one per node, `workers` <= `max_size`), the
 namespace has the FSx claim, `input` may be read and `output` written by the tenant's
@@ -39,6 +41,9 @@ from spec.catalog import catalog
 from spec.labels import CPU_POOL_TAINT
 from spec.platform import PlatformConfig
 from spec.tenancy import tenant_uid
+
+CPU_DATA_KINDS = ("data-text", "data-web")
+"""Data kinds whose pipeline uses no GPU: a GPU pool is refused."""
 
 
 @dataclass(frozen=True)
@@ -114,8 +119,8 @@ def _quantity(value: Fraction) -> str:
 
 
 def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
-    """A data job (`data-text`, `data-multimodal`) against the stack: JobFileError on the
-    first problem, else the ConfigMap and RayJob and Kueue's verdict."""
+    """A data job (`data-text`, `data-web`, `data-multimodal`) against the stack:
+    JobFileError on the first problem, else the ConfigMap and RayJob and Kueue's verdict."""
     from manifests.queues import pool_capacities, tenant_shares
 
     stack = job.stack
@@ -133,7 +138,7 @@ def check_data(path: str, job: JobFile, cfg: PlatformConfig) -> DataPrepared:
         raise unknown_name(path, "tenant", job.tenant, f"a tenant of stack {stack}", [*cfg.tenants])
     tenant = cfg.tenants[job.tenant]
     gpu = job.pool in cfg.node_pools
-    if gpu and job.kind == "data-text":
+    if gpu and job.kind in CPU_DATA_KINDS:
         raise bad_key(
             path,
             "pool",

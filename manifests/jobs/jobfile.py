@@ -60,16 +60,20 @@ checkpoint: /fsx/checkpoints/chat-sft   # the training job's checkpoint root (--
 promote: {from_job: chat-sft, name: chat-8b, heldout: /fsx/datasets/chat/heldout}
 ```
 
-Two kinds run a data pipeline as a KubeRay RayJob (manifests/jobs/rayjob.py) instead of a
-TrainJob: `data-text` (`python -m workloads.data.text`: clean, filter, deduplicate and
-tokenize text, on a CPU pool of `cpu_pools`) and `data-multimodal` (`python -m
+Three kinds run a data pipeline as a KubeRay RayJob (manifests/jobs/rayjob.py) instead of
+a TrainJob: `data-text` (`python -m workloads.data.text`: clean, filter, deduplicate and
+tokenize text, on a CPU pool of `cpu_pools`), `data-web` (`python -m workloads.data.web`:
+WARC/WET archives to the same shards, with URL block lists, opt-outs, main-text extraction
+and a source manifest whose licences reach every shard manifest; a CPU pool too; its
+`pipeline.sources` must give every source a licence) and `data-multimodal` (`python -m
 workloads.data.multimodal`: frames, CLIP, VAD and Whisper, on a GPU pool, `gpus_per_node`
 GPUs per worker, or on a CPU pool). They take `workers` (a count: Kueue admits the Ray
 cluster at that size, as one gang), `input` (s3:// of the stack's buckets, in the tenant's
 `s3_prefixes`, or under /fsx/), `output` (the same) and `pipeline` (the pipeline's own
-config, validated by its `TextPipelineConfig` or `MultimodalPipelineConfig`, keyed
-`pipeline.<field>`), and none of the trainer's keys. The ConfigMap `<name>-config` holds the
-pipeline config (`pipeline.json`), mounted at /etc/llmp; the head runs on the system pool.
+config, validated by its `TextPipelineConfig`, `WebPipelineConfig` or
+`MultimodalPipelineConfig`, keyed `pipeline.<field>`), and none of the trainer's keys. The
+ConfigMap `<name>-config` holds the pipeline config (`pipeline.json`), mounted at
+/etc/llmp; the head runs on the system pool.
 
 ```yaml
 kind: data-text
@@ -115,6 +119,7 @@ from contracts.quantization import SCHEMES
 from contracts.text_pipeline import TextPipelineConfig
 from contracts.training import TASKS, JobConfig, ModelConfig
 from contracts.uri import S3_SCHEME, S3Error, split_uri
+from contracts.web_pipeline import WebPipelineConfig
 from manifests.jobs.pod import FSX_MOUNT, check_dns_label, check_image, on_fsx
 from manifests.jobs.pytorchjob import CONFIG_MOUNT, JobKind
 from manifests.jobs.rayjob import RayJobSpec
@@ -150,6 +155,7 @@ Kind = Literal[
     "promote",
     "quantize",
     "data-text",
+    "data-web",
     "data-multimodal",
 ]
 TRAINER_KINDS: Final = TASKS
@@ -164,12 +170,14 @@ STEP_JOB_KINDS: Final[dict[str, JobKind]] = {"promote": "promotion", "quantize":
 STEP_MODULES: Final = {"promote": PROMOTION_MODULE, "quantize": QUANTIZE_MODULE}
 DATA_MODULES: Final = {
     "data-text": "workloads.data.text",
+    "data-web": "workloads.data.web",
     "data-multimodal": "workloads.data.multimodal",
 }
 """The data kinds: a RayJob whose driver runs `python -m <module> --config --input --output`."""
 DATA_KINDS: Final = tuple(DATA_MODULES)
 DATA_CONFIGS: Final[dict[str, type[BaseModel]]] = {
     "data-text": TextPipelineConfig,
+    "data-web": WebPipelineConfig,
     "data-multimodal": MultimodalPipelineConfig,
 }
 DATA_CONFIG_KEY: Final = "pipeline.json"
@@ -545,8 +553,8 @@ class JobFile(BaseModel):
     pipeline: dict[str, Any] = Field(
         default_factory=dict,
         validate_default=True,
-        description="Data kinds: the pipeline's config (TextPipelineConfig or "
-        "MultimodalPipelineConfig); defaults where it says nothing.",
+        description="Data kinds: the pipeline's config (TextPipelineConfig, WebPipelineConfig "
+        "or MultimodalPipelineConfig); defaults where it says nothing.",
     )
 
     @field_validator(

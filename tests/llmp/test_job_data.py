@@ -4,6 +4,7 @@ RayJob's state read as Kueue reads it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.llmp.job_files import job_file
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ROOT / "examples/data-text.yaml"
 MULTIMODAL = ROOT / "examples/data-multimodal.yaml"
+WEB = ROOT / "examples/data-web.yaml"
 
 
 def test_dry_run_prints_where_head_and_workers_run_and_what_kueue_admits() -> None:
@@ -81,6 +83,52 @@ def test_bad_data_job_files_are_refused_in_one_line(
     tmp_path: Path, changes: dict[str, Any], expected: str
 ) -> None:
     assert _error(tmp_path, **changes).startswith(expected)
+
+
+def test_a_web_job_runs_the_web_pipeline_with_its_source_manifest_in_the_config_map() -> None:
+    prepared = prepare(str(WEB))
+    config_map, job = prepared.manifests
+    assert prepared.summary()[0].endswith("checked (data-web, RayJob)")
+    assert job["spec"]["entrypoint"].startswith("python -m workloads.data.web --config ")
+    pipeline = json.loads(config_map["data"]["pipeline.json"])
+    assert [s["licence"] for s in pipeline["sources"]] == [
+        "Common Crawl terms of use",
+        "contract ACME-2026-017 (text and data mining for model training)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"pipeline__sources": []},
+            "pipeline.sources = []: no sources: every input file needs a source",
+        ),
+        (
+            {"pool": "h100"},
+            "pool = 'h100': a GPU pool (node_pools): data-web runs on CPU workers",
+        ),
+        ({"pipeline__urls__blocklists__Bad": "x"}, "pipeline.urls.blocklists = "),
+    ],
+)
+def test_bad_web_job_files_are_refused_in_one_line(
+    tmp_path: Path, changes: dict[str, Any], expected: str
+) -> None:
+    assert _error(tmp_path, WEB, **changes).startswith(expected)
+
+
+def test_a_web_source_without_a_licence_is_refused_in_one_line(tmp_path: Path) -> None:
+    import yaml
+
+    data = yaml.safe_load(WEB.read_text())
+    del data["pipeline"]["sources"][1]["licence"]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(JobFileError) as caught:
+        prepare(str(path))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.endswith("pipeline.sources.1.licence = <missing>: required")
 
 
 def test_a_multimodal_pipeline_rule_is_keyed_to_its_block(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SCHEMA = Path(__file__).with_name("data") / "ray.io_rayjobs_v1.schema.json.gz"
 TEXT = ROOT / "examples/data-text.yaml"
 MULTIMODAL = ROOT / "examples/data-multimodal.yaml"
+WEB = ROOT / "examples/data-web.yaml"
 
 
 @functools.cache
@@ -70,7 +71,7 @@ def _templates(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-@pytest.mark.parametrize("path", [TEXT, MULTIMODAL], ids=["text", "multimodal"])
+@pytest.mark.parametrize("path", [TEXT, WEB, MULTIMODAL], ids=["text", "web", "multimodal"])
 def test_the_rayjob_is_valid_for_the_pinned_kuberay_crd(path: Path) -> None:
     job = _rayjob(path)
     jsonschema.Draft7Validator(_schema()).validate(job)
@@ -89,7 +90,7 @@ def test_the_schema_refuses_what_kuberay_would() -> None:
     assert _unknown_fields(typo, _schema()) == [".spec.shutdownAfterJobsFinish"]
 
 
-@pytest.mark.parametrize("path", [TEXT, MULTIMODAL], ids=["text", "multimodal"])
+@pytest.mark.parametrize("path", [TEXT, WEB, MULTIMODAL], ids=["text", "web", "multimodal"])
 def test_the_configmap_and_every_pod_template_pass_kubernetes_validate(path: Path) -> None:
     config_map, job = _prepared(path).manifests
     version = _version()

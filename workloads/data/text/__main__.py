@@ -11,32 +11,48 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from contracts.pipeline import PipelineConfigError, load_config
 from contracts.text_pipeline import TextPipelineConfig
 from workloads.data.engine import connect
 from workloads.data.text.pipeline import InputError, preflight, run
+from workloads.data.text.shards import Manifest
 from workloads.data.text.tokenizer import TokenizerError
 
 PROG = "python -m workloads.data.text"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--config", required=True, help="TextPipelineConfig as YAML or JSON")
+    return command(PROG, __doc__, TextPipelineConfig, preflight, run, argv)
+
+
+def command(
+    prog: str,
+    doc: str | None,
+    model: type[TextPipelineConfig],
+    preflight: Callable[[Any, str], object],
+    run: Callable[[Any, str, str], list[Manifest]],
+    argv: list[str] | None = None,
+) -> int:
+    """The command line of a pipeline that ends in the text pipeline's shards (this one,
+    and the web one): its config, `preflight` before Ray, `run` on it, the summary."""
+    parser = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n", 1)[0])
+    parser.add_argument("--config", required=True, help=f"{model.__name__} as YAML or JSON")
     parser.add_argument("--input", required=True, help="directory or s3://bucket/prefix/")
     parser.add_argument("--output", required=True, help="directory (FSx) or s3:// prefix")
     parser.add_argument("--address", default=None, help="Ray address (default: $RAY_ADDRESS)")
     args = parser.parse_args(argv)
     try:
-        cfg = load_config(args.config, TextPipelineConfig)
+        cfg = load_config(args.config, model)
     except PipelineConfigError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     try:
         preflight(cfg, args.input)  # bad input fails here, before a cluster is joined
     except (InputError, TokenizerError, OSError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     try:
         connect(args.address)
@@ -45,11 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         ray.data.DataContext.get_current().enable_progress_bars = False
         manifests = run(cfg, args.input, args.output)
     except (InputError, TokenizerError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a task's failure arrives wrapped: keep its first line
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-        print(f"{PROG}: failed: {first}", file=sys.stderr)
+        print(f"{prog}: failed: {first}", file=sys.stderr)
         return 1
     stats = manifests[0].stats
     summary = {

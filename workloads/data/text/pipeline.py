@@ -30,6 +30,12 @@ Stages (each a Ray Data operator; no worker holds the corpus):
    task, which sorts its documents by id and writes its shards. The driver writes the
    manifests last.
 
+Stages 2-6 are `run_from`, which the web pipeline (`workloads.data.web`) calls on its own
+read stage. Its rows carry a `meta` column (url, date, source; the language is added in
+stage 2) and a `Provenance`: after near dedup each source is cut to its quota (the
+documents with the smallest xxh64 of their id: `apply_quotas`), each part writes a
+per-document index beside its shards, and the manifests carry the source manifest.
+
 Determinism: every choice (which copy is kept, the sample, a part's content and order)
 is a function of document ids and texts, so the same input and config give
 byte-identical shards, tokenizer.json and manifests, however Ray schedules the blocks.
@@ -57,17 +63,21 @@ from workloads.data.engine import filesystem as _filesystem
 from workloads.data.engine import s3_endpoint
 from workloads.data.text import minhash
 from workloads.data.text.clean import clean_document, text_hash
-from workloads.data.text.langid import language_filter
+from workloads.data.text.langid import identify, language_filter
 from workloads.data.text.pii import redact
 from workloads.data.text.quality import c4_filter, gopher_quality, gopher_repetition
 from workloads.data.text.shards import (
+    DOCUMENTS_SUFFIX,
     Dtype,
     Manifest,
     OutputDir,
     PipelineStats,
     ShardInfo,
     ShardWriter,
+    SourceRecord,
     TokenizerInfoV2,
+    documents_name,
+    manifest_json,
     manifest_name,
     part_name,
     token_dtype,
@@ -261,6 +271,8 @@ def filter_text(text: str, cfg: TextPipelineConfig) -> tuple[str, str, dict[str,
 
 
 def process_batch(batch: dict[str, Any], cfg: TextPipelineConfig) -> dict[str, Any]:
+    """Stage 2 on a block. A `meta` column (JSON per document: a web page's url, date and
+    source) passes through, with the identified language added to each kept document's."""
     texts, reasons, hashes = [], [], []
     pii: dict[str, list[int]] = {k: [] for k in cfg.pii.kinds}
     for text, reason in zip(batch["text"], batch["reason"], strict=True):
@@ -273,12 +285,22 @@ def process_batch(batch: dict[str, Any], cfg: TextPipelineConfig) -> dict[str, A
         hashes.append(text_hash(out) if out else "")
         for kind, column in pii.items():
             column.append(counts.get(kind, 0) if not reason else 0)
+    extra: dict[str, Any] = {}
+    if "meta" in batch:
+        metas = []
+        for meta, out in zip(batch["meta"], texts, strict=True):
+            record = json.loads(meta)
+            if out:
+                record["language"] = identify(out, cfg.language.sample_chars)[0]
+            metas.append(json.dumps(record, sort_keys=True))
+        extra["meta"] = np.array(metas, dtype=object)
     return {
         "doc_id": batch["doc_id"],
         "text": np.array(texts, dtype=object),
         "reason": np.array(reasons, dtype=object),
         "hash": np.array(hashes, dtype=object),
         **{f"pii_{k}": np.array(v, dtype=np.int64) for k, v in pii.items()},
+        **extra,
     }
 
 
@@ -295,12 +317,69 @@ def _block_stats(batch: dict[str, Any]) -> dict[str, Any]:
 
 def _keep_passed(batch: dict[str, Any]) -> dict[str, Any]:
     keep = np.array([not r for r in batch["reason"]], dtype=bool)
-    return {k: batch[k][keep] for k in ("doc_id", "text", "hash")}
+    return {k: batch[k][keep] for k in ("doc_id", "text", "hash", "meta") if k in batch}
 
 
 def _smallest_id(group: dict[str, Any]) -> dict[str, Any]:
     i = int(np.argmin(np.array([str(d) for d in group["doc_id"]], dtype=object)))
-    return {k: group[k][i : i + 1] for k in ("doc_id", "text")}
+    return {k: group[k][i : i + 1] for k in ("doc_id", "text", "meta") if k in group}
+
+
+def _source_of(meta: Any) -> str:
+    return str(json.loads(meta)["source"])
+
+
+def _block_quota(batch: dict[str, Any], quotas: dict[str, int]) -> dict[str, Any]:
+    """Each block's candidates for every quota: its `quota` smallest (xxh64(id), id)."""
+    by: dict[str, list[tuple[int, str]]] = {}
+    for doc_id, meta in zip(batch["doc_id"], batch["meta"], strict=True):
+        source = _source_of(meta)
+        if source in quotas:
+            by.setdefault(source, []).append((xxhash.xxh64_intdigest(str(doc_id)), str(doc_id)))
+    # One row per candidate (count 0), and one per source with the block's count (no id).
+    rows = [(s, k, d, 0) for s, keys in by.items() for k, d in heapq.nsmallest(quotas[s], keys)]
+    rows += [(s, 0, "", len(keys)) for s, keys in by.items()]
+    return {
+        "source": np.array([r[0] for r in rows], dtype=object),
+        "key": np.array([r[1] for r in rows], dtype=np.uint64),
+        "doc_id": np.array([r[2] for r in rows], dtype=object),
+        "count": np.array([r[3] for r in rows], dtype=np.int64),
+    }
+
+
+def _within_quota(batch: dict[str, Any], limits: dict[str, tuple[int, str]]) -> dict[str, Any]:
+    keep = []
+    for doc_id, meta in zip(batch["doc_id"], batch["meta"], strict=True):
+        limit = limits.get(_source_of(meta))
+        keep.append(limit is None or (xxhash.xxh64_intdigest(str(doc_id)), str(doc_id)) <= limit)
+    mask = np.array(keep, dtype=bool)
+    return {name: column[mask] for name, column in batch.items()}
+
+
+def apply_quotas(kept: Any, quotas: dict[str, int]) -> tuple[Any, dict[str, int]]:
+    """(`kept` with at most `quotas[source]` documents of each source, documents dropped
+    per source). The ones kept have the smallest (xxh64(doc_id), doc_id), whatever the
+    block order: each block proposes its own smallest per source, the driver finds each
+    source's cut-off, a map keeps those at or below it."""
+    proposals = kept.map_batches(
+        partial(_block_quota, quotas=quotas), batch_size=None, batch_format="numpy"
+    ).take_all()
+    by: dict[str, list[tuple[int, str]]] = {}
+    totals: Counter[str] = Counter()
+    for row in proposals:
+        source = str(row["source"])
+        if row["doc_id"]:
+            by.setdefault(source, []).append((int(row["key"]), str(row["doc_id"])))
+        totals[source] += int(row["count"])
+    limits = {
+        source: heapq.nsmallest(quotas[source], keys)[-1]
+        for source, keys in by.items()
+        if totals[source] > quotas[source]
+    }
+    dropped = {s: totals[s] - quotas[s] for s in sorted(limits)}
+    if not limits:
+        return kept, dropped
+    return kept.map_batches(partial(_within_quota, limits=limits), batch_format="numpy"), dropped
 
 
 # --- tokenizer sample, tokenizing, writing ---------------------------------------------------
@@ -336,10 +415,12 @@ def _encode(batch: dict[str, Any], tokenizer_json: str, eos_id: int, parts: int)
         np.append(np.asarray(e.ids, dtype=np.uint32), np.uint32(eos_id)).tobytes()
         for e in encodings
     ]
+    extra = {"meta": batch["meta"]} if "meta" in batch else {}
     return {
         "doc_id": batch["doc_id"],
         "ids": np.array(ids, dtype=object),
         "part": np.array([part_of(str(d), parts) for d in batch["doc_id"]], dtype=np.int64),
+        **extra,
     }
 
 
@@ -353,12 +434,28 @@ def _write_part(
 ) -> dict[str, Any]:
     index = int(group["part"][0])
     order = sorted(range(len(group["doc_id"])), key=lambda i: str(group["doc_id"][i]))
-    writer = ShardWriter(OutputDir(out_uri, endpoint), part_name(index, parts), dtype, shard_tokens)
+    out = OutputDir(out_uri, endpoint)
+    writer = ShardWriter(out, part_name(index, parts), dtype, shard_tokens)
+    lines, sources = [], Counter[str]()
     for i in order:
-        writer.add(np.frombuffer(group["ids"][i], dtype=np.uint32))
+        ids = np.frombuffer(group["ids"][i], dtype=np.uint32)
+        if "meta" in group:
+            record = json.loads(group["meta"][i])
+            record.update(id=str(group["doc_id"][i]), shard=len(writer.shards), tokens=len(ids))
+            lines.append(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
+            sources[record["source"]] += 1
+        writer.add(ids)
     writer.flush()
+    if lines:
+        # Shard numbers were taken before each add; a flush inside add closes the shard
+        # that the document went into, so the numbers hold.
+        out.write(documents_name(index, parts), "".join(lines).encode())
     shards = [s.model_dump() for s in writer.shards]
-    return {"part": np.array([index]), "shards": np.array([json.dumps(shards)], dtype=object)}
+    return {
+        "part": np.array([index]),
+        "shards": np.array([json.dumps(shards)], dtype=object),
+        "sources": np.array([json.dumps(dict(sorted(sources.items())))], dtype=object),
+    }
 
 
 def _resolve_tokenizer_path(path: str, input_uri: str) -> tuple[str, str]:
@@ -384,7 +481,8 @@ def _clear_output(out: OutputDir) -> None:
         if name.startswith("manifest-") and name.endswith(".json"):
             out.delete(name)
     for name in names:
-        if (name.startswith("part-") and name.endswith(".npy")) or name == TOKENIZER_FILE:
+        part = name.startswith("part-") and name.endswith((".npy", DOCUMENTS_SUFFIX))
+        if part or name == TOKENIZER_FILE:
             out.delete(name)
 
 
@@ -403,17 +501,57 @@ def preflight(
 
 def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manifest]:
     """The whole pipeline on the connected Ray cluster; returns the manifests written."""
-    import ray.data
-
     input_files, splits, tok_text = preflight(cfg, input_uri)
     # The tasks run in other processes (other pods): the driver's S3 endpoint goes with
     # them; credentials do not (each worker's own chain: Pod Identity on EKS).
     endpoint = s3_endpoint()
-
-    items = [{"split": json.dumps(s.__dict__, sort_keys=True)} for s in splits]
-    raw = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map_batches(
-        partial(_read_split, uri=input_uri, endpoint=endpoint), batch_size=1, batch_format="numpy"
+    items = [json.dumps(s.__dict__, sort_keys=True) for s in splits]
+    raw = read_splits(items, partial(_read_split, uri=input_uri, endpoint=endpoint))
+    return run_from(
+        raw,
+        cfg,
+        input_uri=input_uri,
+        output_uri=output_uri,
+        input_files=input_files,
+        loaded=tok_text,
+        endpoint=endpoint,
     )
+
+
+def read_splits(splits: list[str], reader: Any) -> Any:
+    """A dataset of `reader`'s rows, one task per split (a JSON string each)."""
+    import ray.data
+
+    items = [{"split": s} for s in splits]
+    return ray.data.from_items(items, override_num_blocks=max(1, len(items))).map_batches(
+        reader, batch_size=1, batch_format="numpy"
+    )
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a pipeline that knows its sources (the web one) adds to the text pipeline's
+    run: the source manifest carried to every part's manifest, and per-source quotas. Its
+    documents carry a `meta` column (JSON with at least `source`)."""
+
+    sources: list[SourceRecord]
+    quotas: dict[str, int]
+
+
+def run_from(
+    raw: Any,
+    cfg: TextPipelineConfig,
+    *,
+    input_uri: str,
+    output_uri: str,
+    input_files: int,
+    loaded: tuple[Tokenizer, str] | None,
+    endpoint: str | None,
+    provenance: Provenance | None = None,
+) -> list[Manifest]:
+    """Stages 2-6 on `raw`, a dataset of (doc_id, text, reason[, meta]) rows: a row with a
+    reason is counted as dropped by it and goes no further."""
+    tok_text = loaded
     processed = raw.map_batches(partial(process_batch, cfg=cfg), batch_format="numpy").materialize()
     totals: Counter[str] = Counter()
     for row in processed.map_batches(
@@ -431,7 +569,8 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
             .materialize()
         )
     else:
-        kept = kept.select_columns(["doc_id", "text"]).materialize()
+        columns = ["doc_id", "text", *(["meta"] if provenance else [])]
+        kept = kept.select_columns(columns).materialize()
     after_exact = kept.count()
 
     clusters: dict[str, str] = {}
@@ -439,6 +578,11 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
         clusters = minhash.near_dedup_clusters(kept, cfg.dedup.near, partitions)
         dropped = frozenset(d for d, root in clusters.items() if d != root)
         kept = minhash.drop_ids(kept, dropped).materialize()
+    after_near = kept.count()
+    quota_dropped: dict[str, int] = {}
+    if provenance and provenance.quotas and after_near:
+        kept, quota_dropped = apply_quotas(kept, provenance.quotas)
+        kept = kept.materialize()
     final_docs = kept.count()
 
     if tok_text is not None:
@@ -469,6 +613,7 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
     out.makedirs()
     _clear_output(out)
     written: dict[int, list[dict[str, Any]]] = {}
+    part_sources: dict[int, dict[str, int]] = {}
     if final_docs:
         encoded = kept.map_batches(
             partial(_encode, tokenizer_json=tok_json, eos_id=eos_id, parts=parts),
@@ -485,7 +630,9 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
             ),
             batch_format="numpy",
         )
-        written = {int(r["part"]): json.loads(r["shards"]) for r in results.iter_rows()}
+        for r in results.iter_rows():
+            written[int(r["part"])] = json.loads(r["shards"])
+            part_sources[int(r["part"])] = json.loads(r["sources"])
     out.write(TOKENIZER_FILE, tok_json.encode())
 
     dropped_by: dict[str, dict[str, int]] = {}
@@ -493,6 +640,8 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
         if key.startswith("drop:"):
             stage, _, reason = key.removeprefix("drop:").partition("/")
             dropped_by.setdefault(stage, {})[reason] = n
+    if quota_dropped:
+        dropped_by["quota"] = quota_dropped
     tokens_by_part = {p: sum(s["tokens"] for s in shards) for p, shards in written.items()}
     stats = PipelineStats(
         input_files=input_files,
@@ -502,7 +651,7 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
         documents_filtered=filtered,
         exact_duplicates_dropped=filtered - after_exact,
         near_duplicate_clusters=len(set(clusters.values())),
-        near_duplicates_dropped=after_exact - final_docs,
+        near_duplicates_dropped=after_exact - after_near,
         documents_kept=final_docs,
         tokens=sum(tokens_by_part.values()),
     )
@@ -530,8 +679,17 @@ def run(cfg: TextPipelineConfig, input_uri: str, output_uri: str) -> list[Manife
             documents=sum(s["documents"] for s in shards),
             tokens=tokens_by_part.get(index, 0),
             stats=stats,
+            sources=None
+            if provenance is None
+            else [
+                s.model_copy(update={"documents": part_sources.get(index, {}).get(s.name, 0)})
+                for s in provenance.sources
+            ],
+            documents_file=documents_name(index, parts)
+            if provenance is not None and shards
+            else None,
         )
-        body = json.dumps(manifest.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+        body = json.dumps(manifest_json(manifest), indent=1, sort_keys=True) + "\n"
         out.write(manifest_name(index, parts), body.encode())
         manifests.append(manifest)
     return manifests

@@ -10,6 +10,12 @@ One flat directory (the trainer's `TokenShards` memory-maps every `.npy` in it):
   stage; every part carries the same run statistics and its own shards.
 - `tokenizer.json`: the tokenizer that wrote the shards (canonical JSON, see
   `tokenizer.py`), for the trainer and the server to load.
+- from a pipeline that knows its sources (the web one, `workloads.data.web`): each
+  manifest also carries `sources`, the source manifest (name, licence, terms, who
+  approved, and how many of this part's documents came from each), and names
+  `part-IIIII-of-NNNNN-docs.jsonl`, one line per document of the part in shard order
+  (its id, url, fetch date, language, source, shard and tokens), so every token can be
+  traced to its page and its licence. The text pipeline's manifests have neither key.
 
 `load_manifests` and `iter_shards` read both formats.
 """
@@ -31,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from workloads.data.engine import filesystem
 
+DOCUMENTS_SUFFIX: Final = "-docs.jsonl"
 FORMAT_V1: Final = "llmp-tokens/1"
 FORMAT: Final = "llmp-tokens/2"
 Dtype = Literal["uint16", "uint32"]
@@ -104,6 +111,19 @@ class PipelineStats(_Frozen):
     tokens: int
 
 
+class SourceRecord(_Frozen):
+    """One source of the source manifest, as a part's manifest carries it."""
+
+    name: str
+    prefix: str
+    licence: str
+    terms: str
+    approved_by: str
+    approved_on: str
+    max_documents: int | None = None
+    documents: int = Field(0, description="Documents of this part from this source.")
+
+
 class Manifest(_Frozen):
     format: Literal["llmp-tokens/2"] = FORMAT
     index: int
@@ -117,6 +137,22 @@ class Manifest(_Frozen):
     documents: int = Field(description="Documents in this part.")
     tokens: int = Field(description="Tokens in this part.")
     stats: PipelineStats
+    sources: list[SourceRecord] | None = Field(
+        None, description="The source manifest (web pipeline only)."
+    )
+    documents_file: str | None = Field(
+        None, description="The part's per-document index (web pipeline only)."
+    )
+
+
+def manifest_json(manifest: Manifest) -> dict[str, Any]:
+    """The manifest as written: the keys only a web run has are left out of a text run's,
+    which stays as it was."""
+    body = manifest.model_dump(mode="json")
+    for key in ("sources", "documents_file"):
+        if body[key] is None:
+            del body[key]
+    return body
 
 
 AnyManifest = ManifestV1 | Manifest
@@ -129,6 +165,10 @@ def token_dtype(vocab_size: int) -> Dtype:
 
 def part_name(index: int, count: int) -> str:
     return f"part-{index:05d}-of-{count:05d}"
+
+
+def documents_name(index: int, count: int) -> str:
+    return f"{part_name(index, count)}{DOCUMENTS_SUFFIX}"
 
 
 def manifest_name(index: int, count: int) -> str:
