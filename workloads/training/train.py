@@ -561,6 +561,10 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
         zero_stage=job.zero_stage,
         device=str(device),
         flops_per_token=fpt,
+        # What the engine and the model are, read back: the job's compute options took.
+        compiled=bool(getattr(engine, "is_compiled", False)),
+        gradient_checkpointing=bool(hf.base_model(model).is_gradient_checkpointing),
+        bf16=job.bf16,
     )
     if resume is not None:
         t0 = time.perf_counter()
