@@ -11,6 +11,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
+
+
+def _counted(forward: Any, calls: list[int]) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return forward(*args, **kwargs)
+
+    return counted
 
 
 def main(configs_path: str, out_path: str) -> None:
@@ -29,11 +38,12 @@ def main(configs_path: str, out_path: str) -> None:
         torch.manual_seed(0)
         trainer = Trainer(job, Layout(tp=1, pp=1, dp=1), torch.device("cpu"))
         # Calls of the first layer's MLP: once a micro-batch, twice with its activations
-        # recomputed in backward (not counted under compile, which traces hooks away).
+        # recomputed in backward (its forward wrapped: module hooks do not run in the
+        # recomputation; not counted under compile, which traces the wrapper away).
         forwards = [0]
         if not job.compile:
             mlp = next(iter(trainer.module.model.layers.values())).mlp
-            mlp.register_forward_hook(lambda *_, n=forwards: n.__setitem__(0, n[0] + 1))
+            mlp.forward = _counted(mlp.forward, forwards)
         results = [trainer.step(n) for n in range(1, job.max_steps + 1)]
         out[name] = {
             "mlp_forwards": forwards[0],
