@@ -17,8 +17,9 @@ and query uses:
   of the last checkpoint, TFLOPS per GPU and MFU against the alert rules' targets, the
   loss, its fall per step (what the loss alert compares), the gradient norm, where a step's
   time goes (`llmp_train_phase_seconds`: data wait, compute, collective, optimizer,
-  checkpoint; the median rank stacked, and the slowest rank in each), the last checkpoint's stall and background write seconds, and the GPU
-  utilisation of the job's pods (the operator names them `<job>-worker-<i>`).
+  checkpoint; the median rank stacked, and the slowest rank in each), the last
+  checkpoint's stall and background write seconds, and the GPU utilisation of the job's
+  pods (the operator names them `<job>-worker-<i>`).
 - **llmp-inference-slo**: templated on vLLM's `model_name`: request rate, p50/p99 end-to-end
   latency and time to first token, queue depth, KV cache use, and the 5xx error ratio with its
   burn rate against the availability SLO (the recording rules of `monitoring.rules`).
@@ -574,8 +575,8 @@ def training_job() -> dict[str, Any]:
     return _dashboard(
         "llmp-training-job",
         "LLM platform / Training job",
-        "One training job: throughput, step times per rank, stragglers, step phases, "
-        "checkpoints, GPUs.",
+        "One training job: throughput, TFLOPS per GPU, MFU, loss, step times per rank, "
+        "stragglers, step phases, checkpoints, GPUs.",
         [
             ("Throughput and checkpoints", throughput),
             ("Efficiency and loss", efficiency),

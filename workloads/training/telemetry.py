@@ -55,7 +55,10 @@ JOB_GAUGES: tuple[tuple[str, str], ...] = (
     ),
     ("llmp_train_grad_norm", "Global gradient norm of the last step, before clipping"),
     ("llmp_train_step", "The last optimizer step taken (1-based)"),
-    ("llmp_checkpoint_last_success_timestamp_seconds", "Unix time of the last published checkpoint"),
+    (
+        "llmp_checkpoint_last_success_timestamp_seconds",
+        "Unix time of the last published checkpoint",
+    ),
     (
         "llmp_checkpoint_stall_seconds",
         "Seconds rank 0's training loop waited for the last published checkpoint (save call, "

@@ -41,8 +41,10 @@ Per-rank step times (rank 0, from that same exchange): `--step-times PATH`
 (or LLMP_STEP_TIMES) appends JSON lines `{"step", "rank", "node", "seconds",
 "data_wait_s", "compute_s", "collective_s", "optimizer_s", "checkpoint_s"}` for
 `llmp stragglers`; `--metrics-port` (or LLMP_METRICS_PORT) serves Prometheus
-gauges when prometheus_client is installed. Both are off unless asked for. The
-node is NODE_NAME (the Downward API's spec.nodeName) or the host name.
+gauges when prometheus_client is installed; the config's `tensorboard_dir` gets
+TensorBoard scalars (`workloads.training.telemetry`, shared with the 3-D trainer). All
+are off unless asked for. The node is NODE_NAME (the Downward API's spec.nodeName) or
+the host name.
 
 What a step's times cover (`StepClock`). `seconds` is the rank's own time in step N:
 from the end of step N-1's exchange (and rank 0's logging of it) to the start of step
