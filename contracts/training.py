@@ -244,7 +244,17 @@ class JobConfig(_Strict):
     zero_stage: Literal[1, 2, 3] = 3
     offload_optimizer: bool = False
     pin_memory: bool = True
-    bf16: bool = True
+    bf16: bool = Field(
+        True,
+        description="bfloat16 compute: DeepSpeed's bf16 mode (bf16 weights and activations, "
+        "fp32 master weights) in the ZeRO trainer, autocast in the 3-D trainer",
+    )
+    compile: bool = Field(
+        False,
+        description="torch.compile the model (the inductor backend; on GPUs its Triton "
+        "kernels, on the CPU C++): the ZeRO trainer through DeepSpeed's engine.compile, the "
+        "3-D trainer each decoder layer after tensor parallelism, before FSDP",
+    )
     optimizer: Literal["deepspeed", "torch"] = Field(
         "deepspeed",
         description="deepspeed: DeepSpeed's (fused/CPU) Adam, built on first use; "
@@ -264,6 +274,12 @@ class JobConfig(_Strict):
     )
     instance_type: str | None = Field(None, description="catalog instance type, e.g. p5.48xlarge")
     step_sleep_s: float = Field(0.0, ge=0, description="test hook: widen the window between steps")
+    tensorboard_dir: str | None = Field(
+        None,
+        description="rank 0 writes TensorBoard event files here (the figures of the metrics: "
+        "loss, tokens/s, TFLOPS per GPU, MFU, gradient norm, step phases), e.g. "
+        "/fsx/checkpoints/<job>/tensorboard; unset: none",
+    )
     extra_ds: dict[str, Any] = Field(
         default_factory=dict, description="deep-merged into the DeepSpeed config"
     )

@@ -14,10 +14,12 @@ and query uses:
   metrics: Kubernetes' namespace of the pod, and the PyTorchJob's name from the training
   operator's pod label; a job's name is unique in its namespace only): tokens/s, step time
   per rank with the job's median, the straggler ratio (slowest rank over median), the age
-  of the last checkpoint, where a step's time goes (`llmp_train_phase_seconds`: data wait,
-  compute, collective, optimizer, checkpoint; the median rank stacked, and the slowest rank
-  in each), the last checkpoint's stall and background write seconds, and the GPU
-  utilisation of the job's pods (the operator names them `<job>-worker-<i>`).
+  of the last checkpoint, TFLOPS per GPU and MFU against the alert rules' targets, the
+  loss, its fall per step (what the loss alert compares), the gradient norm, where a step's
+  time goes (`llmp_train_phase_seconds`: data wait, compute, collective, optimizer,
+  checkpoint; the median rank stacked, and the slowest rank in each), the last
+  checkpoint's stall and background write seconds, and the GPU utilisation of the job's
+  pods (the operator names them `<job>-worker-<i>`).
 - **llmp-inference-slo**: templated on vLLM's `model_name`: request rate, p50/p99 end-to-end
   latency and time to first token, queue depth, KV cache use, and the 5xx error ratio with its
   burn rate against the availability SLO (the recording rules of `monitoring.rules`).
@@ -35,6 +37,7 @@ from typing import Any
 from monitoring.rules import (
     ERROR_RATIO_WINDOWS,
     FAST_BURN,
+    LOSS_SMOOTHING,
     SLOW_BURN,
     XID_COUNT,
     error_ratio,
@@ -75,7 +78,9 @@ def timeseries(
     stack: bool = False,
     minimum: float | None = None,
     maximum: float | None = None,
+    target: float | None = None,
 ) -> Panel:
+    """`target`: a dashed line at that value (a threshold of the alert rules), red below it."""
     defaults: dict[str, Any] = {
         "unit": unit,
         "custom": {
@@ -86,6 +91,12 @@ def timeseries(
             "stacking": {"mode": "normal" if stack else "none", "group": "A"},
         },
     }
+    if target is not None:
+        defaults["custom"]["thresholdsStyle"] = {"mode": "dashed"}
+        defaults["thresholds"] = {
+            "mode": "absolute",
+            "steps": [{"color": "red", "value": None}, {"color": "green", "value": target}],
+        }
     if minimum is not None:
         defaults["min"] = minimum
     if maximum is not None:
@@ -441,7 +452,7 @@ def training_job() -> dict[str, Any]:
             thresholds=[(None, "green"), (AlertThresholds().straggler_ratio, "red")],
         ),
     ]
-    steps = [
+    steps_ = [
         timeseries(
             "Step time per rank and the median",
             [(step, "rank {{rank}} ({{node}})"), (median, "median")],
@@ -492,6 +503,54 @@ def training_job() -> dict[str, Any]:
             "the save to the slowest rank's last shard on disk.",
         ),
     ]
+    t = AlertThresholds()
+    window, smooth = t.loss_window, LOSS_SMOOTHING
+    loss = f"llmp_train_loss{{{job}}}"
+    steps = f"llmp_train_step{{{job}}}"
+    efficiency = [
+        timeseries(
+            "TFLOPS per GPU",
+            [(f"llmp_train_tflops_per_gpu{{{job}}}", "{{job}}")],
+            description="Model TFLOPS per GPU of the last step, at its slowest rank "
+            "(6N + attention FLOPs per token, PaLM's count); the dashed line is "
+            "monitoring.alerts.min_tflops_per_gpu's default (TrainingTflopsLow).",
+            target=t.min_tflops_per_gpu,
+        ),
+        timeseries(
+            "MFU",
+            [(f"llmp_train_mfu{{{job}}}", "{{job}}")],
+            unit="percentunit",
+            minimum=0,
+            description="TFLOPS per GPU over the GPU's dense BF16 peak (the catalog's), "
+            "pretraining only; the dashed line is min_mfu's default (TrainingMfuLow).",
+            target=t.min_mfu,
+        ),
+        timeseries(
+            "Loss",
+            [(loss, "{{job}}")],
+            description="Mean loss over the ranks of the last step.",
+        ),
+        timeseries(
+            f"Loss fall per step over {window}",
+            [
+                (
+                    f"(avg_over_time({loss}[{smooth}] offset {window}) - "
+                    f"avg_over_time({loss}[{smooth}])) / ({steps} - {steps} offset {window})",
+                    "{{job}}",
+                )
+            ],
+            description="What TrainingLossNotFalling compares with min_loss_drop_per_step "
+            "(the dashed line, its default): the loss's fall over the window per step taken.",
+            target=t.min_loss_drop_per_step,
+        ),
+        timeseries(
+            "Gradient norm",
+            [(f"llmp_train_grad_norm{{{job}}}", "{{job}}")],
+            description="Global norm before clipping: spikes precede loss spikes; a norm near "
+            "0 means nothing trains.",
+        ),
+        stat("Step", [(steps, "step")], description="The last optimizer step."),
+    ]
     gpus = [
         timeseries(
             "GPU utilisation of the job's pods",
@@ -516,11 +575,12 @@ def training_job() -> dict[str, Any]:
     return _dashboard(
         "llmp-training-job",
         "LLM platform / Training job",
-        "One training job: throughput, step times per rank, stragglers, step phases, "
-        "checkpoints, GPUs.",
+        "One training job: throughput, TFLOPS per GPU, MFU, loss, step times per rank, "
+        "stragglers, step phases, checkpoints, GPUs.",
         [
             ("Throughput and checkpoints", throughput),
-            ("Steps", steps),
+            ("Efficiency and loss", efficiency),
+            ("Steps", steps_),
             ("Step phases and checkpoint stall", phases),
             ("GPUs", gpus),
         ],

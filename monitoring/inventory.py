@@ -24,10 +24,12 @@
 - **vllm**: vLLM's `/metrics` (port `metrics`), including the API server's
   prometheus-fastapi-instrumentator `http_requests_total{status="2xx|4xx|5xx"}`.
 - **training**: the `llmp_*` exporter of training jobs (port `metrics`; rank 0 of
-  `workloads.training.train`): per rank `llmp_train_step_seconds{job,rank,node}` and
+  `workloads.training.train` and of `workloads.training.parallel`, both through
+  `workloads.training.telemetry`): per rank `llmp_train_step_seconds{job,rank,node}` and
   `llmp_train_phase_seconds{job,rank,node,phase}` (the five phases of
   `workloads.diagnosis.trace.PHASES`: 5 series a rank), per job the rest: loss, tokens/s,
-  TFLOPS per GPU, MFU (pretraining only: full windows) and the checkpoint's times. Tenants
+  TFLOPS per GPU, MFU (pretraining only: full windows), the gradient norm, the step number
+  and the checkpoint's times. Tenants
   run these pods, so nothing of the exposition overrides the target: `namespace` and `pod`
   are Kubernetes', `job` is the pod's `jobset.sigs.k8s.io/jobset-name` label (the JobSet
   controller's, a TrainJob's name; the PodMonitor's `jobLabel`), and the trainer's own `job`
@@ -137,6 +139,8 @@ INVENTORY: dict[str, frozenset[str]] = {
             "llmp_train_loss",
             "llmp_train_tflops_per_gpu",
             "llmp_train_mfu",
+            "llmp_train_grad_norm",
+            "llmp_train_step",
             "llmp_train_phase_seconds",
             "llmp_checkpoint_last_success_timestamp_seconds",
             "llmp_checkpoint_stall_seconds",

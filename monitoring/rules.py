@@ -247,7 +247,15 @@ def storage_rules(t: AlertThresholds, capacity_gib: int = DEFAULT_FSX_CAPACITY_G
 
 
 TFLOPS_PER_GPU = "llmp_train_tflops_per_gpu"
-"""Achieved model TFLOPS per GPU of a training job's last step (train.py)."""
+"""Achieved model TFLOPS per GPU of a training job's last step (both trainers)."""
+MFU = "llmp_train_mfu"
+"""Model FLOPs utilisation of a pretraining job's last step (both trainers)."""
+LOSS = "llmp_train_loss"
+STEP = "llmp_train_step"
+"""The last optimizer step of a training job: what the loss's fall is counted per."""
+LOSS_SMOOTHING = "5m"
+"""The loss at each end of `loss_window` is its mean over this long: one step's loss is one
+batch's, noisier than the fall asked for."""
 TRAINING_RUNNING = (
     'kube_pod_labels{label_llm_platform_job_kind="training"} and on (namespace, pod) '
     '(kube_pod_status_phase{phase="Running"} == 1)'
@@ -274,10 +282,46 @@ def node_rules() -> RuleGroup:
     )
 
 
+def loss_not_falling(t: AlertThresholds) -> str:
+    """True for a job whose loss fell by less than `min_loss_drop_per_step` times the steps it
+    took over `loss_window` (each end smoothed over LOSS_SMOOTHING). By (namespace, job): the
+    series of a job restarted on other pods (new `pod`, `instance`) still compare."""
+    w, s = t.loss_window, LOSS_SMOOTHING
+
+    def job(expr: str) -> str:
+        return f"max by (namespace, job) ({expr})"
+
+    fell = f"{job(f'avg_over_time({LOSS}[{s}] offset {w})')} - {job(f'avg_over_time({LOSS}[{s}])')}"
+    steps = f"{job(STEP)} - {job(f'{STEP} offset {w}')}"
+    return f"({fell}) < {_num(t.min_loss_drop_per_step)} * ({steps})"
+
+
 def training_performance_rules(t: AlertThresholds) -> list[Rule]:
-    """The seed's targets as alerts: TFLOPS per GPU and GPU utilisation of training pods."""
+    """The seed's targets as alerts: TFLOPS per GPU, GPU utilisation of training pods, MFU
+    against the stack's target, and a loss that falls as fast as the stack asks."""
     util = _num(t.min_gpu_utilization * 100)
     return [
+        _alert(
+            "TrainingMfuLow",
+            f"{MFU} < {_num(t.min_mfu)}",
+            t.training_performance_for,
+            "warning",
+            f"A pretraining job's model FLOPs utilisation is under {_num(t.min_mfu)}.",
+            "Compare llmp_train_phase_seconds (data_wait, collective, checkpoint) with compute; "
+            "then the parallel layout (TP within a node, the pipeline bubble), the micro-batch "
+            "size, bf16 and compile in the job file.",
+        ),
+        _alert(
+            "TrainingLossNotFalling",
+            loss_not_falling(t),
+            t.training_performance_for,
+            "warning",
+            f"A training job's loss fell by under {_num(t.min_loss_drop_per_step)} per step "
+            f"over {t.loss_window}.",
+            "Look at llmp_train_grad_norm (spikes, or zero: frozen weights) and the learning "
+            "rate; a plateau late in a run is normal: set monitoring.alerts."
+            "min_loss_drop_per_step from the run's own curve.",
+        ),
         _alert(
             "TrainingTflopsLow",
             f"{TFLOPS_PER_GPU} < {_num(t.min_tflops_per_gpu)}",

@@ -71,13 +71,33 @@ class AlertThresholds(Section):
         description="Training: average GPU utilisation of a job's GPUs (0-1) under which it "
         "underperforms (the seed's 85%).",
     )
+    min_mfu: float = Field(
+        0.35,
+        gt=0,
+        le=1,
+        description="Training: model FLOPs utilisation (0-1, against the GPU's dense BF16 peak) "
+        "under which a pretraining job underperforms; published runs at scale reach 0.36-0.43 "
+        "(MT-NLG 530B, Llama 3 405B on 16k H100s).",
+    )
     training_performance_for: str = Field(
         "15m",
-        description="How long a training job stays under min_tflops_per_gpu or "
-        "min_gpu_utilization before it alerts (a Prometheus duration).",
+        description="How long a training job stays under min_tflops_per_gpu, "
+        "min_gpu_utilization or min_mfu before it alerts (a Prometheus duration).",
+    )
+    min_loss_drop_per_step: float = Field(
+        0.01,
+        ge=0,
+        description="Training: the loss must fall by at least this much per optimizer step, "
+        "measured over loss_window (the seed's 0.01); a healthy run's loss falls far slower "
+        "once past its first steps, so set it from the run's own curve.",
+    )
+    loss_window: str = Field(
+        "30m",
+        description="The window over which the loss's fall is compared with "
+        "min_loss_drop_per_step times the steps taken in it (a Prometheus duration).",
     )
 
-    @field_validator("training_performance_for")
+    @field_validator("training_performance_for", "loss_window")
     @classmethod
     def _for(cls, v: str) -> str:
         try:

@@ -725,6 +725,13 @@ class JobFile(BaseModel):
                     on_fsx(path, f"model.{key}")
                 except ValueError as exc:
                     raise ValueError(f"{exc}: the pods read base weights there") from None
+        board = v.get("tensorboard_dir")
+        if isinstance(board, str):
+            try:
+                on_fsx(board, "tensorboard_dir")
+            except ValueError as exc:
+                # A pod's own disk goes with the pod: the event files would be lost.
+                raise ValueError(f"{exc}: rank 0 may run on any node") from None
         return v
 
     @property
@@ -906,8 +913,7 @@ class JobFile(BaseModel):
             gpus_per_node=self.gpus_per_node,
             efa_per_node=None if efa else 0,
             checkpoint_dir=self.checkpoint,
-            trainer_metrics=not self.is_parallel,
-            # The parallel trainer (plain torch, no metrics); the trainer's DeepSpeed ZeRO.
+            # The parallel trainer (plain torch), or the trainer's DeepSpeed ZeRO.
             framework="torch" if self.is_parallel else "deepspeed",
         )
 

@@ -179,7 +179,7 @@ class JobSpec(BaseModel):
     trainer_metrics: bool = Field(
         True,
         description="training: the trainer serves `llmp_*` metrics and writes step times "
-        "(workloads.training.train does; workloads.training.parallel does not yet).",
+        "(workloads.training.train and workloads.training.parallel both do).",
     )
     restart_policy: Literal["OnFailure", "ExitCode"] = Field(
         "OnFailure",
@@ -329,7 +329,7 @@ def training_env(spec: JobSpec) -> list[EnvVar]:
         # associations' paths, so nothing exports or re-imports them).
         env.append(EnvVar(name="LLMP_SHARD_CACHE", value=SHARD_CACHE))
     if spec.serves_metrics:
-        # train.py's metrics and step times (read through its --metrics-port etc. defaults)
+        # The trainers' metrics and step times (read through their --metrics-port etc. defaults)
         env += [
             EnvVar(name="LLMP_METRICS_PORT", value=str(METRICS_PORT)),
             EnvVar(name="LLMP_METRICS_ADDR", value="0.0.0.0"),

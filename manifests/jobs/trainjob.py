@@ -23,9 +23,10 @@ the Job's backoff limit and pod failure policy, the termination grace, the conta
 security context and the metrics port. So the program renders one runtime per (kind,
 priority class) (`cluster_training_runtimes`), and `runtime_name(spec)` picks the job's:
 
-- `deepspeed`: `workloads.training.train` (DeepSpeed ZeRO under torchrun), which serves the
-  `llmp_*` metrics on the container port `metrics`;
-- `torch`: `workloads.training.parallel` (TP x PP x FSDP under torchrun), no metrics port;
+- `deepspeed`: `workloads.training.train` (DeepSpeed ZeRO under torchrun);
+- `torch`: `workloads.training.parallel` (TP x PP x FSDP under torchrun);
+
+  both serve the `llmp_*` metrics on the container port `metrics`;
 - `step`: the lifecycle's one-pod steps (promotion, quantization): the PyTorchJob's
   `ExitCode` policy as a Job pod failure policy: the job fails on exit codes 1-127, and a
   pod is started again on 128-255 (130, 137, 143: torchrun itself killed) or, without
@@ -42,8 +43,6 @@ from __future__ import annotations
 
 import copy
 from typing import Any, Final, Literal
-
-from pydantic import model_validator
 
 from manifests.jobs.pod import ContainerPort, restricted_container_context
 from manifests.jobs.pytorchjob import (
@@ -93,20 +92,11 @@ RUNTIME_KINDS: Final[tuple[RuntimeKind, ...]] = ("deepspeed", "torch", "step")
 
 
 class TrainJobSpec(JobSpec):
-    """A `JobSpec` with the runtime kind it runs on (`deepspeed`: the metrics-serving trainer;
-    `torch`: the parallel trainer). Lifecycle steps (`restart_policy: ExitCode`) run on the
-    `step` runtime whatever this says."""
+    """A `JobSpec` with the runtime kind it runs on (`deepspeed`: the ZeRO trainer; `torch`:
+    the parallel trainer). Lifecycle steps (`restart_policy: ExitCode`) run on the `step`
+    runtime whatever this says."""
 
     framework: Literal["deepspeed", "torch"] = "deepspeed"
-
-    @model_validator(mode="after")
-    def _metrics_port(self) -> TrainJobSpec:
-        if self.serves_metrics and self.framework != "deepspeed":
-            raise ValueError(
-                "framework torch: its runtime declares no metrics port; a trainer that serves "
-                "llmp_* metrics runs on deepspeed (or set trainer_metrics false)"
-            )
-        return self
 
 
 def runtime_kind(spec: JobSpec) -> RuntimeKind:
@@ -134,7 +124,7 @@ def cluster_training_runtime(kind: RuntimeKind, priority_class: str) -> dict[str
         "name": NODE,
         "securityContext": restricted_container_context().to_json(),
     }
-    if kind == "deepspeed":
+    if kind != "step":  # both trainers serve the llmp_* metrics
         container["ports"] = [ContainerPort(name="metrics", container_port=METRICS_PORT).to_json()]
     pod: dict[str, Any] = {
         "restartPolicy": "Never" if kind == "step" else "OnFailure",

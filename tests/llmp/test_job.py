@@ -164,6 +164,11 @@ def test_dry_run_prints_the_manifests_and_touches_no_cluster(
             {"kind": "sft", "trainer": {"model": {"pretrained": "/models/base"}}},
             "model.pretrained '/models/base' must be a path under /fsx/",
         ),
+        (
+            {"trainer": {"tensorboard_dir": "/tmp/board"}},
+            "tensorboard_dir '/tmp/board' must be a path under /fsx/ (the tenant's FSx claim): "
+            "rank 0 may run on any node",
+        ),
         ({"kind": "grpo"}, "task grpo needs a grpo section"),
         ({"trainer": {"task": "sft"}}, "sets task, which the job file sets"),
         ({"trainer": {"data": {"path": "/fsx/x"}}}, "sets data.path, which the job file sets"),

@@ -728,8 +728,10 @@ def test_the_3d_example_renders_valid_objects_that_the_stacks_queues_admit() -> 
     efa = catalog().instance(prepared.instance_type).efa_interfaces
     assert c["resources"]["limits"]["vpc.amazonaws.com/efa"] == str(efa)
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    # It serves no llmp_* metrics yet: no port to scrape, no trainer metrics variables.
-    assert "ports" not in c and "LLMP_METRICS_PORT" not in env
+    # It serves the llmp_* metrics as the ZeRO trainer does: the port and the variables its
+    # own parser reads them from.
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9300, "protocol": "TCP"}]
+    assert env["LLMP_METRICS_PORT"] == "9300" and env["LLMP_JOB_NAME"] == prepared.job.name
     assert template["metadata"]["labels"]["llm-platform/job-kind"] == "training"
 
 

@@ -177,6 +177,23 @@ CASES: dict[str, dict[str, Any]] = {
         # under 120 for 10 minutes only: under the 15 it needs
         "quiet": "20m",
     },
+    "TrainingMfuLow": {
+        # MFU 0.4 for 10 minutes, then 0.2 (under the default 0.35) for 30
+        "input": [{"series": 'llmp_train_mfu{job="j"}', "values": "0.4x10 0.2x30"}],
+        "fire": ("30m", {"job": "j"}),
+        "quiet": "20m",
+    },
+    "TrainingLossNotFalling": {
+        # 10 steps a minute; the loss falls 0.2 a minute (0.02 a step) for 40 minutes, then
+        # stays at 2: over the 30m window the fall drops under 0.01 x 300 steps at ~58m, and
+        # fires 15m later. A job on other pods after a restart is the same job.
+        "input": [
+            {"series": f'llmp_train_loss{{{TJ},pod="j-node-0-0"}}', "values": "10-0.2x40 2x50"},
+            {"series": f'llmp_train_step{{{TJ},pod="j-node-0-0"}}', "values": "0+10x90"},
+        ],
+        "fire": ("80m", {"namespace": "foundation", "job": "j"}),
+        "quiet": "50m",
+    },
     "TrainingGpuUtilizationLow": {
         # two GPUs of one pod: 95% and 90% (avg 92.5), then 80% and 70% (avg 75 < 85)
         "input": [
@@ -383,6 +400,20 @@ def test_seed_targets_are_the_default_thresholds() -> None:
     assert got["TrainingTflopsLow"].expr == "llmp_train_tflops_per_gpu < 120"
     assert "(DCGM_FI_DEV_GPU_UTIL) < 85 " in got["TrainingGpuUtilizationLow"].expr
     assert got["TrainingTflopsLow"].for_ == "15m"
+    assert got["TrainingMfuLow"].expr == "llmp_train_mfu < 0.35"
+    assert "< 0.01 * (max by (namespace, job) (llmp_train_step)" in (
+        got["TrainingLossNotFalling"].expr
+    )
+    assert "offset 30m" in got["TrainingLossNotFalling"].expr
+
+
+def test_mfu_and_loss_targets_come_from_config() -> None:
+    got = rules.alerts(
+        AlertThresholds(min_mfu=0.5, min_loss_drop_per_step=0.001, loss_window="2h")
+    )
+    assert got["TrainingMfuLow"].expr == "llmp_train_mfu < 0.5"
+    loss = got["TrainingLossNotFalling"].expr
+    assert "< 0.001 * (" in loss and "offset 2h" in loss and "offset 30m" not in loss
 
 
 def test_fsx_fullness_is_the_free_share_of_the_configured_capacity() -> None:

@@ -41,8 +41,10 @@ Per-rank step times (rank 0, from that same exchange): `--step-times PATH`
 (or LLMP_STEP_TIMES) appends JSON lines `{"step", "rank", "node", "seconds",
 "data_wait_s", "compute_s", "collective_s", "optimizer_s", "checkpoint_s"}` for
 `llmp stragglers`; `--metrics-port` (or LLMP_METRICS_PORT) serves Prometheus
-gauges when prometheus_client is installed. Both are off unless asked for. The
-node is NODE_NAME (the Downward API's spec.nodeName) or the host name.
+gauges when prometheus_client is installed; the config's `tensorboard_dir` gets
+TensorBoard scalars (`workloads.training.telemetry`, shared with the 3-D trainer). All
+are off unless asked for. The node is NODE_NAME (the Downward API's spec.nodeName) or
+the host name.
 
 What a step's times cover (`StepClock`). `seconds` is the rank's own time in step N:
 from the end of step N-1's exchange (and rank 0's logging of it) to the start of step
@@ -106,20 +108,17 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
 from contracts.training import JobConfig, read_job_config
-from workloads.diagnosis.stragglers import PHASE_METRIC, PHASES
+from workloads.diagnosis.stragglers import PHASES
 from workloads.training import checkpointing as ckpt
 from workloads.training import model as hf
 from workloads.training import s3io
 from workloads.training.data import micro_batch_start
 from workloads.training.ds_config import build_ds_config, validate_ds_config
 from workloads.training.objectives import Reference, objective
+from workloads.training.telemetry import StepClock, Telemetry, tflops_per_gpu
 
 EXIT_REJOIN = 75
 """Exit status (EX_TEMPFAIL) of a rank that stopped with its group but is not done."""
-
-RANK = ["job", "rank", "node"]
-"""The labels of the per-rank gauges."""
-
 
 _EMIT = threading.Lock()  # rank 0's publisher thread emits too: whole lines only
 
@@ -222,7 +221,7 @@ class Checkpointer:
         self._publisher: ThreadPoolExecutor | None = None  # rank 0, async saves
         self._publishing: Future[None] | None = None
         # rank 0, after each publish: (that save's stall, its write seconds)
-        self.on_published: Callable[[float, float], None] | None = None
+        self.on_published: Callable[[float, float, int], None] | None = None
 
     def local_done(self) -> bool:
         return self.async_engine is None or not self.async_engine.pending()
@@ -326,7 +325,7 @@ class Checkpointer:
             stall_s=round(stall_s, 4),
         )
         if self.on_published is not None:
-            self.on_published(stall_s, write_s)
+            self.on_published(stall_s, write_s, step)
 
     def join_publication(self) -> None:
         """Rank 0: wait for the publication in flight, if any; re-raise its error."""
@@ -342,32 +341,6 @@ class Checkpointer:
             self._publisher.shutdown(wait=True)
         if self.async_engine is not None:
             self.async_engine.cleanup()
-
-
-class StepClock:
-    """One rank's time in a step, split into PHASES: each `lap(phase)` gives the time since
-    the previous lap to `phase`, so the phases add up to `total()` (see the module doc)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.start()
-
-    def start(self) -> None:
-        self.begun = self.last = time.perf_counter()
-        self.spent = dict.fromkeys(PHASES, 0.0)
-
-    def lap(self, phase: str) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        self.spent[phase] += now - self.last
-        self.last = now
-
-    def total(self) -> float:
-        return self.last - self.begun
-
-    def seconds(self) -> list[float]:
-        return [self.spent[p] for p in PHASES]
 
 
 class _TimedSource:
@@ -422,134 +395,6 @@ def injected_delay(path: str) -> float:
     except (OSError, ValueError):
         return 0.0
     return seconds if 0 < seconds <= 60 else 0.0
-
-
-class Telemetry:
-    """Rank 0 records every rank's step time and phases: JSON lines and/or Prometheus gauges.
-
-    Series per job: 6 per rank (the step time, and one per phase: the `phase` label takes
-    exactly the 5 values of PHASES), so 6 x ranks (6,144 for 1,024 GPUs), and 7 per job
-    (tokens/s, loss, TFLOPS per GPU, MFU, the checkpoint's time, stall and write)."""
-
-    def __init__(self, args: argparse.Namespace, nodes: list[str]) -> None:
-        self.job = args.job_name or Path(args.config).stem
-        self.nodes = nodes
-        self.file: Any = None
-        self.gauges: dict[str, Any] | None = None
-        if dist.get_rank() != 0:
-            return
-        if args.step_times:
-            path = Path(args.step_times)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.file = path.open("a")
-        if args.metrics_port is not None:
-            try:
-                import prometheus_client as prom
-            except ImportError:
-                logging.getLogger(__name__).warning("prometheus_client missing: no metrics")
-                return
-            registry = prom.CollectorRegistry()
-            self.gauges = {
-                name: prom.Gauge(name, text, labels, registry=registry)
-                for name, text, labels in (
-                    ("llmp_train_step_seconds", "Each rank's time for the last step", RANK),
-                    (
-                        PHASE_METRIC,
-                        "Each rank's seconds in each phase of the last step",
-                        [*RANK, "phase"],
-                    ),
-                    (
-                        "llmp_train_tokens_per_second",
-                        "Tokens per second of the last step (its slowest rank)",
-                        ["job"],
-                    ),
-                    ("llmp_train_loss", "Mean loss over the ranks of the last step", ["job"]),
-                    (
-                        "llmp_train_tflops_per_gpu",
-                        "Achieved model TFLOPS per GPU of the last step (its slowest rank)",
-                        ["job"],
-                    ),
-                    (
-                        "llmp_train_mfu",
-                        "Model FLOPs utilisation of the last step: TFLOPS per GPU over the "
-                        "GPU's dense BF16 peak (pretraining only)",
-                        ["job"],
-                    ),
-                    (
-                        "llmp_checkpoint_last_success_timestamp_seconds",
-                        "Unix time of the last published checkpoint",
-                        ["job"],
-                    ),
-                    (
-                        "llmp_checkpoint_stall_seconds",
-                        "Seconds rank 0's training loop waited for the last published "
-                        "checkpoint (save call, snapshot copy wait, durability agreement)",
-                        ["job"],
-                    ),
-                    (
-                        "llmp_checkpoint_write_seconds",
-                        "Seconds from the last published checkpoint's save to its slowest "
-                        "rank's shards being durable",
-                        ["job"],
-                    ),
-                )
-            }
-            try:
-                prom.start_http_server(args.metrics_port, addr=args.metrics_addr, registry=registry)
-            except OSError as e:  # a busy port must not stop training (the others would hang)
-                logging.getLogger(__name__).warning(
-                    "no metrics on port %s: %s", args.metrics_port, e
-                )
-                self.gauges = None
-
-    def step(
-        self,
-        step: int,
-        times: list[float],
-        phases: list[list[float]],
-        tokens_per_s: float,
-        *,
-        loss: float | None = None,
-        tflops_per_gpu: float | None = None,
-        mfu: float | None = None,
-    ) -> None:
-        """`phases[r]`: rank r's seconds in each of PHASES, in that order; MFU None: not
-        published (no peak known, or not pretraining)."""
-        if self.file is not None:
-            lines = []
-            for r, t in enumerate(times):
-                row: dict[str, Any] = {"step": step, "rank": r, "node": self.nodes[r]}
-                row["seconds"] = t
-                row.update({f"{p}_s": round(v, 6) for p, v in zip(PHASES, phases[r], strict=True)})
-                lines.append(json.dumps(row) + "\n")
-            self.file.write("".join(lines))
-            self.file.flush()
-        if self.gauges is not None:
-            for r, t in enumerate(times):
-                labels = (self.job, str(r), self.nodes[r])
-                self.gauges["llmp_train_step_seconds"].labels(*labels).set(t)
-                for p, v in zip(PHASES, phases[r], strict=True):
-                    self.gauges[PHASE_METRIC].labels(*labels, p).set(v)
-            self.gauges["llmp_train_tokens_per_second"].labels(self.job).set(tokens_per_s)
-            for metric, value in (
-                ("llmp_train_loss", loss),
-                ("llmp_train_tflops_per_gpu", tflops_per_gpu),
-                ("llmp_train_mfu", mfu),
-            ):
-                if value is not None:
-                    self.gauges[metric].labels(self.job).set(value)
-
-    def checkpoint_published(self, stall_s: float, write_s: float) -> None:
-        if self.gauges is not None:
-            g = self.gauges
-            g["llmp_checkpoint_last_success_timestamp_seconds"].labels(self.job).set(time.time())
-            g["llmp_checkpoint_stall_seconds"].labels(self.job).set(stall_s)
-            g["llmp_checkpoint_write_seconds"].labels(self.job).set(write_s)
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
 
 
 class RestoreFailed(RuntimeError):
@@ -623,6 +468,16 @@ def _reference(job: JobConfig, ds_cfg: dict[str, Any]) -> Reference:
     return Reference(ref.to(device=_device(), dtype=dtype))
 
 
+def _grad_norm(engine: Any) -> float | None:
+    """The global gradient norm DeepSpeed computed for the last optimizer step (before
+    clipping; the same on every rank), or None where it computed none."""
+    norm = engine.get_global_grad_norm()
+    if norm is None:
+        return None
+    value = float(norm)
+    return value if value == value and value != float("inf") else None
+
+
 def _device() -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
@@ -677,6 +532,9 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer, model_parameters=trainable, config=ds_cfg
     )
+    if job.compile:
+        # The module in place (nn.Module.compile), inductor by default: DeepSpeed's hooks stay.
+        engine.compile()
     reference = _reference(job, ds_cfg) if job.task in ("dpo", "grpo") else None
     step_loss = objective(
         job, device, reference=reference, synced=job.zero_stage == 3 and world > 1
@@ -684,7 +542,15 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
     checkpointer = Checkpointer(engine, job, world)
     nodes: list[Any] = [None] * world
     dist.all_gather_object(nodes, os.environ.get("NODE_NAME") or socket.gethostname())
-    telemetry = Telemetry(args, [str(n) for n in nodes])
+    telemetry = Telemetry(
+        args.job_name or Path(args.config).stem,
+        [str(n) for n in nodes],
+        rank=rank,
+        step_times=args.step_times,
+        metrics_port=args.metrics_port,
+        metrics_addr=args.metrics_addr,
+        tensorboard_dir=job.tensorboard_dir,
+    )
     checkpointer.on_published = telemetry.checkpoint_published
 
     step, consumed = 0, 0
@@ -697,6 +563,10 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
         zero_stage=job.zero_stage,
         device=str(device),
         flops_per_token=fpt,
+        # What the engine and the model are, read back: the job's compute options took.
+        compiled=bool(getattr(engine, "is_compiled", False)),
+        gradient_checkpointing=bool(hf.base_model(model).is_gradient_checkpointing),
+        bf16=job.bf16,
     )
     if resume is not None:
         t0 = time.perf_counter()
@@ -790,7 +660,8 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
         }
         times = g[:, 0]
         slowest = float(times.max())
-        tflops = fpt * tokens_per_step / slowest / world / 1e12
+        tflops = tflops_per_gpu(fpt, tokens_per_step, slowest, world)
+        grad_norm = _grad_norm(engine)
         mean_loss = float(g[:, 1].mean())
         emit(
             "step",
@@ -799,6 +670,7 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
             tokens_per_s=round(tokens_per_step / slowest, 1),
             tflops_per_device=round(tflops, 6),
             mfu=None if peak is None else round(tflops / peak, 6),
+            grad_norm=None if grad_norm is None else round(grad_norm, 6),
             step_time_max_s=round(slowest, 4),
             step_time_min_s=round(float(times.min()), 4),
             slowest_rank=int(times.argmax()),
@@ -809,10 +681,11 @@ def run(job: JobConfig, args: argparse.Namespace) -> int:
             step,
             [float(t) for t in times],
             g[:, 4:first_metric].tolist(),
-            tokens_per_step / slowest,
+            tokens_per_second=tokens_per_step / slowest,
             loss=mean_loss,
             tflops_per_gpu=tflops,
             mfu=None if peak is None else tflops / peak,
+            grad_norm=grad_norm,
         )
         clock.start()  # step N+1 begins: its checkpoint phase holds what follows
         checkpointed = False

@@ -160,7 +160,7 @@ def test_every_object_validates_against_the_vendored_crds_with_no_pruned_field()
     for body in (
         job(),
         job(priority_class="llmp-preemptible"),
-        job(framework="torch", trainer_metrics=False),
+        job(framework="torch"),
     ):
         jsonschema.Draft7Validator(trainjob_schema()).validate(body)
         assert _unknown_fields(body, trainjob_schema()) == []
@@ -223,10 +223,13 @@ def test_a_runtime_per_kind_and_priority_class_and_the_job_picks_its_own() -> No
     assert job(priority_class="llmp-training-critical")["spec"]["runtimeRef"]["name"] == (
         "llmp-deepspeed-training-critical"
     )
-    parallel = job(framework="torch", trainer_metrics=False)
+    parallel = job(framework="torch")
     assert parallel["spec"]["runtimeRef"]["name"] == "llmp-torch-training"
     (container,) = node(parallel)["spec"]["containers"]
-    assert "ports" not in container  # the parallel trainer serves no metrics
+    # The parallel trainer serves the llmp_* metrics too, on the port the PodMonitor scrapes.
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [
+        ("metrics", pytorchjob.METRICS_PORT)
+    ]
     labels = {
         n: r["metadata"]["labels"]["trainer.kubeflow.org/framework"] for n, r in runtimes.items()
     }
@@ -272,7 +275,6 @@ def test_kueue_makes_one_gang_of_the_node_pods() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"framework": "torch"}, "framework torch: its runtime declares no metrics port"),
         ({"framework": "jax"}, "framework"),
         ({"efa_per_node": 33}, "efa_per_node 33: p5.48xlarge takes at most 32 EFA interfaces"),
         ({"nodes_min": 5}, "nodes_min 5 is above nodes_max 4"),

@@ -59,8 +59,10 @@ class Run:
         track: Callable[[subprocess.Popen[bytes]], None],
         env: dict[str, str] | None = None,
         rank_env: dict[int, dict[str, str]] | None = None,
+        module: str = "workloads.training.train",
     ) -> None:
-        """`rank_env`: more variables for some ranks (NODE_NAME: the node a rank says it is on)."""
+        """`rank_env`: more variables for some ranks (NODE_NAME: the node a rank says it is on);
+        `module`: the trainer (the 3-D one: workloads.training.parallel)."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "job.json").write_text(json.dumps(cfg))
@@ -80,7 +82,7 @@ class Run:
             cmd = [
                 sys.executable,
                 "-m",
-                "workloads.training.train",
+                module,
                 "--config",
                 str(workdir / "job.json"),
                 "--rank",

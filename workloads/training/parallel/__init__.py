@@ -36,14 +36,17 @@ one, and the next steps' losses equal the uninterrupted run's (to 1e-5 relative:
 the order of the sums). So the layout arithmetic, the FQNs, the TP plan on HF's modules,
 the stage split, 1F1B, FSDP x TP and DCP's resharding are right.
 
+Telemetry is the ZeRO trainer's (`workloads.training.telemetry`): the `llmp_*` gauges on
+the pods' metrics port, step times for `llmp stragglers`, TensorBoard scalars; `compile`,
+`bf16` and `model.gradient_checkpointing` are job options here too.
+
 What only GPUs show, not tested here: NCCL (TP all-reduces on NVLink, FSDP and pipeline
 traffic over EFA with aws-ofi-nccl), bf16 (autocast; the test runs fp32), throughput, MFU
 and the pipeline bubble at scale, memory at real sizes, and the rendezvous of torchrun
 across nodes. Known limits: a fresh start builds the whole model on every rank before
 cutting it to the stage (host memory bounds the model size; meta-device initialization
 would lift that), saves are synchronous (`checkpoint.async_save` is not read; DCP's
-`async_save` is the next step), the trainer serves no `llmp_*` metrics and writes no step
-times yet (its pods advertise no metrics port), the gradient norm makes each sharded
+`async_save` is the next step), the gradient norm makes each sharded
 parameter's norm whole one at a time (one small collective each), a model with tied
 embeddings cannot be split into stages, and `llmp promote` reads DeepSpeed checkpoints, not
 these (`torch.distributed.checkpoint.format_utils.dcp_to_torch_save` is the way to whole

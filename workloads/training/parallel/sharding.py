@@ -99,7 +99,10 @@ def build_stage(
     job: ParallelJobConfig, layout: Layout, mesh: DeviceMesh, device: torch.device
 ) -> Stage:
     """This rank's stage: built whole from the seed (every rank the same weights), cut to
-    its layers, tensor-parallel over mesh["tp"], FSDP over mesh["dp"] when dp > 1."""
+    its layers, tensor-parallel over mesh["tp"], its layers compiled when the job says
+    `compile`, FSDP over mesh["dp"] when dp > 1. Activation checkpointing
+    (`model.gradient_checkpointing`) is transformers' own, set by `model.build` on each
+    decoder layer."""
     torch.manual_seed(job.data.seed)
     causal_lm = hf.build(job.model, lora=False)
     config = causal_lm.config
@@ -129,6 +132,11 @@ def build_stage(
     if layout.tp > 1:
         for layer in stage.model.layers.values():
             parallelize_module(layer, mesh["tp"], tp_plan())
+    if job.compile:
+        # Per decoder layer, after TP and before FSDP (torchtitan's order): one graph reused
+        # by every layer, FSDP's gathers and reductions left between the compiled regions.
+        for layer in stage.model.layers.values():
+            layer.compile()
     if layout.dp > 1:
         # Within a pipeline each micro-batch would all-gather again after a reshard.
         reshard = layout.pp == 1

@@ -19,7 +19,6 @@ with its DTensor, summed, then summed over the pipeline stages.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from torch.distributed.tensor import DTensor
 from contracts.parallel import Layout, ParallelJobConfig
 from workloads.training.data import TokenShards
 from workloads.training.parallel import checkpoint, sharding
+from workloads.training.telemetry import StepClock
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class StepResult:
     grad_norm: float
     lr: float
     seconds: float
+    phases: tuple[float, ...]
+    """This rank's seconds in each of the stragglers' PHASES, in their order (checkpoint 0:
+    saves are the caller's)."""
 
 
 def _loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -70,6 +73,7 @@ class Trainer:
         self.data = TokenShards(
             job.data.path, job.model.seq_len, job.data.bin_dtype, seed=job.data.seed
         )
+        self.clock = StepClock(device)
         self.schedule: Any = None
         if layout.pp > 1:
             from torch.distributed.pipelining import (
@@ -92,17 +96,26 @@ class Trainer:
 
     def batch(self, step: int) -> torch.Tensor:
         """This data-parallel rank's samples of optimizer step `step` (1-based)."""
+        return self._read(step).to(self.device)
+
+    def _read(self, step: int) -> torch.Tensor:
         per_rank = self.job.global_batch_size // self.layout.dp
         first = (step - 1) * self.job.global_batch_size + self.dp_rank * per_rank
-        return self.data.batch(first, per_rank).to(self.device)
+        return self.data.batch(first, per_rank)
 
     def lr(self, step: int) -> float:
         warmup = self.job.warmup_steps
         return self.job.lr * (min(1.0, step / warmup) if warmup else 1.0)
 
     def step(self, step: int) -> StepResult:
-        start = time.perf_counter()
-        tokens = self.batch(step)
+        """Optimizer step `step`, timed by `self.clock`: reading the batch (data_wait), forward
+        and backward with the pipeline's transfers and FSDP's gathers and reductions inside
+        (compute), the loss's all-reduce (collective), clipping and the update (optimizer)."""
+        clock = self.clock
+        clock.start()
+        tokens = self._read(step)
+        clock.lap("data_wait")
+        tokens = tokens.to(self.device)
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         lr = self.lr(step)
         for group in self.optimizer.param_groups:
@@ -131,11 +144,13 @@ class Trainer:
                     loss = _loss(self.module(x), y)
                     (loss / self.micro).backward()
                     local += loss.detach().double() / self.micro
+        clock.lap("compute")
+        loss_value = self._global_loss(local)
+        clock.lap("collective")
         grad_norm = self._clip()
         self.optimizer.step()
-        return StepResult(
-            step, self._global_loss(local), grad_norm, lr, time.perf_counter() - start
-        )
+        clock.lap("optimizer")
+        return StepResult(step, loss_value, grad_norm, lr, clock.total(), tuple(clock.seconds()))
 
     def _precision(self) -> Any:
         if self.job.bf16:
