@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from contracts.parallel import Layout, ParallelJobConfig
+    from spec.training_plan import DEFAULT_MFU
     from workloads.diagnosis.stragglers import PHASES
     from workloads.training import model as hf
     from workloads.training.data import write_synthetic_shards
@@ -187,6 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         source, value = peak
         print(f"MFU              {tflops / value:.1%} of {value:g} TFLOPS ({source})")
+        # The planner's prediction for the same GPU: its default MFU over its 6N FLOPs a
+        # token (llmp plan train), beside what the trainer measured.
+        predicted = DEFAULT_MFU * value * 1e12 / (6 * params)
+        print(
+            f"planner          {predicted:,.0f} tokens/s at MFU {DEFAULT_MFU:.0%} "
+            f"(llmp plan train's default, 6N a token)"
+        )
     phases = {p: statistics.median(r.phases[i] for r in timed) for i, p in enumerate(PHASES)}
     for p, v in phases.items():
         print(f"phase {p:<11}{v:.4f} s (median)")

@@ -62,7 +62,7 @@ def train(
     ] = None,
     mfu: Annotated[
         float, typer.Option("--mfu", help="Model FLOPs utilisation assumed (0.4).")
-    ] = 0.4,
+    ] = 0.4,  # spec.training_plan.DEFAULT_MFU, imported only once the command runs
     tflops: Annotated[
         float | None,
         typer.Option("--tflops", help="Instead of --mfu: achieved TFLOPS per GPU."),

@@ -125,3 +125,21 @@ def test_plan_train_imports_neither_pulumi_nor_the_components() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=300)
+
+
+def test_the_default_mfu_is_the_planners_constant() -> None:
+    # The command's default is a literal (its module imports no planner until it runs);
+    # the GPU check (bench/gpu_mfu.py) prints its prediction at the constant.
+    import inspect
+
+    from llmp.commands import plan as command
+    from spec.training_plan import DEFAULT_MFU
+
+    defaults = [
+        p.default
+        for f in vars(command).values()
+        if inspect.isfunction(f)
+        for name, p in inspect.signature(f).parameters.items()
+        if name == "mfu"
+    ]
+    assert defaults == [DEFAULT_MFU]
