@@ -28,8 +28,10 @@ times tokens per second per GPU over the GPU's dense BF16 peak (the catalog's
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,29 @@ class StepClock:
     def seconds(self) -> list[float]:
         return [self.spent[p] for p in PHASES]
 
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The telemetry flags both trainers take, each defaulting to the variable the job's
+    pods set (`LLMP_STEP_TIMES`, `LLMP_METRICS_PORT`, `LLMP_METRICS_ADDR`, `LLMP_JOB_NAME`)."""
+    p.add_argument(
+        "--step-times",
+        default=os.environ.get("LLMP_STEP_TIMES"),
+        help="rank 0 appends every rank's step time here (JSON lines, for llmp stragglers)",
+    )
+    port = os.environ.get("LLMP_METRICS_PORT")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(port) if port else None,
+        help="rank 0 serves Prometheus metrics on this port (needs prometheus_client)",
+    )
+    p.add_argument("--metrics-addr", default=os.environ.get("LLMP_METRICS_ADDR", "0.0.0.0"))
+    p.add_argument(
+        "--job-name",
+        default=os.environ.get("LLMP_JOB_NAME"),
+        help="the metrics' job label; default the config file's stem",
+    )
 
 def tflops_per_gpu(flops_per_token: float, tokens: int, seconds: float, gpus: int) -> float:
     """Achieved model TFLOPS per GPU of a step of `tokens` that took `seconds` on `gpus`."""

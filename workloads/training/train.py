@@ -115,7 +115,7 @@ from workloads.training import s3io
 from workloads.training.data import micro_batch_start
 from workloads.training.ds_config import build_ds_config, validate_ds_config
 from workloads.training.objectives import Reference, objective
-from workloads.training.telemetry import StepClock, Telemetry, tflops_per_gpu
+from workloads.training.telemetry import StepClock, Telemetry, add_arguments, tflops_per_gpu
 
 EXIT_REJOIN = 75
 """Exit status (EX_TEMPFAIL) of a rank that stopped with its group but is not done."""
@@ -741,19 +741,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--export-fp32", default=None, help="after resume, write consolidated fp32 weights here"
     )
-    p.add_argument(
-        "--step-times",
-        default=os.environ.get("LLMP_STEP_TIMES"),
-        help="rank 0 appends every rank's step time here (JSON lines, for llmp stragglers)",
-    )
-    port = os.environ.get("LLMP_METRICS_PORT")
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=int(port) if port else None,
-        help="rank 0 serves Prometheus metrics on this port (needs prometheus_client)",
-    )
-    p.add_argument("--metrics-addr", default=os.environ.get("LLMP_METRICS_ADDR", "0.0.0.0"))
+    add_arguments(p)
     grace = os.environ.get("LLMP_ELASTIC_STOP_GRACE_S")
     p.add_argument(
         "--elastic-stop-grace-s",
@@ -761,11 +749,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=float(grace) if grace else 10.0,
         help="under torchrun, how long a rank stopped by a peer's SIGTERM waits for its own "
         f"before exiting {EXIT_REJOIN} to be restarted",
-    )
-    p.add_argument(
-        "--job-name",
-        default=os.environ.get("LLMP_JOB_NAME"),
-        help="the metrics' job label; default the config file's stem",
     )
     return p.parse_args(argv)
 

@@ -45,24 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--init-method", default=None, help="torch.distributed init method; default env://"
     )
     p.add_argument("--max-steps", type=int, default=None, help="override the config's max_steps")
-    p.add_argument(
-        "--step-times",
-        default=os.environ.get("LLMP_STEP_TIMES"),
-        help="rank 0 appends every rank's step time here (JSON lines, for llmp stragglers)",
-    )
-    port = os.environ.get("LLMP_METRICS_PORT")
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=int(port) if port else None,
-        help="rank 0 serves Prometheus metrics on this port (needs prometheus_client)",
-    )
-    p.add_argument("--metrics-addr", default=os.environ.get("LLMP_METRICS_ADDR", "0.0.0.0"))
-    p.add_argument(
-        "--job-name",
-        default=os.environ.get("LLMP_JOB_NAME"),
-        help="the metrics' job label; default the config file's stem",
-    )
+    from workloads.training.telemetry import add_arguments
+
+    add_arguments(p)
     return p.parse_args(argv)
 
 
